@@ -1,1 +1,123 @@
-fn main(){}
+//! Planning benchmark: one promoter pass over 1 M and 10 M tracked slow-tier pages.
+//!
+//! Every tracked page has a record; every tenth is ready, spread evenly so that every record
+//! chunk is hot and the promoter walks all of them (the worst case for a pass). The target has
+//! plenty of free space, so every ready page is planned. Run with
+//! `cargo bench -p tierd-engine --bench engine`.
+#![allow(missing_docs)]
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use tierd_engine::topology::{NodePerf, NodeSpec, Topology};
+use tierd_engine::types::{Bytes, Nanos, NodeId, PageRef, SpaceId, Vpn};
+use tierd_engine::{Engine, EngineConfig, NodeUsage, Observation, SourceKind, SystemUsage};
+
+fn topology() -> Topology {
+    let dram = NodePerf {
+        read_latency_ns: 100,
+        write_latency_ns: 100,
+        read_bandwidth_mbps: 20_000,
+        write_bandwidth_mbps: 20_000,
+    };
+    let cxl = NodePerf {
+        read_latency_ns: 250,
+        write_latency_ns: 250,
+        read_bandwidth_mbps: 10_000,
+        write_bandwidth_mbps: 10_000,
+    };
+    Topology::new(
+        vec![
+            NodeSpec {
+                id: NodeId(0),
+                has_cpus: true,
+                capacity: Bytes::gib(256),
+                perf: Some(dram),
+                adistance: None,
+            },
+            NodeSpec {
+                id: NodeId(1),
+                has_cpus: false,
+                capacity: Bytes::gib(1024),
+                perf: Some(cxl),
+                adistance: None,
+            },
+        ],
+        vec![vec![10, 20], vec![20, 10]],
+    )
+    .expect("valid topology")
+}
+
+fn engine_with(tracked: u64) -> Engine {
+    let mut e = Engine::new(EngineConfig::default(), topology()).expect("valid config");
+    let mut batch = Vec::with_capacity(1 << 16);
+    let flush = |e: &mut Engine, b: &mut Vec<Observation>| {
+        e.observe(b);
+        b.clear();
+    };
+    for vpn in 0..tracked {
+        let o = Observation {
+            page: PageRef::base(
+                SpaceId(1 + u32::try_from(vpn >> 24).expect("small")),
+                Vpn(vpn),
+            ),
+            page_node: NodeId(1),
+            accessing_node: Some(NodeId(0)),
+            source: SourceKind::HwSample,
+            time: Nanos::from_millis(1),
+        };
+        batch.push(o);
+        if vpn % 10 == 0 {
+            batch.push(Observation {
+                time: Nanos::from_millis(2),
+                ..o
+            });
+        }
+        if batch.len() >= 1 << 16 {
+            flush(&mut e, &mut batch);
+        }
+    }
+    flush(&mut e, &mut batch);
+    e
+}
+
+fn usage() -> SystemUsage {
+    let mut u = SystemUsage::default();
+    u.nodes.insert(
+        NodeId(0),
+        NodeUsage {
+            free: Bytes::gib(200),
+            promo_watermark: None,
+        },
+    );
+    u.nodes.insert(
+        NodeId(1),
+        NodeUsage {
+            free: Bytes::gib(100),
+            promo_watermark: None,
+        },
+    );
+    u
+}
+
+fn planning(c: &mut Criterion) {
+    let mut g = c.benchmark_group("plan");
+    g.sample_size(10);
+    for tracked in [1_000_000u64, 10_000_000] {
+        let u = usage();
+        g.bench_function(
+            format!("tick_{}M_tracked_10pct_ready", tracked / 1_000_000),
+            |b| {
+                b.iter_batched_ref(
+                    || engine_with(tracked),
+                    |e| black_box(e.tick(Nanos::from_millis(100), &u)),
+                    BatchSize::PerIteration,
+                );
+            },
+        );
+    }
+    g.finish();
+}
+
+criterion_group!(benches, planning);
+criterion_main!(benches);

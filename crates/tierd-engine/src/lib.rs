@@ -1,6 +1,73 @@
-//! tierd-engine: the pghot model (WIP skeleton).
+//! # tierd-engine: the pghot model of hot-page tracking and promotion
+//!
+//! The engine decides which pages of a tiered-memory machine should move, and where. It is
+//! pure: no I/O, no clock, no threads, no libc. Observations come in, a migration plan goes
+//! out, a report of what moved comes back. The Linux daemon (`tierd-linux`) and the simulator
+//! (`tierd-sim`) drive it through one trait, [`backend::Backend`], and one loop,
+//! [`backend::step`].
+//!
+//! It follows the kernel's proposed pghot infrastructure (mm/pghot.c, Bharata B Rao, AMD,
+//! RFC v3-v8), with NUMA balancing's promotion rules (kernel/sched/fair.c), memory tiers
+//! (mm/memory-tiers.c), mempolicy semantics (mm/mempolicy.c), and per-cgroup fast-tier
+//! fairness (Kaiyang Zhao's 2024 RFC).
+//!
+//! ## Data path
+//!
+//! ```text
+//!  source (hint fault, hw sample, A-bit scan)
+//!     │  Observation { page, page_node, accessing_node, source, time }
+//!     ▼
+//!  Engine::observe ── slow-tier page ──▶ HotnessStore (per slow node; 1 B or 4 B records)
+//!     │              └ top-tier page ──▶ fast index (recency, for demotion)
+//!     ▼
+//!  Engine::tick(now, usage) ── demoter (watermarks) + promoter (kmigrated model)
+//!     │  MigrationPlan { batches ≤ batch_nr pages, per (target node, cgroup) }
+//!     ▼
+//!  backend executes (move_pages(2) / simulated move)
+//!     │  MigrationReport { per page: moved to node, or failed with errno }
+//!     ▼
+//!  Engine::apply ── counters (pgpromote_success, failures, pgdemote_*, ping-pong)
+//! ```
+//!
+//! ## Layout
+//!
+//! - [`types`]: newtypes for nodes, spaces, pages, bytes, time.
+//! - [`topology`]: nodes, abstract distances, tiers, demotion targets (mm/memory-tiers.c).
+//! - [`hotness`]: both pghot record formats, bit-exact, and the per-node record store.
+//! - [`sources`]: the observation type and the per-source enable mask.
+//! - [`policy`]: owners, mempolicy nodemasks, the cgroup fast-tier share.
+//! - [`ratelimit`]: the kernel's rate limiter and adaptive threshold, and tierd's sliding one.
+//! - [`config`]: tunables with the kernel's defaults and ranges.
+//! - [`engine`]: the promoter, the demoter, ping-pong, report accounting.
+//! - [`plan`]: usage in, plan out, report back.
+//! - [`stats`]: counters and gauges, each documented with kind and unit.
+//! - [`backend`]: the backend trait and the step function.
+//!
+//! ## Limitations
+//!
+//! - Time is modelled at `HZ=1000` (one jiffy = 1 ms) for the record time fields.
+//! - A [`types::NodeMask`] holds 64 nodes; the kernel allows up to 1024.
 #![forbid(unsafe_code)]
 
-pub mod types;
-pub mod topology;
+pub mod backend;
+pub mod config;
+pub mod engine;
+
 pub mod hotness;
+pub mod plan;
+pub mod policy;
+pub mod ratelimit;
+pub mod sources;
+pub mod stats;
+pub mod topology;
+pub mod types;
+
+pub use backend::{step, Backend, OwnerUpdate, StepBuffers, StepOutcome};
+pub use config::{ConfigError, DemotionConfig, EngineConfig};
+pub use engine::Engine;
+pub use plan::{
+    CgroupUsage, MigrationBatch, MigrationKind, MigrationPlan, MigrationReport, MoveError,
+    MoveOutcome, NodeUsage, PageResult, PlannedMove, SystemUsage,
+};
+pub use sources::{Observation, SourceKind, SourceMask};
+pub use stats::Stats;

@@ -240,11 +240,13 @@ impl NodeMask {
     }
     /// The nodes in ascending order.
     pub fn iter(self) -> impl Iterator<Item = NodeId> {
-        (0..MAX_NODES).filter(move |i| self.0 & (1u64 << i) != 0).map(|i| {
-            // i < MAX_NODES = 64, fits u16.
-            #[allow(clippy::cast_possible_truncation)]
-            NodeId(i as u16)
-        })
+        (0..MAX_NODES)
+            .filter(move |i| self.0 & (1u64 << i) != 0)
+            .map(|i| {
+                // i < MAX_NODES = 64, fits u16.
+                #[allow(clippy::cast_possible_truncation)]
+                NodeId(i as u16)
+            })
     }
 }
 
@@ -279,7 +281,9 @@ impl fmt::Display for NodeMask {
 /// The size of a tracked unit. A THP is tracked and moved as one unit, as pghot tracks a
 /// folio by its first PFN (mm/pghot.c `pghot_record_access`: "Get the hotness slot
 /// corresponding to the 1st PFN of the folio").
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub enum PageSize {
     /// A 4 KiB base page.
     #[default]
@@ -317,7 +321,12 @@ impl PageRef {
     /// A base page with no known frame.
     #[must_use]
     pub fn base(space: SpaceId, vpn: Vpn) -> Self {
-        PageRef { space, vpn, size: PageSize::Base, pfn: None }
+        PageRef {
+            space,
+            vpn,
+            size: PageSize::Base,
+            pfn: None,
+        }
     }
     /// A huge page containing `vpn` (the vpn is aligned down to the head).
     #[must_use]
@@ -332,7 +341,10 @@ impl PageRef {
     /// The identity used as a key: (space, head vpn). The frame is carried, not keyed.
     #[must_use]
     pub fn key(self) -> PageKey {
-        PageKey { space: self.space, vpn: self.vpn }
+        PageKey {
+            space: self.space,
+            vpn: self.vpn,
+        }
     }
 }
 

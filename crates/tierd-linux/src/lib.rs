@@ -1,1 +1,16 @@
-//! placeholder
+//! # tierd-linux: the engine on a real Linux machine (shell)
+//!
+//! This crate will hold the Linux backend: readers for `/proc` and `/sys` (topology, node
+//! meminfo, vmstat, numa_maps, pagemap, cgroup v2), hotness sources (DAMON sysfs, idle page
+//! tracking, perf sampling), and the mover (`move_pages(2)`). It is the only crate allowed
+//! `unsafe` code, confined to one `sys` module with a `// SAFETY:` note per block.
+//!
+//! Nothing is implemented yet; see the project's issue tracker ("Linux backend and
+//! `tierd run`"). Today it only states what the engine's [`tierd_engine::Backend`] expects.
+#![deny(unsafe_code)]
+
+/// The `/proc` root a reader uses unless told otherwise; readers take their root so that tests
+/// can point them at a fixture tree.
+pub const DEFAULT_PROC_ROOT: &str = "/proc";
+/// The `/sys` root, likewise.
+pub const DEFAULT_SYS_ROOT: &str = "/sys";

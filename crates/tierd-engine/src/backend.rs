@@ -1,0 +1,124 @@
+//! The seam between the engine and a machine, and the one loop both backends run.
+//!
+//! ```text
+//!   backend ──observations──▶ Engine::observe ──▶ hotness records
+//!   backend ──owners/policies─▶ Engine::update_owner
+//!   backend ──usage(now)──────▶ Engine::tick(now, usage) ──▶ MigrationPlan
+//!   backend ◀─batches─────────  (executes each batch: move_pages(2) or the simulator)
+//!   backend ──reports─────────▶ Engine::apply(now, report) ──▶ counters
+//! ```
+//!
+//! The Linux daemon calls [`step`] from a real-time loop, the simulator from a virtual-time
+//! loop; the engine cannot tell which.
+
+use crate::engine::Engine;
+use crate::plan::{MigrationBatch, MigrationReport, MoveOutcome, SystemUsage};
+use crate::policy::{MemPolicy, Owner};
+use crate::sources::Observation;
+use crate::types::{Nanos, SpaceId, Vpn};
+
+/// A change in who owns an address space or what policy its ranges have.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OwnerUpdate {
+    /// The space's owner (process and cgroup).
+    Owner {
+        /// The address space.
+        space: SpaceId,
+        /// Its owner.
+        owner: Owner,
+    },
+    /// All policy ranges of the space, `[start, end)` (one `numa_maps` read).
+    Policies {
+        /// The address space.
+        space: SpaceId,
+        /// Ranges and their policies.
+        ranges: Vec<(Vpn, Vpn, MemPolicy)>,
+    },
+    /// The space is gone.
+    Exited {
+        /// The address space.
+        space: SpaceId,
+    },
+}
+
+/// What the engine may observe and do on a machine. Implemented by the Linux backend and by the
+/// simulator.
+pub trait Backend {
+    /// The backend's error: only failures of the backend itself (a sysfs file vanished, a
+    /// syscall refused for the whole batch). Per-page failures are outcomes in the report.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Appends the observations gathered since the last call.
+    fn drain_observations(
+        &mut self,
+        now: Nanos,
+        out: &mut Vec<Observation>,
+    ) -> Result<(), Self::Error>;
+
+    /// Appends owner and policy changes since the last call.
+    fn drain_owner_updates(&mut self, out: &mut Vec<OwnerUpdate>) -> Result<(), Self::Error>;
+
+    /// Reads free memory per node and cgroup protection.
+    fn usage(&mut self, now: Nanos) -> Result<SystemUsage, Self::Error>;
+
+    /// Executes one batch.
+    fn migrate(
+        &mut self,
+        now: Nanos,
+        batch: &MigrationBatch,
+    ) -> Result<MigrationReport, Self::Error>;
+}
+
+/// What one [`step`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepOutcome {
+    /// Observations fed to the engine.
+    pub observations: usize,
+    /// Batches executed.
+    pub batches: usize,
+    /// Base pages moved.
+    pub moved_pages: u64,
+    /// Base pages that failed to move.
+    pub failed_pages: u64,
+}
+
+/// Reusable buffers for [`step`], so that a long-running loop does not allocate per pass.
+#[derive(Debug, Default)]
+pub struct StepBuffers {
+    observations: Vec<Observation>,
+    updates: Vec<OwnerUpdate>,
+}
+
+/// One pass of the control loop: owners, observations, tick, migrate, apply.
+pub fn step<B: Backend>(
+    engine: &mut Engine,
+    backend: &mut B,
+    now: Nanos,
+    bufs: &mut StepBuffers,
+) -> Result<StepOutcome, B::Error> {
+    let mut out = StepOutcome::default();
+    bufs.updates.clear();
+    backend.drain_owner_updates(&mut bufs.updates)?;
+    for u in bufs.updates.drain(..) {
+        engine.update_owner(u);
+    }
+    bufs.observations.clear();
+    backend.drain_observations(now, &mut bufs.observations)?;
+    out.observations = bufs.observations.len();
+    engine.observe(&bufs.observations);
+    let usage = backend.usage(now)?;
+    let plan = engine.tick(now, &usage);
+    for batch in &plan.batches {
+        let report = backend.migrate(now, batch)?;
+        for r in &report.results {
+            let n = r.page.size.nr_pages().0;
+            match r.outcome {
+                MoveOutcome::Moved(_) => out.moved_pages += n,
+                MoveOutcome::Failed(_) => out.failed_pages += n,
+            }
+        }
+        engine.apply(now, &report);
+        out.batches += 1;
+    }
+    Ok(out)
+}

@@ -1,0 +1,690 @@
+//! The engine: observations in, a migration plan out, reports back.
+//!
+//! # One pass (`tick`), every `interval_ms`
+//!
+//! 1. **Demotion.** For each top-tier node whose free memory is below the low watermark, pick
+//!    the coldest pages the engine knows on it (pages of cgroups above their fast-tier share
+//!    first) and plan their move to the node's demotion target until the high watermark would
+//!    be reached. Never to a node outside a BIND / PREFERRED_MANY nodemask.
+//! 2. **Promotion** (the kmigrated model, mm/pghot.c): for each slow node, consume every ready
+//!    hotness record (consuming resets it, as `pghot_get_record()` does), then per page:
+//!    1. target: default mode the configured node; precise mode the accessing node when it is
+//!       top tier, else the configured node;
+//!    2. mempolicy: a BIND / PREFERRED_MANY page is never moved outside its mask; in precise
+//!       mode an accessing node outside the mask means no move (mm/mempolicy.c
+//!       `mpol_misplaced()`, MPOL_F_MORON case); otherwise the nearest allowed top-tier node;
+//!    3. `kmigrated_should_migrate_memory()`: if the target has plenty of free space
+//!       (free > promotion watermark + max(1 GiB, size / 16), kernel/sched/fair.c
+//!       `pgdat_free_space_enough()`), promote without the hot test and count
+//!       `pgpromote_candidate_nrl`; else adjust the threshold (60 s period), reject pages whose
+//!       last access is older than it, thin cgroups above their share, charge
+//!       `pgpromote_candidate` and apply the per-node rate limit;
+//!    4. group admitted pages by (target node, cgroup) into batches of at most `batch_nr`.
+//! 3. **Housekeeping**: free idle record chunks, prune the ping-pong history, update gauges.
+//!
+//! `apply` turns each page's outcome into counters (`pgpromote_success`, failures by errno,
+//! `pgdemote_success`, ping-pong) and updates what the engine knows about where pages are.
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
+
+use crate::backend::OwnerUpdate;
+use crate::config::{ConfigError, EngineConfig};
+use crate::hotness::{HotnessMode, HotnessParams, HotnessStore, ReadyPage};
+use crate::plan::{
+    MigrationBatch, MigrationKind, MigrationPlan, MigrationReport, MoveError, MoveOutcome,
+    PlannedMove, SystemUsage,
+};
+use crate::policy::{cgroup_promotion_scale, fast_tier_share, OwnerMap};
+use crate::ratelimit::{
+    mbps_to_pages_per_s, AdaptiveThreshold, SlidingWindowLimiter, PROMOTION_THRESHOLD_WINDOW_MS,
+};
+use crate::sources::{Observation, SourceKind};
+use crate::stats::{NodeStats, SourceStats, Stats};
+use crate::topology::Topology;
+use crate::types::{Bytes, CgroupId, Nanos, NodeId, NodeMask, PageKey, PageRef, PageSize};
+
+/// What the demoter knows about a page on a top-tier node.
+#[derive(Clone, Copy, Debug)]
+struct FastPage {
+    node: NodeId,
+    size: PageSize,
+    /// Last access the engine knows of.
+    last_access: Nanos,
+}
+
+/// When a page last moved, for ping-pong counting.
+#[derive(Clone, Copy, Debug, Default)]
+struct MoveHistory {
+    promoted_at: Option<Nanos>,
+    demoted_at: Option<Nanos>,
+}
+
+/// Per-target-node promotion state (the kernel keeps it in the target's `pglist_data`).
+#[derive(Clone, Debug, Default)]
+struct TargetState {
+    limiter: SlidingWindowLimiter,
+    threshold: AdaptiveThreshold,
+}
+
+/// The hot-page engine. See the module docs for what one pass does.
+#[derive(Debug)]
+pub struct Engine {
+    config: EngineConfig,
+    topo: Topology,
+    /// The fixed promotion target (`pghot_target_nid`).
+    target: NodeId,
+    /// One hotness store per slow node, as pghot keeps hot maps only for lower-tier sections.
+    stores: BTreeMap<NodeId, HotnessStore>,
+    /// Top-tier pages the engine has seen or promoted: the demoter's candidates.
+    fast: FxHashMap<PageKey, FastPage>,
+    history: FxHashMap<PageKey, MoveHistory>,
+    owners: OwnerMap,
+    targets: BTreeMap<NodeId, TargetState>,
+    /// Fractional admission credit per cgroup for thinning (see `cgroup_promotion_scale`).
+    cgroup_credit: BTreeMap<CgroupId, f64>,
+    last_run: Option<Nanos>,
+    last_prune: Nanos,
+    next_batch_id: u64,
+    stats: Stats,
+    ready: Vec<ReadyPage>,
+}
+
+/// The kernel's `pgdat_free_space_enough()` margin: max(1 GiB, node size / 16) above the
+/// promotion watermark (kernel/sched/fair.c).
+#[must_use]
+pub fn free_space_margin(capacity: Bytes) -> Bytes {
+    Bytes(Bytes::GIB.max(capacity.0 >> 4))
+}
+
+impl Engine {
+    /// An engine for `topo` with `config`.
+    pub fn new(config: EngineConfig, topo: Topology) -> Result<Engine, ConfigError> {
+        config.validate()?;
+        let target = config.target_nid.unwrap_or_else(|| topo.default_target());
+        if !topo.is_toptier(target) {
+            return Err(ConfigError::TargetNotToptier(target));
+        }
+        let params = HotnessParams {
+            mode: config.mode,
+            freq_threshold: config.freq_threshold,
+            freq_window_ms: config.window_ms(),
+            target_nid: target,
+        };
+        let stores = topo
+            .slow_mask()
+            .iter()
+            .map(|n| (n, HotnessStore::new(params)))
+            .collect();
+        let targets = topo
+            .toptier_mask()
+            .iter()
+            .map(|n| (n, TargetState::default()))
+            .collect();
+        let mut stats = Stats::default();
+        for n in topo.nodes() {
+            stats.nodes.insert(n.id, NodeStats::default());
+        }
+        for k in SourceKind::ALL {
+            stats.sources.insert(k, SourceStats::default());
+        }
+        Ok(Engine {
+            config,
+            topo,
+            target,
+            stores,
+            fast: FxHashMap::default(),
+            history: FxHashMap::default(),
+            owners: OwnerMap::default(),
+            targets,
+            cgroup_credit: BTreeMap::new(),
+            last_run: None,
+            last_prune: Nanos::ZERO,
+            next_batch_id: 1,
+            stats,
+            ready: Vec::new(),
+        })
+    }
+
+    /// The configuration in force.
+    #[must_use]
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// The topology.
+    #[must_use]
+    pub fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
+    /// The fixed promotion target.
+    #[must_use]
+    pub fn target(&self) -> NodeId {
+        self.target
+    }
+
+    /// Counters and gauges.
+    #[must_use]
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Owners and policies.
+    #[must_use]
+    pub fn owners(&self) -> &OwnerMap {
+        &self.owners
+    }
+
+    /// Applies an owner or policy change.
+    pub fn update_owner(&mut self, update: OwnerUpdate) {
+        match update {
+            OwnerUpdate::Owner { space, owner } => self.owners.set_owner(space, owner),
+            OwnerUpdate::Policies { space, ranges } => self.owners.set_policies(space, ranges),
+            OwnerUpdate::Exited { space } => self.forget_space(space),
+        }
+    }
+
+    /// Drops everything known about an address space (its process exited).
+    pub fn forget_space(&mut self, space: crate::types::SpaceId) {
+        self.owners.forget(space);
+        for s in self.stores.values_mut() {
+            s.forget_space(space);
+        }
+        self.fast.retain(|k, _| k.space != space);
+        self.history.retain(|k, _| k.space != space);
+    }
+
+    /// Records a batch of observations (pghot's `pghot_record_access()` for each).
+    pub fn observe(&mut self, batch: &[Observation]) {
+        for obs in batch {
+            self.observe_one(obs);
+        }
+    }
+
+    fn observe_one(&mut self, obs: &Observation) {
+        let e = &mut self.stats.engine;
+        let src = self.stats.sources.entry(obs.source).or_default();
+        src.observed += 1;
+        if !self.config.sources.contains(obs.source) {
+            src.dropped_disabled += 1;
+            e.pghot_dropped_disabled += 1;
+            return;
+        }
+        if self.topo.node(obs.page_node).is_none() {
+            e.pghot_ignored_unknown_node += 1;
+            return;
+        }
+        let key = obs.page.key();
+        if self.topo.is_toptier(obs.page_node) {
+            // pghot ignores top-tier pages; the demoter needs their recency.
+            e.fast_observed += 1;
+            let f = self.fast.entry(key).or_insert(FastPage {
+                node: obs.page_node,
+                size: obs.page.size,
+                last_access: obs.time,
+            });
+            f.node = obs.page_node;
+            f.size = obs.page.size;
+            f.last_access = f.last_access.max(obs.time);
+            return;
+        }
+        if obs.accessing_node == Some(obs.page_node) {
+            e.pghot_ignored_same_node += 1;
+            return;
+        }
+        // A page seen on a slow node is no longer where the demoter thought it was (the
+        // kernel demoted it, or it was never promoted by us).
+        if !self.fast.is_empty() {
+            self.fast.remove(&key);
+        }
+        // The kernel refuses a non-top-tier nid in precise mode (`pghot_nid_valid()`);
+        // tierd treats it as "accessor unknown" so the access still counts toward hotness.
+        let accessing = obs.accessing_node.filter(|n| self.topo.is_toptier(*n));
+        let Some(store) = self.stores.get_mut(&obs.page_node) else {
+            return;
+        };
+        store.record(key, obs.page.size, accessing, obs.time);
+        src.recorded += 1;
+        e.pghot_recorded_accesses += 1;
+        match obs.source {
+            SourceKind::HintFault => e.pghot_recorded_hintfaults += 1,
+            SourceKind::HwSample => e.pghot_recorded_hwhints += 1,
+            SourceKind::AccessedBitScan => e.pghot_recorded_pgtscans += 1,
+        }
+    }
+
+    /// The promotion watermark of `node`: reported, or estimated as four
+    /// `watermark_scale_factor` steps of its capacity (min, low, high and promo are one step
+    /// apart in `__setup_per_zone_wmarks()`, mm/page_alloc.c; min is taken as one step).
+    fn promo_watermark(&self, node: NodeId, usage: &SystemUsage) -> Bytes {
+        usage
+            .nodes
+            .get(&node)
+            .and_then(|u| u.promo_watermark)
+            .unwrap_or_else(|| {
+                let cap = self.topo.capacity(node).0;
+                Bytes(cap / 10_000 * u64::from(self.config.watermark_scale_factor) * 4)
+            })
+    }
+
+    /// Runs one pass if `interval_ms` has passed since the last one; returns the plan.
+    pub fn tick(&mut self, now: Nanos, usage: &SystemUsage) -> MigrationPlan {
+        let interval = Nanos::from_millis(u64::from(self.config.interval_ms));
+        if let Some(last) = self.last_run {
+            if now.saturating_sub(last) < interval {
+                return MigrationPlan::default();
+            }
+        } else {
+            for (n, t) in &mut self.targets {
+                let cand = self.stats.nodes.get(n).map_or(0, |s| s.pgpromote_candidate);
+                t.threshold = AdaptiveThreshold::new(now, cand);
+            }
+        }
+        self.last_run = Some(now);
+        // Free memory as the plan will leave it, node by node.
+        let mut free: BTreeMap<NodeId, i128> = self
+            .topo
+            .nodes()
+            .iter()
+            .map(|n| {
+                (
+                    n.id,
+                    i128::from(usage.nodes.get(&n.id).map_or(0, |u| u.free.0)),
+                )
+            })
+            .collect();
+        let mut plan = MigrationPlan::default();
+        if self.config.demotion.enabled {
+            self.plan_demotion(usage, &mut free, &mut plan);
+        }
+        self.plan_promotion(now, usage, &mut free, &mut plan);
+        self.housekeeping(now);
+        self.stats.engine.plan_batches += plan.batches.len() as u64;
+        plan
+    }
+
+    fn over_share(&self, cgroup: CgroupId, usage: &SystemUsage) -> Option<(Bytes, Bytes)> {
+        let cg = usage.cgroups.get(&cgroup)?;
+        let share = fast_tier_share(
+            cg.low,
+            self.topo.toptier_capacity(),
+            self.topo.total_capacity(),
+        );
+        Some((share, cg.fast_usage))
+    }
+
+    fn plan_demotion(
+        &mut self,
+        usage: &SystemUsage,
+        free: &mut BTreeMap<NodeId, i128>,
+        plan: &mut MigrationPlan,
+    ) {
+        let d = self.config.demotion;
+        for node in self.topo.toptier_mask().iter() {
+            let cap = i128::from(self.topo.capacity(node).0);
+            let low = cap * i128::from(d.low_free_permille) / 1000;
+            let high = cap * i128::from(d.high_free_permille) / 1000;
+            let node_free = free.get(&node).copied().unwrap_or(0);
+            if node_free >= low || self.topo.lower_tier_mask(node).is_empty() {
+                continue;
+            }
+            let mut need = high - node_free;
+            // Coldest first, cgroups above their fast-tier share before the others.
+            let mut cands: Vec<(bool, Nanos, PageKey, PageSize)> = self
+                .fast
+                .iter()
+                .filter(|(_, f)| f.node == node)
+                .map(|(k, f)| {
+                    let cg = self.owners.owner(k.space).cgroup;
+                    let over = self
+                        .over_share(cg, usage)
+                        .is_some_and(|(share, used)| self.config.cgroup_fairness && used > share);
+                    (!over, f.last_access, *k, f.size)
+                })
+                .collect();
+            cands.sort_unstable_by_key(|c| (c.0, c.1, c.2));
+            let mut groups: BTreeMap<(NodeId, CgroupId), Vec<PlannedMove>> = BTreeMap::new();
+            for (_, _, key, size) in cands {
+                if need <= 0 {
+                    break;
+                }
+                let bytes = i128::from(size.nr_pages().bytes().0);
+                let pol = self.owners.policy(key.space, key.vpn);
+                let allowed = |mask: NodeMask| {
+                    NodeMask(
+                        mask.0
+                            & if pol.restricts_moves() {
+                                pol.nodes.0
+                            } else {
+                                u64::MAX
+                            },
+                    )
+                };
+                let mut choices = allowed(self.topo.demotion_targets(node));
+                if choices.is_empty() {
+                    choices = allowed(self.topo.lower_tier_mask(node));
+                }
+                if choices.is_empty() {
+                    self.stats.engine.pgdemote_policy_skipped += size.nr_pages().0;
+                    continue;
+                }
+                // Nearest allowed lower node with room for the page.
+                let with_room = NodeMask::from_nodes(
+                    choices
+                        .iter()
+                        .filter(|t| free.get(t).copied().unwrap_or(0) >= bytes),
+                );
+                let Some(to) = self.topo.nearest_in(node, with_room) else {
+                    continue;
+                };
+                *free.entry(to).or_default() -= bytes;
+                *free.entry(node).or_default() += bytes;
+                need -= bytes;
+                let cg = self.owners.owner(key.space).cgroup;
+                let page = PageRef {
+                    space: key.space,
+                    vpn: key.vpn,
+                    size,
+                    pfn: None,
+                };
+                groups
+                    .entry((to, cg))
+                    .or_default()
+                    .push(PlannedMove { page, from: node });
+                self.stats.engine.pgdemote_candidate += size.nr_pages().0;
+            }
+            self.emit(MigrationKind::Demote, groups, plan);
+        }
+    }
+
+    fn plan_promotion(
+        &mut self,
+        now: Nanos,
+        usage: &SystemUsage,
+        free: &mut BTreeMap<NodeId, i128>,
+        plan: &mut MigrationPlan,
+    ) {
+        let rl_pages = mbps_to_pages_per_s(self.config.promote_rate_limit_mbps);
+        let ref_th = u64::from(self.config.window_ms());
+        let slow: Vec<NodeId> = self.stores.keys().copied().collect();
+        let mut groups: BTreeMap<(NodeId, CgroupId), Vec<PlannedMove>> = BTreeMap::new();
+        let mut ready = std::mem::take(&mut self.ready);
+        for src_node in slow {
+            self.stats.engine.promoter_runs += 1;
+            ready.clear();
+            if let Some(store) = self.stores.get_mut(&src_node) {
+                store.drain_ready(now, &mut ready);
+            }
+            for rp in &ready {
+                self.consider(
+                    now,
+                    usage,
+                    src_node,
+                    rp,
+                    rl_pages,
+                    ref_th,
+                    free,
+                    &mut groups,
+                );
+            }
+        }
+        self.ready = ready;
+        self.emit(MigrationKind::Promote, groups, plan);
+    }
+
+    /// Chooses the promotion target of a ready page, honouring its mempolicy.
+    ///
+    /// Precise mode promotes to the node in the record (the accessing node, or the target for
+    /// sources that did not know it); if the page's BIND / PREFERRED_MANY mask excludes that
+    /// node there is no migration, as `mpol_misplaced()` decides for `MPOL_F_MORON` policies
+    /// when the faulting node is outside the mask. Default mode has one fixed target; a page
+    /// whose mask excludes it goes to the nearest top-tier node the mask allows instead (what
+    /// `mpol_misplaced()` does without `MPOL_F_MORON`).
+    fn promotion_target(&self, src_node: NodeId, rp: &ReadyPage) -> Option<NodeId> {
+        let pol = self.owners.policy(rp.key.space, rp.key.vpn);
+        match self.config.mode {
+            HotnessMode::Precise => {
+                let wanted = if self.topo.is_toptier(rp.nid) {
+                    rp.nid
+                } else {
+                    self.target
+                };
+                pol.allows(wanted).then_some(wanted)
+            }
+            HotnessMode::Default => {
+                if pol.allows(self.target) {
+                    Some(self.target)
+                } else {
+                    let allowed = NodeMask(self.topo.toptier_mask().0 & pol.nodes.0);
+                    self.topo.nearest_in(src_node, allowed)
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn consider(
+        &mut self,
+        now: Nanos,
+        usage: &SystemUsage,
+        src_node: NodeId,
+        rp: &ReadyPage,
+        rl_pages: u64,
+        ref_th: u64,
+        free: &mut BTreeMap<NodeId, i128>,
+        groups: &mut BTreeMap<(NodeId, CgroupId), Vec<PlannedMove>>,
+    ) {
+        let nr = rp.size.nr_pages();
+        let Some(target) = self.promotion_target(src_node, rp) else {
+            self.stats.engine.pgpromote_policy_skipped += nr.0;
+            return;
+        };
+        if target == src_node {
+            self.stats.engine.pgpromote_already_there += nr.0;
+            return;
+        }
+        let bytes = i128::from(nr.bytes().0);
+        let target_free = free.get(&target).copied().unwrap_or(0);
+        let cap = self.topo.capacity(target);
+        let enough = target_free
+            > i128::from(self.promo_watermark(target, usage).0)
+                + i128::from(free_space_margin(cap).0);
+        let owner = self.owners.owner(rp.key.space);
+        let e = &mut self.stats.engine;
+        let Some(ts) = self.targets.get_mut(&target) else {
+            return;
+        };
+        let node_stats = self.stats.nodes.entry(target).or_default();
+        if enough {
+            ts.threshold.reset_value();
+            e.pgpromote_candidate_nrl += nr.0;
+            node_stats.pgpromote_candidate_nrl += nr.0;
+        } else {
+            if self.config.adaptive_threshold {
+                ts.threshold.maybe_adjust(
+                    now,
+                    node_stats.pgpromote_candidate,
+                    rl_pages,
+                    ref_th,
+                    PROMOTION_THRESHOLD_WINDOW_MS,
+                );
+            }
+            let th = ts.threshold.effective(ref_th);
+            node_stats.promote_threshold_ms = th;
+            if rp.age_ms >= th {
+                e.pgpromote_cold += nr.0;
+                return;
+            }
+            if self.config.cgroup_fairness {
+                if let Some(cg) = usage.cgroups.get(&owner.cgroup) {
+                    let share = fast_tier_share(
+                        cg.low,
+                        self.topo.toptier_capacity(),
+                        self.topo.total_capacity(),
+                    );
+                    let scale = cgroup_promotion_scale(share, cg.fast_usage, true);
+                    if scale < 1.0 {
+                        let credit = self.cgroup_credit.entry(owner.cgroup).or_insert(0.0);
+                        *credit += scale;
+                        if *credit < 1.0 {
+                            e.pgpromote_cgroup_throttled += nr.0;
+                            return;
+                        }
+                        *credit -= 1.0;
+                    }
+                }
+            }
+            e.pgpromote_candidate += nr.0;
+            node_stats.pgpromote_candidate += nr.0;
+            if !ts.limiter.try_admit(now, nr, rl_pages) {
+                e.pgpromote_rate_limited += nr.0;
+                return;
+            }
+        }
+        if target_free < bytes {
+            // No room even for this page: it would fail with ENOMEM.
+            e.pgpromote_fail_nomem += nr.0;
+            return;
+        }
+        *free.entry(target).or_default() -= bytes;
+        *free.entry(src_node).or_default() += bytes;
+        e.pgpromote_planned += nr.0;
+        let page = PageRef {
+            space: rp.key.space,
+            vpn: rp.key.vpn,
+            size: rp.size,
+            pfn: None,
+        };
+        groups
+            .entry((target, owner.cgroup))
+            .or_default()
+            .push(PlannedMove {
+                page,
+                from: src_node,
+            });
+    }
+
+    /// Cuts groups into batches of at most `batch_nr` pages, in (target, cgroup) order.
+    fn emit(
+        &mut self,
+        kind: MigrationKind,
+        groups: BTreeMap<(NodeId, CgroupId), Vec<PlannedMove>>,
+        plan: &mut MigrationPlan,
+    ) {
+        let batch_nr = usize::try_from(self.config.batch_nr).unwrap_or(usize::MAX);
+        for ((target, cgroup), moves) in groups {
+            for chunk in moves.chunks(batch_nr) {
+                plan.batches.push(MigrationBatch {
+                    id: self.next_batch_id,
+                    kind,
+                    target,
+                    cgroup,
+                    pages: chunk.to_vec(),
+                });
+                self.next_batch_id += 1;
+            }
+        }
+    }
+
+    fn housekeeping(&mut self, now: Nanos) {
+        let idle = Nanos::from_millis(self.config.store_idle_ms);
+        let window = Nanos::from_millis(self.config.pingpong_window_ms);
+        if now.saturating_sub(self.last_prune) >= Nanos::from_secs(10) {
+            self.last_prune = now;
+            for s in self.stores.values_mut() {
+                s.sweep(now, idle);
+            }
+            let recent = |t: Option<Nanos>| t.is_some_and(|t| now.saturating_sub(t) <= window);
+            self.history
+                .retain(|_, h| recent(h.promoted_at) || recent(h.demoted_at));
+        }
+        let e = &mut self.stats.engine;
+        e.tracked_pages = self.stores.values().map(HotnessStore::tracked_pages).sum();
+        e.ready_pages = self.stores.values().map(HotnessStore::ready_pages).sum();
+        e.hotness_store_bytes = self.stores.values().map(|s| s.memory_bytes() as u64).sum();
+        e.fast_index_pages = self.fast.values().map(|f| f.size.nr_pages().0).sum();
+    }
+
+    /// Accounts for an executed batch.
+    pub fn apply(&mut self, now: Nanos, report: &MigrationReport) {
+        let window = Nanos::from_millis(self.config.pingpong_window_ms);
+        let within = |t: Option<Nanos>| t.is_some_and(|t| now.saturating_sub(t) <= window);
+        for r in &report.results {
+            let nr = r.page.size.nr_pages().0;
+            let key = r.page.key();
+            let e = &mut self.stats.engine;
+            match (report.kind, r.outcome) {
+                (MigrationKind::Promote, MoveOutcome::Moved(node)) => {
+                    if let Some(s) = self.stores.get_mut(&r.from) {
+                        s.remove(key);
+                    }
+                    if node != report.target {
+                        e.pgpromote_fail_other += nr;
+                    } else {
+                        e.pgpromote_success += nr;
+                        self.stats.nodes.entry(node).or_default().pgpromote_success += nr;
+                        let h = self.history.entry(key).or_default();
+                        if within(h.demoted_at) {
+                            e.pingpong_promoted += nr;
+                        }
+                        h.promoted_at = Some(now);
+                    }
+                    if self.topo.is_toptier(node) {
+                        self.fast.insert(
+                            key,
+                            FastPage {
+                                node,
+                                size: r.page.size,
+                                last_access: now,
+                            },
+                        );
+                    }
+                }
+                (MigrationKind::Demote, MoveOutcome::Moved(node)) => {
+                    self.fast.remove(&key);
+                    if node != report.target {
+                        e.pgdemote_fail += nr;
+                    } else {
+                        e.pgdemote_success += nr;
+                        self.stats.nodes.entry(r.from).or_default().pgdemote_success += nr;
+                        let h = self.history.entry(key).or_default();
+                        if within(h.promoted_at) {
+                            e.pingpong_demoted += nr;
+                        }
+                        h.demoted_at = Some(now);
+                    }
+                }
+                (kind, MoveOutcome::Failed(err)) => {
+                    if kind == MigrationKind::Demote {
+                        e.pgdemote_fail += nr;
+                    } else {
+                        *match err {
+                            MoveError::Busy => &mut e.pgpromote_fail_busy,
+                            MoveError::NoMem => &mut e.pgpromote_fail_nomem,
+                            MoveError::Access => &mut e.pgpromote_fail_access,
+                            MoveError::NoProcess => &mut e.pgpromote_fail_gone,
+                            MoveError::Fault | MoveError::NotPresent => &mut e.pgpromote_fail_fault,
+                            MoveError::Other(_) => &mut e.pgpromote_fail_other,
+                        } += nr;
+                    }
+                    match err {
+                        MoveError::NoProcess => self.forget_space(r.page.space),
+                        MoveError::Fault | MoveError::NotPresent => {
+                            self.fast.remove(&key);
+                            if let Some(s) = self.stores.get_mut(&r.from) {
+                                s.remove(key);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

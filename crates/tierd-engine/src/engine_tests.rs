@@ -1,0 +1,679 @@
+//! Tests of the engine's promoter, demoter and accounting.
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::backend::{step, Backend, StepBuffers};
+use crate::config::DemotionConfig;
+use crate::hotness::HotnessMode;
+use crate::plan::{CgroupUsage, NodeUsage};
+use crate::policy::{MemPolicy, Owner, PolicyMode};
+use crate::sources::SourceMask;
+use crate::topology::{three_node, two_tier};
+use crate::types::{SpaceId, Vpn};
+
+const N0: NodeId = NodeId(0);
+const N1: NodeId = NodeId(1);
+const N2: NodeId = NodeId(2);
+
+fn obs(space: u32, vpn: u64, page_node: NodeId, acc: Option<NodeId>, t_ms: u64) -> Observation {
+    Observation {
+        page: PageRef::base(SpaceId(space), Vpn(vpn)),
+        page_node,
+        accessing_node: acc,
+        source: SourceKind::HwSample,
+        time: Nanos::from_millis(t_ms),
+    }
+}
+
+/// Free memory on every node; `fast_free` on top-tier nodes.
+fn usage(topo: &Topology, fast_free: Bytes) -> SystemUsage {
+    let mut u = SystemUsage::default();
+    for n in topo.nodes() {
+        let free = if n.toptier { fast_free } else { n.capacity };
+        u.nodes.insert(
+            n.id,
+            NodeUsage {
+                free,
+                promo_watermark: Some(Bytes(0)),
+            },
+        );
+    }
+    u
+}
+
+/// Pretends every planned move succeeded.
+fn apply_all(engine: &mut Engine, now: Nanos, plan: &MigrationPlan) {
+    for b in &plan.batches {
+        let r = MigrationReport::for_batch(b, b.pages.iter().map(|_| MoveOutcome::Moved(b.target)));
+        engine.apply(now, &r);
+    }
+}
+
+fn planned(plan: &MigrationPlan, kind: MigrationKind) -> u64 {
+    plan.batches
+        .iter()
+        .filter(|b| b.kind == kind)
+        .map(|b| b.nr_pages().0)
+        .sum()
+}
+
+/// Two accesses 10 ms apart make a page ready (threshold 2).
+fn heat(engine: &mut Engine, space: u32, vpns: std::ops::Range<u64>, node: NodeId, t_ms: u64) {
+    let mut v = Vec::new();
+    for vpn in vpns {
+        v.push(obs(space, vpn, node, Some(N0), t_ms));
+        v.push(obs(space, vpn, node, Some(N0), t_ms + 10));
+    }
+    engine.observe(&v);
+}
+
+#[test]
+fn hot_pages_are_promoted_to_the_target_with_plenty_of_space() {
+    let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
+    let u = usage(&topo, Bytes::gib(16));
+    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    heat(&mut e, 1, 0..100, N1, 0);
+    // One access only: not ready.
+    e.observe(&[obs(1, 1000, N1, Some(N0), 5)]);
+    let plan = e.tick(Nanos::from_millis(100), &u);
+    assert_eq!(planned(&plan, MigrationKind::Promote), 100);
+    assert!(plan.batches.iter().all(|b| b.target == N0));
+    // Free space is plenty: promoted without the hot test, counted as NRL.
+    assert_eq!(e.stats().engine.pgpromote_candidate_nrl, 100);
+    assert_eq!(e.stats().engine.pgpromote_candidate, 0);
+    apply_all(&mut e, Nanos::from_millis(100), &plan);
+    assert_eq!(e.stats().engine.pgpromote_success, 100);
+    assert_eq!(e.stats().nodes[&N0].pgpromote_success, 100);
+    // Consumed records are reset: nothing more to do.
+    let plan = e.tick(Nanos::from_millis(200), &u);
+    assert!(plan.is_empty());
+}
+
+#[test]
+fn the_promoter_runs_once_per_interval() {
+    let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
+    let u = usage(&topo, Bytes::gib(16));
+    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    assert!(e.tick(Nanos::from_millis(0), &u).is_empty());
+    heat(&mut e, 1, 0..10, N1, 10);
+    assert!(
+        e.tick(Nanos::from_millis(50), &u).is_empty(),
+        "only 50 ms after the last pass"
+    );
+    assert_eq!(
+        planned(&e.tick(Nanos::from_millis(100), &u), MigrationKind::Promote),
+        10
+    );
+}
+
+#[test]
+fn under_pressure_the_hot_threshold_rejects_stale_records() {
+    let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
+    // Below watermark + max(1 GiB, 16 GiB / 16): the hot test applies.
+    let u = usage(&topo, Bytes::mib(512));
+    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    heat(&mut e, 1, 0..10, N1, 0);
+    heat(&mut e, 1, 10..20, N1, 2990);
+    // At 3100 ms the first ten were last touched 3090 ms ago (>= 3000 ms threshold), the
+    // second ten 100 ms ago.
+    let plan = e.tick(Nanos::from_millis(3100), &u);
+    let s = &e.stats().engine;
+    assert_eq!(s.pgpromote_cold, 10);
+    assert_eq!(s.pgpromote_candidate, 10);
+    assert_eq!(s.pgpromote_candidate_nrl, 0);
+    assert_eq!(planned(&plan, MigrationKind::Promote), 10);
+    assert!(plan.batches[0].pages.iter().all(|m| m.page.vpn.0 >= 10));
+}
+
+#[test]
+fn batches_never_exceed_batch_nr_and_group_by_target_and_cgroup() {
+    let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
+    let u = usage(&topo, Bytes::gib(16));
+    let cfg = EngineConfig {
+        batch_nr: 64,
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(cfg, topo).unwrap();
+    e.update_owner(OwnerUpdate::Owner {
+        space: SpaceId(2),
+        owner: Owner {
+            pid: 2,
+            cgroup: CgroupId(5),
+        },
+    });
+    heat(&mut e, 1, 0..150, N1, 0);
+    heat(&mut e, 2, 0..70, N1, 0);
+    let plan = e.tick(Nanos::from_millis(100), &u);
+    assert!(plan.batches.iter().all(|b| b.pages.len() <= 64));
+    let sizes: Vec<(CgroupId, usize)> = plan
+        .batches
+        .iter()
+        .map(|b| (b.cgroup, b.pages.len()))
+        .collect();
+    assert_eq!(
+        sizes,
+        vec![
+            (CgroupId(0), 64),
+            (CgroupId(0), 64),
+            (CgroupId(0), 22),
+            (CgroupId(5), 64),
+            (CgroupId(5), 6)
+        ]
+    );
+    for b in &plan.batches {
+        let owner = e.owners().owner(b.pages[0].page.space);
+        assert!(b
+            .pages
+            .iter()
+            .all(|m| e.owners().owner(m.page.space).cgroup == owner.cgroup));
+    }
+}
+
+#[test]
+fn huge_pages_move_as_one_unit() {
+    let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
+    let u = usage(&topo, Bytes::gib(16));
+    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    let mut o = obs(1, 1024 + 7, N1, Some(N0), 0);
+    o.page = PageRef::huge(SpaceId(1), Vpn(1024 + 7));
+    let mut o2 = o;
+    o2.page = PageRef::huge(SpaceId(1), Vpn(1024 + 300));
+    o2.time = Nanos::from_millis(5);
+    e.observe(&[o, o2]);
+    let plan = e.tick(Nanos::from_millis(100), &u);
+    assert_eq!(plan.batches.len(), 1);
+    assert_eq!(plan.batches[0].pages.len(), 1);
+    assert_eq!(plan.batches[0].pages[0].page.vpn, Vpn(1024));
+    assert_eq!(plan.batches[0].nr_pages().0, 512);
+    apply_all(&mut e, Nanos::from_millis(100), &plan);
+    assert_eq!(e.stats().engine.pgpromote_success, 512);
+}
+
+#[test]
+fn precise_mode_promotes_to_the_accessing_node_default_to_the_fixed_one() {
+    for (mode, want) in [(HotnessMode::Default, N0), (HotnessMode::Precise, N1)] {
+        let topo = three_node(Bytes::gib(16), Bytes::gib(16), Bytes::gib(64));
+        let u = usage(&topo, Bytes::gib(16));
+        let cfg = EngineConfig {
+            mode,
+            ..EngineConfig::default()
+        };
+        let mut e = Engine::new(cfg, topo).unwrap();
+        e.observe(&[obs(1, 5, N2, Some(N1), 0), obs(1, 5, N2, Some(N1), 10)]);
+        let plan = e.tick(Nanos::from_millis(100), &u);
+        assert_eq!(plan.batches.len(), 1, "{mode:?}");
+        assert_eq!(plan.batches[0].target, want, "{mode:?}");
+    }
+}
+
+#[test]
+fn precise_mode_without_accessor_falls_back_to_the_target() {
+    let topo = three_node(Bytes::gib(16), Bytes::gib(16), Bytes::gib(64));
+    let u = usage(&topo, Bytes::gib(16));
+    let cfg = EngineConfig {
+        mode: HotnessMode::Precise,
+        target_nid: Some(N1),
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(cfg, topo).unwrap();
+    e.observe(&[obs(1, 5, N2, None, 0), obs(1, 5, N2, None, 10)]);
+    let plan = e.tick(Nanos::from_millis(100), &u);
+    assert_eq!(plan.batches[0].target, N1);
+}
+
+#[test]
+fn preferred_many_masks_are_honoured() {
+    let topo = three_node(Bytes::gib(16), Bytes::gib(16), Bytes::gib(64));
+    let u = usage(&topo, Bytes::gib(16));
+    let only_n1 = MemPolicy::new(PolicyMode::PreferredMany, NodeMask::from_nodes([N1, N2]));
+    // Default mode, target node 0 outside the mask: the nearest allowed top-tier node.
+    let mut e = Engine::new(EngineConfig::default(), topo.clone()).unwrap();
+    e.update_owner(OwnerUpdate::Policies {
+        space: SpaceId(1),
+        ranges: vec![(Vpn(0), Vpn(100), only_n1)],
+    });
+    e.observe(&[obs(1, 5, N2, Some(N0), 0), obs(1, 5, N2, Some(N0), 10)]);
+    let plan = e.tick(Nanos::from_millis(100), &u);
+    assert_eq!(plan.batches[0].target, N1);
+    // Precise mode, accessed from node 0 (outside the mask): no migration (mpol_misplaced).
+    // Node 1 is the configured target, so the accessor is what decides.
+    let cfg = EngineConfig {
+        mode: HotnessMode::Precise,
+        target_nid: Some(N1),
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(cfg, topo).unwrap();
+    e.update_owner(OwnerUpdate::Policies {
+        space: SpaceId(1),
+        ranges: vec![(Vpn(0), Vpn(100), only_n1)],
+    });
+    e.observe(&[obs(1, 5, N2, Some(N0), 0), obs(1, 5, N2, Some(N0), 10)]);
+    assert!(e.tick(Nanos::from_millis(100), &u).is_empty());
+    assert_eq!(e.stats().engine.pgpromote_policy_skipped, 1);
+}
+
+#[test]
+fn bind_to_the_slow_node_is_never_promoted() {
+    let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
+    let u = usage(&topo, Bytes::gib(16));
+    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    let bind = MemPolicy::new(PolicyMode::Bind, NodeMask::from_nodes([N1]));
+    e.update_owner(OwnerUpdate::Policies {
+        space: SpaceId(1),
+        ranges: vec![(Vpn(0), Vpn(10), bind)],
+    });
+    heat(&mut e, 1, 0..20, N1, 0);
+    let plan = e.tick(Nanos::from_millis(100), &u);
+    assert_eq!(planned(&plan, MigrationKind::Promote), 10);
+    assert!(plan
+        .batches
+        .iter()
+        .flat_map(|b| &b.pages)
+        .all(|m| m.page.vpn.0 >= 10));
+    assert_eq!(e.stats().engine.pgpromote_policy_skipped, 10);
+}
+
+#[test]
+fn disabled_sources_and_same_node_accesses_are_not_recorded() {
+    let topo = three_node(Bytes::gib(16), Bytes::gib(16), Bytes::gib(64));
+    let cfg = EngineConfig {
+        sources: SourceMask::of(&[SourceKind::HintFault]),
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(cfg, topo).unwrap();
+    e.observe(&[obs(1, 1, N2, Some(N0), 0)]); // hw sample: disabled
+    let mut hf = obs(1, 2, N2, Some(N2), 0);
+    hf.source = SourceKind::HintFault;
+    e.observe(&[hf]); // accessed from its own node
+    let s = e.stats();
+    assert_eq!(s.engine.pghot_dropped_disabled, 1);
+    assert_eq!(s.sources[&SourceKind::HwSample].dropped_disabled, 1);
+    assert_eq!(s.engine.pghot_ignored_same_node, 1);
+    assert_eq!(s.engine.pghot_recorded_accesses, 0);
+}
+
+#[test]
+fn a_cgroup_over_its_share_is_thinned_by_the_fourth_power() {
+    let topo = two_tier(Bytes::gib(16), Bytes::gib(48));
+    let mut u = usage(&topo, Bytes::mib(512));
+    // Share = low * 16/64; low 32 GiB -> 8 GiB share; usage 16 GiB -> (1/2)^4 = 1/16.
+    u.cgroups.insert(
+        CgroupId(1),
+        CgroupUsage {
+            low: Bytes::gib(32),
+            fast_usage: Bytes::gib(16),
+        },
+    );
+    u.cgroups.insert(
+        CgroupId(2),
+        CgroupUsage {
+            low: Bytes::gib(32),
+            fast_usage: Bytes::gib(4),
+        },
+    );
+    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    e.update_owner(OwnerUpdate::Owner {
+        space: SpaceId(1),
+        owner: Owner {
+            pid: 1,
+            cgroup: CgroupId(1),
+        },
+    });
+    e.update_owner(OwnerUpdate::Owner {
+        space: SpaceId(2),
+        owner: Owner {
+            pid: 2,
+            cgroup: CgroupId(2),
+        },
+    });
+    heat(&mut e, 1, 0..1600, N1, 0);
+    heat(&mut e, 2, 0..1600, N1, 0);
+    let plan = e.tick(Nanos::from_millis(100), &u);
+    let by_cg = |cg| {
+        plan.batches
+            .iter()
+            .filter(|b| b.cgroup == cg)
+            .map(|b| b.pages.len())
+            .sum::<usize>()
+    };
+    assert_eq!(by_cg(CgroupId(1)), 100, "1600 / 16");
+    assert_eq!(by_cg(CgroupId(2)), 1600);
+    assert_eq!(e.stats().engine.pgpromote_cgroup_throttled, 1500);
+}
+
+#[test]
+fn demotion_starts_below_low_and_stops_at_high_coldest_first() {
+    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+    let mut e = Engine::new(EngineConfig::default(), topo.clone()).unwrap();
+    // 1000 fast pages, page i last touched at i ms.
+    let v: Vec<Observation> = (0..1000).map(|i| obs(1, i, N0, Some(N0), i)).collect();
+    e.observe(&v);
+    // Free 1.9 % of 1 GiB: below low (2 %). High is 5 %: need 3.1 % = 8126 pages... more than
+    // the engine knows; it demotes all 1000 known pages, coldest first.
+    let cap = Bytes::gib(1).0;
+    let mut u = usage(&topo, Bytes(cap * 19 / 1000));
+    let plan = e.tick(Nanos::from_millis(2000), &u);
+    assert_eq!(planned(&plan, MigrationKind::Demote), 1000);
+    assert!(plan
+        .batches
+        .iter()
+        .all(|b| b.target == N1 && b.kind == MigrationKind::Demote));
+    // Above low: no demotion.
+    let mut e = Engine::new(EngineConfig::default(), topo.clone()).unwrap();
+    e.observe(&v);
+    u.nodes.get_mut(&N0).unwrap().free = Bytes(cap * 21 / 1000);
+    assert!(e.tick(Nanos::from_millis(2000), &u).is_empty());
+    // Below low (4.9 %) with high (5 %) - free = 300 pages: exactly the 300 coldest go.
+    let cfg = EngineConfig {
+        demotion: DemotionConfig {
+            enabled: true,
+            low_free_permille: 49,
+            high_free_permille: 50,
+        },
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(cfg, topo).unwrap();
+    e.observe(&v);
+    let high = cap * 50 / 1000;
+    u.nodes.get_mut(&N0).unwrap().free = Bytes(high - 300 * 4096);
+    assert!(high - 300 * 4096 < cap * 49 / 1000);
+    let plan = e.tick(Nanos::from_millis(2000), &u);
+    let mut vpns: Vec<u64> = plan
+        .batches
+        .iter()
+        .flat_map(|b| &b.pages)
+        .map(|m| m.page.vpn.0)
+        .collect();
+    vpns.sort_unstable();
+    assert_eq!(vpns, (0..300).collect::<Vec<_>>(), "the 300 coldest");
+}
+
+#[test]
+fn demotion_takes_from_cgroups_over_their_share_first() {
+    let topo = two_tier(Bytes::gib(1), Bytes::gib(3));
+    let cap = Bytes::gib(1).0;
+    let mut u = usage(&topo, Bytes(cap * 50 / 1000 - 300 * 4096));
+    u.cgroups.insert(
+        CgroupId(1),
+        CgroupUsage {
+            low: Bytes(0),
+            fast_usage: Bytes::mib(100),
+        },
+    );
+    u.cgroups.insert(
+        CgroupId(2),
+        CgroupUsage {
+            low: Bytes::gib(4),
+            fast_usage: Bytes::mib(100),
+        },
+    );
+    let cfg = EngineConfig {
+        demotion: DemotionConfig {
+            enabled: true,
+            low_free_permille: 49,
+            high_free_permille: 50,
+        },
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(cfg, topo).unwrap();
+    e.update_owner(OwnerUpdate::Owner {
+        space: SpaceId(1),
+        owner: Owner {
+            pid: 1,
+            cgroup: CgroupId(1),
+        },
+    });
+    e.update_owner(OwnerUpdate::Owner {
+        space: SpaceId(2),
+        owner: Owner {
+            pid: 2,
+            cgroup: CgroupId(2),
+        },
+    });
+    // Space 2 (protected) is colder, but space 1 is over its share: space 1 goes first.
+    let mut v: Vec<Observation> = (0..400).map(|i| obs(2, i, N0, Some(N0), i)).collect();
+    v.extend((0..400).map(|i| obs(1, i, N0, Some(N0), 1000 + i)));
+    e.observe(&v);
+    let plan = e.tick(Nanos::from_millis(2000), &u);
+    let pages: Vec<&PlannedMove> = plan.batches.iter().flat_map(|b| &b.pages).collect();
+    assert_eq!(pages.len(), 300);
+    assert!(pages.iter().all(|m| m.page.space == SpaceId(1)));
+}
+
+#[test]
+fn pingpong_is_counted_within_the_window_only() {
+    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+    let cap = Bytes::gib(1).0;
+    let cfg = EngineConfig {
+        pingpong_window_ms: 10_000,
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(cfg, topo.clone()).unwrap();
+    let roomy = usage(&topo, Bytes(cap / 2));
+    let tight = usage(&topo, Bytes(cap / 100));
+    // Promote 10 pages at t = 100 ms.
+    heat(&mut e, 1, 0..10, N1, 0);
+    let p = e.tick(Nanos::from_millis(100), &roomy);
+    apply_all(&mut e, Nanos::from_millis(100), &p);
+    assert_eq!(e.stats().engine.pgpromote_success, 10);
+    // Pressure at 5 s: they are the only known fast pages, they get demoted: ping-pong.
+    let p = e.tick(Nanos::from_millis(5000), &tight);
+    assert_eq!(planned(&p, MigrationKind::Demote), 10);
+    apply_all(&mut e, Nanos::from_millis(5000), &p);
+    assert_eq!(e.stats().engine.pgdemote_success, 10);
+    assert_eq!(e.stats().engine.pingpong_demoted, 10);
+    // Hot again and promoted at 8 s: ping-pong the other way.
+    heat(&mut e, 1, 0..10, N1, 7900);
+    let p = e.tick(Nanos::from_millis(8000), &roomy);
+    apply_all(&mut e, Nanos::from_millis(8000), &p);
+    assert_eq!(e.stats().engine.pingpong_promoted, 10);
+    // Demoted again 20 s later: outside the window, not ping-pong.
+    let p = e.tick(Nanos::from_millis(28_000), &tight);
+    apply_all(&mut e, Nanos::from_millis(28_000), &p);
+    assert_eq!(e.stats().engine.pgdemote_success, 20);
+    assert_eq!(e.stats().engine.pingpong_demoted, 10);
+}
+
+#[test]
+fn failures_are_counted_by_reason_and_gone_processes_forgotten() {
+    let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
+    let u = usage(&topo, Bytes::gib(16));
+    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    heat(&mut e, 1, 0..4, N1, 0);
+    heat(&mut e, 2, 0..2, N1, 0);
+    let plan = e.tick(Nanos::from_millis(100), &u);
+    let b = &plan.batches[0];
+    let outcomes = b
+        .pages
+        .iter()
+        .map(|m| match (m.page.space.0, m.page.vpn.0) {
+            (1, 0) => MoveOutcome::Failed(MoveError::Busy),
+            (1, 1) => MoveOutcome::Failed(MoveError::NoMem),
+            (1, 2) => MoveOutcome::Failed(MoveError::Fault),
+            (1, _) => MoveOutcome::Moved(N0),
+            _ => MoveOutcome::Failed(MoveError::NoProcess),
+        });
+    let r = MigrationReport::for_batch(b, outcomes);
+    e.apply(Nanos::from_millis(100), &r);
+    let s = &e.stats().engine;
+    assert_eq!(
+        (
+            s.pgpromote_fail_busy,
+            s.pgpromote_fail_nomem,
+            s.pgpromote_fail_fault
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!((s.pgpromote_success, s.pgpromote_fail_gone), (1, 2));
+    // Space 2 is forgotten: new observations start from scratch, so one access is not enough.
+    e.observe(&[obs(2, 0, N1, Some(N0), 150)]);
+    assert!(e.tick(Nanos::from_millis(200), &u).is_empty());
+}
+
+#[test]
+fn adaptive_threshold_tightens_when_candidates_exceed_the_budget() {
+    let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
+    let u = usage(&topo, Bytes::mib(256));
+    // 1 MB/s = 256 pages/s: 60 s budget 15360 candidates.
+    let cfg = EngineConfig {
+        promote_rate_limit_mbps: 1,
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(cfg, topo).unwrap();
+    let _ = e.tick(Nanos::ZERO, &u);
+    // 400 hot pages every second for 61 s: 24400 candidates > 16896.
+    let mut t = 0;
+    while t <= 61_000 {
+        heat(&mut e, 1, (t / 10)..(t / 10 + 400), N1, t);
+        let p = e.tick(Nanos::from_millis(t + 50), &u);
+        apply_all(&mut e, Nanos::from_millis(t + 50), &p);
+        t += 1000;
+    }
+    heat(&mut e, 1, 50_000..50_010, N1, 61_900);
+    let _ = e.tick(Nanos::from_millis(62_000), &u);
+    // 3000 - 375.
+    assert_eq!(e.stats().nodes[&N0].promote_threshold_ms, 2625);
+    assert!(e.stats().engine.pgpromote_rate_limited > 0);
+}
+
+/// A backend double that records what it was asked to do.
+#[derive(Debug, Default)]
+struct FakeBackend {
+    pending: Vec<Observation>,
+    usage: SystemUsage,
+    moved: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("never")]
+struct Never;
+
+impl Backend for FakeBackend {
+    type Error = Never;
+    fn drain_observations(&mut self, _now: Nanos, out: &mut Vec<Observation>) -> Result<(), Never> {
+        out.append(&mut self.pending);
+        Ok(())
+    }
+    fn drain_owner_updates(&mut self, _out: &mut Vec<OwnerUpdate>) -> Result<(), Never> {
+        Ok(())
+    }
+    fn usage(&mut self, _now: Nanos) -> Result<SystemUsage, Never> {
+        Ok(self.usage.clone())
+    }
+    fn migrate(&mut self, _now: Nanos, batch: &MigrationBatch) -> Result<MigrationReport, Never> {
+        self.moved += batch.nr_pages().0;
+        Ok(MigrationReport::for_batch(
+            batch,
+            batch.pages.iter().map(|_| MoveOutcome::Moved(batch.target)),
+        ))
+    }
+}
+
+#[test]
+fn step_runs_observe_tick_migrate_apply() {
+    let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
+    let mut b = FakeBackend {
+        usage: usage(&topo, Bytes::gib(16)),
+        ..FakeBackend::default()
+    };
+    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    b.pending = (0..50)
+        .flat_map(|v| [obs(1, v, N1, Some(N0), 0), obs(1, v, N1, Some(N0), 1)])
+        .collect();
+    let mut bufs = StepBuffers::default();
+    let out = step(&mut e, &mut b, Nanos::from_millis(100), &mut bufs).unwrap();
+    assert_eq!(out.observations, 100);
+    assert_eq!(out.moved_pages, 50);
+    assert_eq!(b.moved, 50);
+    assert_eq!(e.stats().engine.pgpromote_success, 50);
+}
+
+fn arb_policy() -> impl Strategy<Value = MemPolicy> {
+    (0u8..4, 1u64..8).prop_map(|(m, mask)| {
+        let mode = match m {
+            0 => PolicyMode::Default,
+            1 => PolicyMode::Bind,
+            2 => PolicyMode::PreferredMany,
+            _ => PolicyMode::Preferred,
+        };
+        MemPolicy::new(mode, NodeMask(mask))
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Whatever the policies, accesses and pressure, no batch moves a page to a node its
+    /// BIND / PREFERRED_MANY mask excludes.
+    #[test]
+    fn no_plan_targets_a_node_outside_the_nodemask(
+        precise in any::<bool>(),
+        policies in proptest::collection::vec(arb_policy(), 4),
+        accesses in proptest::collection::vec((0u32..4, 0u64..64, 0u16..3, 0u16..4, 0u64..300), 1..300),
+        fast_free_mib in 0u64..2048,
+    ) {
+        let topo = three_node(Bytes::gib(1), Bytes::gib(1), Bytes::gib(4));
+        let mode = if precise { HotnessMode::Precise } else { HotnessMode::Default };
+        let cfg = EngineConfig { mode, freq_threshold: 1, ..EngineConfig::default() };
+        let mut e = Engine::new(cfg, topo.clone()).unwrap();
+        for (i, p) in policies.iter().enumerate() {
+            let space = SpaceId(u32::try_from(i).unwrap());
+            e.update_owner(OwnerUpdate::Policies { space, ranges: vec![(Vpn(0), Vpn(64), *p)] });
+        }
+        let mut u = usage(&topo, Bytes::mib(fast_free_mib));
+        u.nodes.insert(N2, NodeUsage { free: Bytes::gib(4), promo_watermark: None });
+        let mut t = 0;
+        for (space, vpn, node, acc, dt) in accesses {
+            t += dt;
+            let acc = (acc < 3).then_some(NodeId(acc));
+            e.observe(&[obs(space, vpn, NodeId(node), acc, t)]);
+            let plan = e.tick(Nanos::from_millis(t), &u);
+            for b in &plan.batches {
+                prop_assert!(b.pages.len() <= 512);
+                for m in &b.pages {
+                    let pol = e.owners().policy(m.page.space, m.page.vpn);
+                    prop_assert!(pol.allows(b.target), "{:?} to {} under {:?}", b.kind, b.target, pol);
+                    prop_assert!(b.target != m.from);
+                }
+            }
+            apply_all(&mut e, Nanos::from_millis(t), &plan);
+        }
+    }
+
+    /// Under pressure, promotions admitted in any sliding second never exceed the rate limit,
+    /// and no batch exceeds batch_nr.
+    #[test]
+    fn promoter_respects_rate_limit_and_batch_nr(
+        rate_mbps in 1u64..8,
+        batch_nr in 64u32..200,
+        bursts in proptest::collection::vec((0u64..3000, 1u64..900), 1..40),
+    ) {
+        let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
+        let u = usage(&topo, Bytes::mib(100));
+        let cfg = EngineConfig { promote_rate_limit_mbps: rate_mbps, batch_nr, adaptive_threshold: false, ..EngineConfig::default() };
+        let limit = mbps_to_pages_per_s(rate_mbps);
+        let mut e = Engine::new(cfg, topo).unwrap();
+        let mut admitted: Vec<(u64, u64)> = Vec::new();
+        let mut t = 0;
+        let mut next_vpn = 0;
+        for (dt, n) in bursts {
+            t += dt;
+            heat(&mut e, 1, next_vpn..next_vpn + n, N1, t);
+            next_vpn += n;
+            for k in 0..5 {
+                let now = t + 20 + k * 100;
+                let plan = e.tick(Nanos::from_millis(now), &u);
+                for b in &plan.batches {
+                    prop_assert!(b.pages.len() <= usize::try_from(batch_nr).unwrap());
+                }
+                admitted.push((now, planned(&plan, MigrationKind::Promote)));
+                apply_all(&mut e, Nanos::from_millis(now), &plan);
+            }
+        }
+        for &(end, _) in &admitted {
+            let sum: u64 = admitted.iter().filter(|&&(s, _)| s <= end && s + 1000 > end).map(|&(_, n)| n).sum();
+            prop_assert!(sum <= limit, "{} pages in the second ending at {} ms, limit {}", sum, end, limit);
+        }
+    }
+}

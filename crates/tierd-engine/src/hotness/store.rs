@@ -1,0 +1,1391 @@
+//! [`HotnessStore`]: the pghot records of one slow NUMA node, keyed by (address space, vpn).
+//!
+//! # Layout
+//!
+//! ```text
+//!  index: FxHashMap<(space, vpn >> 9), slot>      one-entry cache of the last lookup
+//!                         │
+//!                         ▼
+//!  metas: [ChunkMeta; n]  key, hot, huge, ready count, non-zero count, last touch (ms)
+//!  records: [R; n * 512]  slot s owns records[s*512 .. s*512+512]   (R = u8 or u32 record)
+//!  free:  [slot]          freed slots, reused before the arena grows
+//!  hot:   [slot]          chunks flagged hot since the last drain (may hold stale slots)
+//! ```
+//!
+//! A chunk is one PMD's worth of virtual pages (512), so a 2 MiB huge page is exactly one
+//! chunk, tracked by its record at slot 0 with the chunk's `huge` flag set. A chunk exists
+//! while at least one of its records is non-zero; it is freed when the last one is consumed
+//! or removed, when its space is forgotten, or by [`HotnessStore::sweep`]. When more than
+//! half the arena is free after a bulk operation (drain, sweep, forget), live chunks are
+//! moved down and the arena, metadata and index are shrunk, so memory follows the tracked
+//! set both up and down.
+
+use std::fmt;
+
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+
+use super::record::{
+    default_mode, precise_mode, DefaultRecord, PreciseRecord, Record, PGHOT_FREQ_THRESHOLD_DEFAULT,
+};
+use crate::types::{Nanos, NodeId, PageKey, PageSize, SpaceId, Vpn, HPAGE_PMD_NR};
+
+/// `log2(CHUNK_PAGES)`.
+pub const CHUNK_SHIFT: u32 = 9;
+/// Virtual pages per chunk: one PMD ([`HPAGE_PMD_NR`]), so a 2 MiB page is one chunk.
+pub const CHUNK_PAGES: usize = 1 << CHUNK_SHIFT;
+const CHUNK_MASK: u64 = (1 << CHUNK_SHIFT) - 1;
+const _: () = assert!(CHUNK_PAGES as u64 == HPAGE_PMD_NR);
+
+/// Which pghot record format a store keeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HotnessMode {
+    /// One byte per page (mm/pghot-default.c): frequency and 128 ms time buckets; promotion
+    /// always to the target node.
+    #[default]
+    Default,
+    /// Four bytes per page (mm/pghot-precise.c): frequency, ms time and the accessing node.
+    Precise,
+}
+
+impl HotnessMode {
+    /// Largest frequency the format stores, hence the largest useful threshold
+    /// (`PGHOT_FREQ_MAX`: 3 or 7).
+    #[must_use]
+    pub const fn freq_max(self) -> u8 {
+        match self {
+            HotnessMode::Default => default_mode::PGHOT_FREQ_MAX,
+            HotnessMode::Precise => precise_mode::PGHOT_FREQ_MAX,
+        }
+    }
+
+    /// The kernel's default window (`PGHOT_FREQ_WINDOW_DEFAULT`: 3000 or 5000 ms).
+    #[must_use]
+    pub const fn default_window_ms(self) -> u32 {
+        match self {
+            HotnessMode::Default => default_mode::PGHOT_FREQ_WINDOW_DEFAULT,
+            HotnessMode::Precise => precise_mode::PGHOT_FREQ_WINDOW_DEFAULT,
+        }
+    }
+
+    /// The window range the kernel's sysctl accepts (`PGHOT_FREQ_WINDOW_MIN..=MAX`:
+    /// 1000..=3968 or 1000..=16383 ms); larger windows would alias in the time field.
+    #[must_use]
+    pub const fn window_range_ms(self) -> (u32, u32) {
+        match self {
+            HotnessMode::Default => (
+                default_mode::PGHOT_FREQ_WINDOW_MIN,
+                default_mode::PGHOT_FREQ_WINDOW_MAX,
+            ),
+            HotnessMode::Precise => (
+                precise_mode::PGHOT_FREQ_WINDOW_MIN,
+                precise_mode::PGHOT_FREQ_WINDOW_MAX,
+            ),
+        }
+    }
+}
+
+/// A parameter the kernel's sysctl handlers would refuse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HotnessParamsError {
+    /// `freq_threshold` outside `1..=PGHOT_FREQ_MAX`.
+    #[error("frequency threshold {threshold} is outside 1..={max} for this mode")]
+    Threshold {
+        /// The value given.
+        threshold: u8,
+        /// The mode's `PGHOT_FREQ_MAX`.
+        max: u8,
+    },
+    /// `freq_window_ms` outside the mode's range.
+    #[error("frequency window {window_ms} ms is outside {min}..={max} ms for this mode")]
+    Window {
+        /// The value given.
+        window_ms: u32,
+        /// `PGHOT_FREQ_WINDOW_MIN`.
+        min: u32,
+        /// `PGHOT_FREQ_WINDOW_MAX`.
+        max: u32,
+    },
+    /// `target_nid` does not fit the 10-bit nid field (`PGHOT_NID_MAX`).
+    #[error("target {node} does not fit the 10-bit node field")]
+    Target {
+        /// The value given.
+        node: NodeId,
+    },
+}
+
+/// The knobs of one store (the kernel's `pghot_*` sysctls that reach the records).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct HotnessParams {
+    /// Record format.
+    pub mode: HotnessMode,
+    /// `pghot_freq_threshold`: accesses within one window that make a page ready.
+    pub freq_threshold: u8,
+    /// `pghot_promote_freq_window_ms`: an access later than this after the previous one
+    /// starts a new window.
+    pub freq_window_ms: u32,
+    /// `pghot_target_nid`: where default-mode pages go, and the node precise mode stores
+    /// when the source does not know the accessing node.
+    pub target_nid: NodeId,
+}
+
+impl HotnessParams {
+    /// The kernel's defaults for `mode`: threshold 2, window 3000 ms (default) or 5000 ms
+    /// (precise).
+    #[must_use]
+    pub const fn kernel_defaults(mode: HotnessMode, target_nid: NodeId) -> Self {
+        HotnessParams {
+            mode,
+            freq_threshold: PGHOT_FREQ_THRESHOLD_DEFAULT,
+            freq_window_ms: mode.default_window_ms(),
+            target_nid,
+        }
+    }
+
+    /// Checks the ranges the kernel's sysctl handlers enforce. The store itself accepts any
+    /// value (a threshold of 0 makes every access ready, a window above the time range
+    /// never starts a new window); the configuration layer should call this.
+    ///
+    /// # Errors
+    /// The first parameter out of range.
+    pub fn validate(&self) -> Result<(), HotnessParamsError> {
+        let max = self.mode.freq_max();
+        if self.freq_threshold == 0 || self.freq_threshold > max {
+            return Err(HotnessParamsError::Threshold {
+                threshold: self.freq_threshold,
+                max,
+            });
+        }
+        let (min, max) = self.mode.window_range_ms();
+        if !(min..=max).contains(&self.freq_window_ms) {
+            return Err(HotnessParamsError::Window {
+                window_ms: self.freq_window_ms,
+                min,
+                max,
+            });
+        }
+        if self.target_nid.0 > precise_mode::PGHOT_NID_MAX {
+            return Err(HotnessParamsError::Target {
+                node: self.target_nid,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A page whose record was ready and has been consumed by [`HotnessStore::drain_ready`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ReadyPage {
+    /// The page; for a huge page, its head (aligned to [`HPAGE_PMD_NR`]).
+    pub key: PageKey,
+    /// Base page or huge page.
+    pub size: PageSize,
+    /// Where it should go: the stored accessing node (precise mode) or the target node
+    /// (default mode, as `pghot_get_record()` reports `pghot_target_nid`).
+    pub nid: NodeId,
+    /// Access frequency in the window when consumed.
+    pub freq: u8,
+    /// Age of the last recorded access at drain time, as the kernel computes it (modular:
+    /// quantised to 128 ms and aliasing after 4096 ms in default mode, aliasing after
+    /// 16384 ms in precise mode).
+    pub age_ms: u64,
+}
+
+/// Which chunk a page falls in: (space, vpn >> 9). Ordered like `PageKey`, so chunk order is
+/// page order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct ChunkKey {
+    space: SpaceId,
+    index: u64,
+}
+
+impl ChunkKey {
+    fn of(key: PageKey) -> Self {
+        ChunkKey {
+            space: key.space,
+            index: key.vpn.0 >> CHUNK_SHIFT,
+        }
+    }
+}
+
+/// Per-chunk bookkeeping.
+#[derive(Clone, Copy, Debug)]
+struct ChunkMeta {
+    key: ChunkKey,
+    /// Latest access recorded in the chunk, in ms.
+    last_touch_ms: u64,
+    /// Records with the ready bit.
+    ready: u16,
+    /// Records that are not zero.
+    nonzero: u16,
+    /// Flagged for the next drain (`PGHOT_SECTION_HOT_BIT`); set when an update returns
+    /// ready, cleared when a drain walks the chunk.
+    hot: bool,
+    /// Tracks one 2 MiB page at slot 0.
+    huge: bool,
+    /// In use (not on the free list).
+    live: bool,
+}
+
+impl ChunkMeta {
+    const FREE: ChunkMeta = ChunkMeta {
+        key: ChunkKey {
+            space: SpaceId(0),
+            index: 0,
+        },
+        last_touch_ms: 0,
+        ready: 0,
+        nonzero: 0,
+        hot: false,
+        huge: false,
+        live: false,
+    };
+}
+
+/// The slot of `vpn` inside its chunk.
+fn offset_in_chunk(vpn: Vpn) -> usize {
+    // Masked to 9 bits before the cast: cannot truncate.
+    #[allow(clippy::cast_possible_truncation)]
+    let off = (vpn.0 & CHUNK_MASK) as usize;
+    off
+}
+
+/// The chunked arena for one record format.
+#[derive(Clone)]
+struct Table<R: Record> {
+    records: Vec<R>,
+    metas: Vec<ChunkMeta>,
+    index: FxHashMap<ChunkKey, usize>,
+    free: Vec<usize>,
+    hot: Vec<usize>,
+    cache: Option<(ChunkKey, usize)>,
+    tracked: u64,
+    ready: u64,
+}
+
+impl<R: Record> Table<R> {
+    fn new() -> Self {
+        Table {
+            records: Vec::new(),
+            metas: Vec::new(),
+            index: FxHashMap::default(),
+            free: Vec::new(),
+            hot: Vec::new(),
+            cache: None,
+            tracked: 0,
+            ready: 0,
+        }
+    }
+
+    fn chunk_records(&mut self, slot: usize) -> &mut [R] {
+        &mut self.records[slot * CHUNK_PAGES..(slot + 1) * CHUNK_PAGES]
+    }
+
+    #[inline]
+    fn find(&self, ck: ChunkKey) -> Option<usize> {
+        match self.cache {
+            Some((k, s)) if k == ck => Some(s),
+            _ => self.index.get(&ck).copied(),
+        }
+    }
+
+    #[inline]
+    fn find_or_alloc(&mut self, ck: ChunkKey) -> usize {
+        if let Some((k, s)) = self.cache {
+            if k == ck {
+                return s;
+            }
+        }
+        let slot = match self.index.get(&ck) {
+            Some(&s) => s,
+            None => self.alloc(ck),
+        };
+        self.cache = Some((ck, slot));
+        slot
+    }
+
+    #[cold]
+    fn alloc(&mut self, ck: ChunkKey) -> usize {
+        let slot = if let Some(s) = self.free.pop() {
+            s
+        } else {
+            if self.records.capacity() - self.records.len() < CHUNK_PAGES {
+                // Grow by a quarter (whole chunks, at least 16) instead of doubling: still
+                // amortised O(1) per chunk, but at most ~25% of the arena is unused capacity.
+                let chunks = (self.metas.len() / 4).max(16);
+                self.records.reserve_exact(chunks * CHUNK_PAGES);
+            }
+            self.records
+                .resize(self.records.len() + CHUNK_PAGES, R::ZERO);
+            self.metas.push(ChunkMeta::FREE);
+            self.metas.len() - 1
+        };
+        self.metas[slot] = ChunkMeta {
+            key: ck,
+            live: true,
+            ..ChunkMeta::FREE
+        };
+        self.index.insert(ck, slot);
+        slot
+    }
+
+    /// Zeroes every record of a live chunk, keeping the chunk.
+    fn reset_chunk(&mut self, slot: usize) {
+        let m = self.metas[slot];
+        self.tracked -= u64::from(m.nonzero);
+        self.ready -= u64::from(m.ready);
+        if m.huge {
+            self.records[slot * CHUNK_PAGES] = R::ZERO;
+        } else {
+            self.chunk_records(slot).fill(R::ZERO);
+        }
+        let m = &mut self.metas[slot];
+        m.nonzero = 0;
+        m.ready = 0;
+    }
+
+    /// Drops a live chunk: records zeroed, slot on the free list.
+    fn free_chunk(&mut self, slot: usize) {
+        self.reset_chunk(slot);
+        let key = self.metas[slot].key;
+        self.index.remove(&key);
+        self.metas[slot] = ChunkMeta::FREE;
+        self.free.push(slot);
+        if matches!(self.cache, Some((_, s)) if s == slot) {
+            self.cache = None;
+        }
+    }
+
+    #[inline]
+    fn record(
+        &mut self,
+        key: PageKey,
+        size: PageSize,
+        nid: u16,
+        now: Nanos,
+        p: &HotnessParams,
+    ) -> bool {
+        let slot = self.find_or_alloc(ChunkKey::of(key));
+        let off = match size {
+            PageSize::Base => {
+                if self.metas[slot].huge {
+                    // A base-page access inside a huge chunk: the THP was split. The huge
+                    // record described a folio that no longer exists.
+                    self.reset_chunk(slot);
+                    self.metas[slot].huge = false;
+                }
+                offset_in_chunk(key.vpn)
+            }
+            PageSize::Huge2M => {
+                if !self.metas[slot].huge {
+                    // Base pages collapsed into a THP (or a fresh chunk): the new folio
+                    // starts with a clean record at its head.
+                    if self.metas[slot].nonzero != 0 {
+                        self.reset_chunk(slot);
+                    }
+                    self.metas[slot].huge = true;
+                }
+                0
+            }
+        };
+        let rec = &mut self.records[slot * CHUNK_PAGES + off];
+        let was_zero = rec.is_zero();
+        let was_ready = rec.is_ready();
+        let ready = rec.record(nid, now.jiffies(), p.freq_window_ms, p.freq_threshold);
+        let m = &mut self.metas[slot];
+        if was_zero {
+            m.nonzero += 1;
+            self.tracked += 1;
+        }
+        if ready && !was_ready {
+            m.ready += 1;
+            self.ready += 1;
+        }
+        m.last_touch_ms = m.last_touch_ms.max(now.as_millis());
+        if ready && !m.hot {
+            m.hot = true;
+            self.hot.push(slot);
+            if self.hot.len() > 2 * self.metas.len() + 64 {
+                // Without drains, chunks freed while hot leave stale entries behind.
+                self.prune_hot();
+            }
+        }
+        ready
+    }
+
+    /// Drops stale entries from the hot list (chunks freed, or already walked) and
+    /// duplicates (a freed slot reused by a chunk that became hot again).
+    fn prune_hot(&mut self) {
+        let metas = &self.metas;
+        self.hot.retain(|&s| metas[s].live && metas[s].hot);
+        self.hot.sort_unstable();
+        self.hot.dedup();
+    }
+
+    fn drain(&mut self, now: Nanos, target: NodeId, out: &mut Vec<ReadyPage>) {
+        let jiffies = now.jiffies();
+        self.prune_hot();
+        let mut hot = std::mem::take(&mut self.hot);
+        // Sorting by chunk key makes the output order independent of hash and allocation
+        // order.
+        hot.sort_unstable_by_key(|&s| self.metas[s].key);
+        for &slot in &hot {
+            let m = self.metas[slot];
+            // Cleared before the walk, like test_and_clear_bit(PGHOT_SECTION_HOT_BIT) in
+            // kmigrated_do_work(); the walk consumes every ready record of the chunk.
+            self.metas[slot].hot = false;
+            let mut left = m.ready;
+            let mut taken: u16 = 0;
+            let base_vpn = m.key.index << CHUNK_SHIFT;
+            let size = if m.huge {
+                PageSize::Huge2M
+            } else {
+                PageSize::Base
+            };
+            let recs = &mut self.records[slot * CHUNK_PAGES..(slot + 1) * CHUNK_PAGES];
+            for (i, r) in recs.iter_mut().enumerate() {
+                if left == 0 {
+                    break;
+                }
+                if let Some(c) = r.consume(jiffies) {
+                    left -= 1;
+                    taken += 1;
+                    out.push(ReadyPage {
+                        key: PageKey {
+                            space: m.key.space,
+                            vpn: Vpn(base_vpn | i as u64),
+                        },
+                        size,
+                        nid: c.nid.map_or(target, NodeId),
+                        freq: c.freq,
+                        age_ms: c.age_ms,
+                    });
+                }
+            }
+            let mm = &mut self.metas[slot];
+            mm.ready -= taken;
+            mm.nonzero -= taken;
+            self.ready -= u64::from(taken);
+            self.tracked -= u64::from(taken);
+            if mm.nonzero == 0 {
+                self.free_chunk(slot);
+            }
+        }
+        hot.clear();
+        self.hot = hot;
+        self.maybe_compact();
+    }
+
+    fn remove(&mut self, key: PageKey) {
+        let Some(slot) = self.find(ChunkKey::of(key)) else {
+            return;
+        };
+        // A huge page moves as one unit: any of its vpns names it.
+        let off = if self.metas[slot].huge {
+            0
+        } else {
+            offset_in_chunk(key.vpn)
+        };
+        let rec = &mut self.records[slot * CHUNK_PAGES + off];
+        if rec.is_zero() {
+            return;
+        }
+        let was_ready = rec.is_ready();
+        *rec = R::ZERO;
+        let m = &mut self.metas[slot];
+        m.nonzero -= 1;
+        self.tracked -= 1;
+        if was_ready {
+            m.ready -= 1;
+            self.ready -= 1;
+        }
+        if m.nonzero == 0 {
+            self.free_chunk(slot);
+        }
+    }
+
+    fn forget_space(&mut self, space: SpaceId) {
+        for slot in 0..self.metas.len() {
+            let m = self.metas[slot];
+            if m.live && m.key.space == space {
+                self.free_chunk(slot);
+            }
+        }
+        self.maybe_compact();
+    }
+
+    fn sweep(&mut self, now: Nanos, idle: Nanos) {
+        let now_ms = now.as_millis();
+        let idle_ms = idle.as_millis();
+        for slot in 0..self.metas.len() {
+            let m = self.metas[slot];
+            if m.live && m.ready == 0 && now_ms.saturating_sub(m.last_touch_ms) >= idle_ms {
+                self.free_chunk(slot);
+            }
+        }
+        self.maybe_compact();
+    }
+
+    /// Compacts when more than half the slots are free.
+    fn maybe_compact(&mut self) {
+        if self.free.len() * 2 > self.metas.len() {
+            self.compact();
+        }
+    }
+
+    /// Moves the live chunks at the top of the arena into the free slots below, then
+    /// truncates and shrinks the arena, the metadata, the free list and the index.
+    fn compact(&mut self) {
+        let live = self.metas.len() - self.free.len();
+        let mut holes: Vec<usize> = self.free.iter().copied().filter(|&s| s < live).collect();
+        holes.sort_unstable();
+        let movers: Vec<usize> = (live..self.metas.len())
+            .filter(|&s| self.metas[s].live)
+            .collect();
+        for (dst, src) in holes.into_iter().zip(movers) {
+            self.records.copy_within(
+                src * CHUNK_PAGES..(src + 1) * CHUNK_PAGES,
+                dst * CHUNK_PAGES,
+            );
+            self.metas[dst] = self.metas[src];
+            self.index.insert(self.metas[dst].key, dst);
+        }
+        self.records.truncate(live * CHUNK_PAGES);
+        self.records.shrink_to_fit();
+        self.metas.truncate(live);
+        self.metas.shrink_to_fit();
+        self.free = Vec::new();
+        self.index.shrink_to_fit();
+        self.cache = None;
+        self.hot = (0..live).filter(|&s| self.metas[s].hot).collect();
+    }
+
+    fn memory_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.records.capacity() * size_of::<R>()
+            + self.metas.capacity() * size_of::<ChunkMeta>()
+            + hash_table_bytes(self.index.capacity(), size_of::<(ChunkKey, usize)>())
+            + (self.free.capacity() + self.hot.capacity()) * size_of::<usize>()
+    }
+}
+
+/// Heap bytes of a `std` (hashbrown) table with `capacity` usable entries: buckets are a
+/// power of two filled to at most 7/8 (all but one below 8 buckets), with one control byte
+/// per bucket plus one 16-byte group of trailing control bytes.
+fn hash_table_bytes(capacity: usize, entry: usize) -> usize {
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = if capacity < 8 {
+        (capacity + 1).next_power_of_two()
+    } else {
+        (capacity * 8 / 7).next_power_of_two()
+    };
+    buckets * (entry + 1) + 16
+}
+
+impl<R: Record> fmt::Debug for Table<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Table")
+            .field("chunks", &(self.metas.len() - self.free.len()))
+            .field("free_chunks", &self.free.len())
+            .field("tracked", &self.tracked)
+            .field("ready", &self.ready)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Tables {
+    Default(Table<DefaultRecord>),
+    Precise(Table<PreciseRecord>),
+}
+
+impl Tables {
+    fn new(mode: HotnessMode) -> Self {
+        match mode {
+            HotnessMode::Default => Tables::Default(Table::new()),
+            HotnessMode::Precise => Tables::Precise(Table::new()),
+        }
+    }
+}
+
+/// Dispatches `$body` on the table of the current mode, binding it to `$t`.
+macro_rules! with_table {
+    ($tables:expr, $t:ident => $body:expr) => {
+        match $tables {
+            Tables::Default($t) => $body,
+            Tables::Precise($t) => $body,
+        }
+    };
+}
+
+/// The pghot records of one slow NUMA node: what `mem_section->hot_map` holds for a
+/// lower-tier node in the kernel, keyed by (address space, vpn) instead of PFN and
+/// allocated per 512-page chunk on first access instead of per section at boot.
+#[derive(Clone, Debug)]
+pub struct HotnessStore {
+    params: HotnessParams,
+    tables: Tables,
+}
+
+impl HotnessStore {
+    /// An empty store. `params` is used as given; see [`HotnessParams::validate`].
+    #[must_use]
+    pub fn new(params: HotnessParams) -> Self {
+        HotnessStore {
+            params,
+            tables: Tables::new(params.mode),
+        }
+    }
+
+    /// The current parameters.
+    #[must_use]
+    pub fn params(&self) -> &HotnessParams {
+        &self.params
+    }
+
+    /// Replaces the parameters. A mode change clears the store (the formats do not
+    /// convert); other changes apply to later accesses and leave the records as they are,
+    /// as a sysctl write does in the kernel.
+    pub fn set_params(&mut self, params: HotnessParams) {
+        if params.mode != self.params.mode {
+            self.tables = Tables::new(params.mode);
+        }
+        self.params = params;
+    }
+
+    /// Records one access. `accessing` None = source does not know the accessing node ->
+    /// target_nid (precise mode stores it; default mode stores no nid). Returns whether the
+    /// record is ready.
+    ///
+    /// For [`PageSize::Huge2M`] the whole 2 MiB page (any vpn inside it) shares the record
+    /// of its head. A base-page access in a chunk that held a huge page means the THP was
+    /// split: the chunk is reset before the access is recorded; a huge-page access in a
+    /// chunk of base pages (a collapse) resets it likewise.
+    pub fn record(
+        &mut self,
+        key: PageKey,
+        size: PageSize,
+        accessing: Option<NodeId>,
+        now: Nanos,
+    ) -> bool {
+        let nid = accessing.unwrap_or(self.params.target_nid).0;
+        let p = &self.params;
+        with_table!(&mut self.tables, t => t.record(key, size, nid, now, p))
+    }
+
+    /// One kmigrated pass: consume (and reset) every ready record, pushing them to `out` in
+    /// ascending (space, vpn) order. Only chunks flagged hot are walked (like
+    /// PGHOT_SECTION_HOT_BIT).
+    ///
+    /// Chunks left with no record are freed, and the arena is compacted when more than half
+    /// of it is free.
+    pub fn drain_ready(&mut self, now: Nanos, out: &mut Vec<ReadyPage>) {
+        let target = self.params.target_nid;
+        with_table!(&mut self.tables, t => t.drain(now, target, out));
+    }
+
+    /// The page left this node (promoted, or the backend says it is elsewhere): reset its
+    /// record. For a huge page any vpn inside it names it.
+    pub fn remove(&mut self, key: PageKey) {
+        with_table!(&mut self.tables, t => t.remove(key));
+    }
+
+    /// The address space is gone (process exited): drop all its records.
+    pub fn forget_space(&mut self, space: SpaceId) {
+        with_table!(&mut self.tables, t => t.forget_space(space));
+    }
+
+    /// Frees chunks that hold no ready record and were not touched for `idle` (bounded
+    /// memory for pages that stopped being accessed). "Not touched for `idle`" is
+    /// `now - last access in the chunk >= idle`, in whole milliseconds.
+    pub fn sweep(&mut self, now: Nanos, idle: Nanos) {
+        with_table!(&mut self.tables, t => t.sweep(now, idle));
+    }
+
+    /// Records that are non-zero (pages, or huge pages, with a recorded access that was not
+    /// yet consumed or removed).
+    #[must_use]
+    pub fn tracked_pages(&self) -> u64 {
+        with_table!(&self.tables, t => t.tracked)
+    }
+
+    /// Records with the ready bit.
+    #[must_use]
+    pub fn ready_pages(&self) -> u64 {
+        with_table!(&self.tables, t => t.ready)
+    }
+
+    /// Chunks (512-page groups) currently allocated.
+    #[must_use]
+    pub fn chunks(&self) -> usize {
+        with_table!(&self.tables, t => t.metas.len() - t.free.len())
+    }
+
+    /// Heap bytes held, an honest estimate: record arena capacity + chunk metadata capacity
+    /// + hash index (buckets × (entry + control byte)) + free and hot lists + the struct.
+    #[must_use]
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + with_table!(&self.tables, t => t.memory_bytes())
+    }
+
+    /// Bytes of one record in `mode`: 1 (default) or 4 (precise), `PGHOT_RECORD_SIZE`.
+    #[must_use]
+    pub fn bytes_per_record(mode: HotnessMode) -> usize {
+        match mode {
+            HotnessMode::Default => DefaultRecord::SIZE,
+            HotnessMode::Precise => PreciseRecord::SIZE,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn key(space: u32, vpn: u64) -> PageKey {
+        PageKey {
+            space: SpaceId(space),
+            vpn: Vpn(vpn),
+        }
+    }
+
+    fn params(mode: HotnessMode) -> HotnessParams {
+        HotnessParams::kernel_defaults(mode, NodeId(0))
+    }
+
+    fn drain(s: &mut HotnessStore, now_ms: u64) -> Vec<ReadyPage> {
+        let mut out = Vec::new();
+        s.drain_ready(Nanos::from_millis(now_ms), &mut out);
+        out
+    }
+
+    fn base(s: &mut HotnessStore, space: u32, vpn: u64, node: Option<u16>, now_ms: u64) -> bool {
+        s.record(
+            key(space, vpn),
+            PageSize::Base,
+            node.map(NodeId),
+            Nanos::from_millis(now_ms),
+        )
+    }
+
+    #[test]
+    fn precise_stores_the_accessing_node() {
+        let mut s = HotnessStore::new(params(HotnessMode::Precise));
+        assert!(!base(&mut s, 1, 10, Some(3), 1000));
+        assert!(base(&mut s, 1, 10, Some(3), 1200));
+        assert_eq!(
+            drain(&mut s, 1500),
+            vec![ReadyPage {
+                key: key(1, 10),
+                size: PageSize::Base,
+                nid: NodeId(3),
+                freq: 2,
+                age_ms: 300,
+            }]
+        );
+        // The latest accessor wins, as in mm/pghot-precise.c.
+        base(&mut s, 1, 11, Some(3), 2000);
+        base(&mut s, 1, 11, Some(2), 2100);
+        assert_eq!(drain(&mut s, 2100)[0].nid, NodeId(2));
+    }
+
+    #[test]
+    fn precise_unknown_accessor_stores_the_target() {
+        let mut s = HotnessStore::new(HotnessParams {
+            target_nid: NodeId(5),
+            ..params(HotnessMode::Precise)
+        });
+        base(&mut s, 1, 10, None, 1000);
+        base(&mut s, 1, 10, None, 1100);
+        // Changing the target later does not rewrite what was stored.
+        s.set_params(HotnessParams {
+            target_nid: NodeId(1),
+            ..*s.params()
+        });
+        let out = drain(&mut s, 1100);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].nid, NodeId(5));
+    }
+
+    #[test]
+    fn default_reports_the_target_at_drain_time() {
+        let mut s = HotnessStore::new(params(HotnessMode::Default));
+        base(&mut s, 1, 10, Some(3), 1000);
+        base(&mut s, 1, 10, Some(3), 1100);
+        s.set_params(HotnessParams {
+            target_nid: NodeId(2),
+            ..*s.params()
+        });
+        let out = drain(&mut s, 1100);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].nid, NodeId(2), "default mode stores no nid");
+        assert_eq!(out[0].freq, 2);
+        assert_eq!(s.tracked_pages(), 0);
+    }
+
+    #[test]
+    fn huge_page_is_tracked_as_one_unit() {
+        for mode in [HotnessMode::Default, HotnessMode::Precise] {
+            let mut s = HotnessStore::new(params(mode));
+            let now = Nanos::from_millis(1000);
+            assert!(!s.record(key(1, 512 + 3), PageSize::Huge2M, None, now));
+            assert!(s.record(key(1, 512 + 400), PageSize::Huge2M, None, now));
+            assert_eq!((s.tracked_pages(), s.ready_pages(), s.chunks()), (1, 1, 1));
+            let out = drain(&mut s, 1000);
+            assert_eq!(out.len(), 1);
+            assert_eq!(out[0].key, key(1, 512));
+            assert_eq!(out[0].size, PageSize::Huge2M);
+            assert_eq!(out[0].freq, 2);
+            assert_eq!((s.tracked_pages(), s.chunks()), (0, 0));
+        }
+    }
+
+    #[test]
+    fn remove_by_any_vpn_of_a_huge_page() {
+        let mut s = HotnessStore::new(params(HotnessMode::Default));
+        s.record(key(1, 1024), PageSize::Huge2M, None, Nanos::from_millis(10));
+        assert_eq!(s.tracked_pages(), 1);
+        s.remove(key(1, 1024 + 77));
+        assert_eq!((s.tracked_pages(), s.chunks()), (0, 0));
+    }
+
+    #[test]
+    fn split_of_a_huge_page_resets_the_chunk() {
+        for mode in [HotnessMode::Default, HotnessMode::Precise] {
+            let mut s = HotnessStore::new(params(mode));
+            let t = Nanos::from_millis(1000);
+            s.record(key(1, 512), PageSize::Huge2M, None, t);
+            assert!(s.record(key(1, 512), PageSize::Huge2M, None, t));
+            assert_eq!(s.ready_pages(), 1);
+            // A base-page access inside it: the THP was split.
+            assert!(!s.record(key(1, 512 + 5), PageSize::Base, None, t));
+            assert_eq!((s.tracked_pages(), s.ready_pages()), (1, 0));
+            assert!(drain(&mut s, 1000).is_empty());
+            // The base page now counts on its own.
+            assert!(s.record(key(1, 512 + 5), PageSize::Base, None, t));
+            let out = drain(&mut s, 1000);
+            assert_eq!(out.len(), 1);
+            assert_eq!((out[0].key, out[0].size), (key(1, 517), PageSize::Base));
+            // And a collapse back into a THP resets the base records.
+            s.record(key(1, 512 + 6), PageSize::Base, None, t);
+            s.record(key(1, 512 + 7), PageSize::Base, None, t);
+            assert_eq!(s.tracked_pages(), 2);
+            assert!(!s.record(key(1, 512), PageSize::Huge2M, None, t));
+            assert_eq!(s.tracked_pages(), 1);
+        }
+    }
+
+    #[test]
+    fn forget_space_drops_only_that_space() {
+        let mut s = HotnessStore::new(params(HotnessMode::Precise));
+        for vpn in [0, 1, 600, 5000] {
+            base(&mut s, 1, vpn, None, 100);
+            base(&mut s, 1, vpn, None, 200);
+            base(&mut s, 2, vpn, None, 100);
+        }
+        assert_eq!((s.tracked_pages(), s.ready_pages(), s.chunks()), (8, 4, 6));
+        s.forget_space(SpaceId(1));
+        assert_eq!((s.tracked_pages(), s.ready_pages(), s.chunks()), (4, 0, 3));
+        assert!(drain(&mut s, 300).is_empty());
+        base(&mut s, 2, 600, None, 300);
+        let out = drain(&mut s, 300);
+        assert_eq!(
+            out.iter().map(|r| r.key).collect::<Vec<_>>(),
+            vec![key(2, 600)]
+        );
+    }
+
+    #[test]
+    fn sweep_frees_idle_chunks_but_keeps_ready_ones() {
+        let mut s = HotnessStore::new(params(HotnessMode::Default));
+        base(&mut s, 1, 0, None, 0); // chunk A: ready
+        base(&mut s, 1, 0, None, 100);
+        base(&mut s, 1, 1, None, 100); // chunk A: not ready, kept with its chunk
+        base(&mut s, 1, 512, None, 100); // chunk B: idle, not ready
+        base(&mut s, 1, 1024, None, 9000); // chunk C: recent
+        assert_eq!((s.tracked_pages(), s.chunks()), (4, 3));
+        s.sweep(Nanos::from_millis(10_000), Nanos::from_secs(5));
+        assert_eq!((s.tracked_pages(), s.ready_pages(), s.chunks()), (3, 1, 2));
+        // Exactly `idle` after the last touch counts as idle.
+        s.sweep(Nanos::from_millis(13_999), Nanos::from_secs(5));
+        assert_eq!(s.chunks(), 2);
+        s.sweep(Nanos::from_millis(14_000), Nanos::from_secs(5));
+        assert_eq!(s.chunks(), 1);
+        let out = drain(&mut s, 14_000);
+        assert_eq!(
+            out.iter().map(|r| r.key).collect::<Vec<_>>(),
+            vec![key(1, 0)]
+        );
+    }
+
+    #[test]
+    fn memory_follows_the_tracked_set() {
+        for mode in [HotnessMode::Default, HotnessMode::Precise] {
+            let mut s = HotnessStore::new(params(mode));
+            let empty = s.memory_bytes();
+            for c in 0..100 {
+                base(&mut s, 1, c * 512, None, 10);
+            }
+            for c in 0..10 {
+                base(&mut s, 2, c * 512, None, 10);
+            }
+            let full = s.memory_bytes();
+            let rec = HotnessStore::bytes_per_record(mode);
+            assert!(full >= 110 * CHUNK_PAGES * rec);
+            // Freeing one chunk and opening another reuses its slot: no growth.
+            s.remove(key(2, 0));
+            base(&mut s, 3, 0, None, 10);
+            // (Only the free list's own small allocation may appear.)
+            assert!(s.memory_bytes() < full + 64, "{mode:?}: arena grew");
+            assert_eq!(s.chunks(), 110);
+            // Dropping most chunks compacts the arena.
+            s.forget_space(SpaceId(1));
+            let after = s.memory_bytes();
+            assert_eq!(s.chunks(), 10);
+            assert!(after < full / 5, "{mode:?}: {after} !< {full}/5");
+            assert!(after >= 10 * CHUNK_PAGES * rec);
+            // Removing everything returns (almost) to the empty size.
+            for c in 0..10 {
+                s.remove(key(2, c * 512));
+                s.remove(key(3, c * 512));
+            }
+            s.sweep(Nanos::from_millis(10), Nanos::ZERO);
+            assert_eq!(s.chunks(), 0);
+            assert_eq!(s.memory_bytes(), empty);
+        }
+    }
+
+    #[test]
+    fn dense_pages_cost_about_one_record_each() {
+        for (mode, limit) in [(HotnessMode::Default, 1.25), (HotnessMode::Precise, 4.25)] {
+            let mut s = HotnessStore::new(params(mode));
+            for vpn in 0..64 * 512 {
+                base(&mut s, 1, vpn, None, 10);
+            }
+            #[allow(clippy::cast_precision_loss)]
+            let per_page = s.memory_bytes() as f64 / s.tracked_pages() as f64;
+            assert!(per_page < limit, "{mode:?}: {per_page} B/page");
+        }
+    }
+
+    #[test]
+    fn drain_output_is_sorted_by_space_then_vpn() {
+        let mut s = HotnessStore::new(HotnessParams {
+            freq_threshold: 1,
+            ..params(HotnessMode::Default)
+        });
+        let keys = [
+            (2, 9000),
+            (0, 513),
+            (1, 3),
+            (2, 1),
+            (0, 2),
+            (1, 70_000),
+            (0, 512),
+        ];
+        for (sp, vpn) in keys {
+            base(&mut s, sp, vpn, None, 5);
+        }
+        let out = drain(&mut s, 5);
+        let got: Vec<PageKey> = out.iter().map(|r| r.key).collect();
+        let mut want: Vec<PageKey> = keys.iter().map(|&(sp, v)| key(sp, v)).collect();
+        want.sort();
+        assert_eq!(got, want);
+        assert_eq!((s.tracked_pages(), s.chunks()), (0, 0));
+    }
+
+    #[test]
+    fn remove_resets_a_ready_page() {
+        let mut s = HotnessStore::new(params(HotnessMode::Default));
+        base(&mut s, 1, 4, None, 5);
+        base(&mut s, 1, 4, None, 6);
+        base(&mut s, 1, 5, None, 6);
+        assert_eq!((s.tracked_pages(), s.ready_pages()), (2, 1));
+        s.remove(key(1, 4));
+        s.remove(key(1, 4)); // twice is harmless
+        s.remove(key(7, 4)); // unknown is harmless
+        assert_eq!((s.tracked_pages(), s.ready_pages(), s.chunks()), (1, 0, 1));
+        assert!(drain(&mut s, 10).is_empty());
+    }
+
+    #[test]
+    fn freed_chunk_slot_reuse_does_not_confuse_the_cache() {
+        let mut s = HotnessStore::new(HotnessParams {
+            freq_threshold: 1,
+            ..params(HotnessMode::Precise)
+        });
+        base(&mut s, 1, 7, Some(1), 1); // chunk X takes slot 0
+        s.remove(key(1, 7)); // X freed
+        base(&mut s, 2, 7, Some(2), 1); // chunk Y reuses slot 0
+        base(&mut s, 1, 8, Some(3), 1); // X again: must not land in Y
+        let out = drain(&mut s, 1);
+        let got: Vec<(PageKey, NodeId)> = out.iter().map(|r| (r.key, r.nid)).collect();
+        assert_eq!(got, vec![(key(1, 8), NodeId(3)), (key(2, 7), NodeId(2))]);
+    }
+
+    #[test]
+    fn hot_list_stays_bounded_without_drains() {
+        let mut s = HotnessStore::new(HotnessParams {
+            freq_threshold: 1,
+            ..params(HotnessMode::Default)
+        });
+        base(&mut s, 9, 0, None, 1); // one chunk that stays
+        base(&mut s, 1, 0, None, 1);
+        let before = s.memory_bytes();
+        for i in 0..10_000 {
+            // Each round: a chunk becomes hot, then is freed while still hot.
+            base(&mut s, 1, 0, None, i);
+            s.remove(key(1, 0));
+            base(&mut s, 1, 0, None, i);
+        }
+        assert!(
+            s.memory_bytes() <= before + 2048,
+            "{} vs {before}",
+            s.memory_bytes()
+        );
+        let out = drain(&mut s, 10_000);
+        assert_eq!(
+            out.iter().map(|r| r.key).collect::<Vec<_>>(),
+            vec![key(1, 0), key(9, 0)]
+        );
+    }
+
+    #[test]
+    fn mode_change_clears_other_changes_keep() {
+        let mut s = HotnessStore::new(params(HotnessMode::Default));
+        base(&mut s, 1, 4, None, 5);
+        s.set_params(HotnessParams {
+            freq_threshold: 3,
+            ..*s.params()
+        });
+        assert_eq!(s.tracked_pages(), 1);
+        s.set_params(params(HotnessMode::Precise));
+        assert_eq!((s.tracked_pages(), s.chunks()), (0, 0));
+        assert_eq!(s.params().mode, HotnessMode::Precise);
+    }
+
+    #[test]
+    fn params_validate_like_the_sysctls() {
+        let d = params(HotnessMode::Default);
+        assert_eq!(d.freq_window_ms, 3000);
+        assert_eq!(params(HotnessMode::Precise).freq_window_ms, 5000);
+        assert_eq!(d.validate(), Ok(()));
+        assert!(HotnessParams {
+            freq_threshold: 0,
+            ..d
+        }
+        .validate()
+        .is_err());
+        assert!(HotnessParams {
+            freq_threshold: 4,
+            ..d
+        }
+        .validate()
+        .is_err());
+        let p = params(HotnessMode::Precise);
+        assert_eq!(
+            HotnessParams {
+                freq_threshold: 7,
+                ..p
+            }
+            .validate(),
+            Ok(())
+        );
+        assert!(HotnessParams {
+            freq_window_ms: 3969,
+            ..d
+        }
+        .validate()
+        .is_err());
+        assert_eq!(
+            HotnessParams {
+                freq_window_ms: 3968,
+                ..d
+            }
+            .validate(),
+            Ok(())
+        );
+        assert_eq!(
+            HotnessParams {
+                freq_window_ms: 16_383,
+                ..p
+            }
+            .validate(),
+            Ok(())
+        );
+        assert!(HotnessParams {
+            freq_window_ms: 999,
+            ..p
+        }
+        .validate()
+        .is_err());
+        assert!(HotnessParams {
+            target_nid: NodeId(1024),
+            ..p
+        }
+        .validate()
+        .is_err());
+    }
+
+    #[test]
+    fn mode_serialises_lowercase() {
+        assert_eq!(
+            serde_json::to_string(&HotnessMode::Precise).unwrap(),
+            "\"precise\""
+        );
+        assert_eq!(
+            serde_json::from_str::<HotnessMode>("\"default\"").unwrap(),
+            HotnessMode::Default
+        );
+        assert_eq!(HotnessStore::bytes_per_record(HotnessMode::Default), 1);
+        assert_eq!(HotnessStore::bytes_per_record(HotnessMode::Precise), 4);
+    }
+
+    // ---- Property test against a naive oracle -------------------------------------------
+
+    /// One page as the oracle keeps it: full jiffies, no packing.
+    #[derive(Clone, Copy, Debug)]
+    struct OracleEntry {
+        freq: u8,
+        last_jiffies: u64,
+        ready: bool,
+        nid: u16,
+    }
+
+    /// The update rule written directly from mm/pghot-{default,precise}.c, with the
+    /// kernel's modular latency computed from full jiffies.
+    struct Oracle {
+        p: HotnessParams,
+        pages: BTreeMap<PageKey, OracleEntry>,
+    }
+
+    impl Oracle {
+        fn latency(&self, last: u64, now: u64) -> u64 {
+            match self.p.mode {
+                HotnessMode::Default => ((now & 0xF80).wrapping_sub(last & 0xF80)) & 0xF80,
+                HotnessMode::Precise => now.wrapping_sub(last) & 0x3FFF,
+            }
+        }
+
+        fn record(&mut self, k: PageKey, node: Option<u16>, now: u64) -> bool {
+            let max = if self.p.mode == HotnessMode::Default {
+                3
+            } else {
+                7
+            };
+            // A never-seen page is the zero word: freq 0, time 0.
+            let e = self.pages.get(&k).copied().unwrap_or(OracleEntry {
+                freq: 0,
+                last_jiffies: 0,
+                ready: false,
+                nid: 0,
+            });
+            let freq = if self.latency(e.last_jiffies, now) > u64::from(self.p.freq_window_ms) {
+                1
+            } else if e.freq < max {
+                e.freq + 1
+            } else {
+                e.freq
+            };
+            let ready = e.ready || freq >= self.p.freq_threshold;
+            let nid = node.unwrap_or(self.p.target_nid.0);
+            self.pages.insert(
+                k,
+                OracleEntry {
+                    freq,
+                    last_jiffies: now,
+                    ready,
+                    nid,
+                },
+            );
+            ready
+        }
+
+        fn drain(&mut self, now: u64) -> Vec<ReadyPage> {
+            let mut out = Vec::new();
+            for (k, e) in &self.pages {
+                if e.ready {
+                    out.push(ReadyPage {
+                        key: *k,
+                        size: PageSize::Base,
+                        nid: match self.p.mode {
+                            HotnessMode::Default => self.p.target_nid,
+                            HotnessMode::Precise => NodeId(e.nid),
+                        },
+                        freq: e.freq,
+                        age_ms: self.latency(e.last_jiffies, now),
+                    });
+                }
+            }
+            self.pages.retain(|_, e| !e.ready);
+            out
+        }
+
+        fn ready(&self) -> u64 {
+            self.pages.values().filter(|e| e.ready).count() as u64
+        }
+
+        fn chunks(&self) -> usize {
+            self.pages
+                .keys()
+                .map(|k| (k.space, k.vpn.0 >> 9))
+                .collect::<BTreeSet<_>>()
+                .len()
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Record {
+            space: u32,
+            vpn: u64,
+            dt: Dt,
+            node: Option<u16>,
+        },
+        Drain {
+            dt: Dt,
+        },
+        Remove {
+            space: u32,
+            vpn: u64,
+        },
+        Forget {
+            space: u32,
+        },
+    }
+
+    fn vpn_strategy() -> impl Strategy<Value = u64> {
+        // 4 chunks x 6 pages (offsets 0..=500): repeats are common, chunks fill and empty.
+        (0u64..4, 0u64..6).prop_map(|(c, o)| c * 512 + o * 100)
+    }
+
+    /// A time step. `Window(d)` is the window plus `d` ms, resolved against the params at run
+    /// time, so latencies land exactly on the `>` boundary.
+    #[derive(Clone, Copy, Debug)]
+    enum Dt {
+        Ns(u64),
+        Window(i8),
+    }
+
+    impl Dt {
+        fn ns(self, p: &HotnessParams) -> u64 {
+            match self {
+                Dt::Ns(ns) => ns,
+                Dt::Window(d) => {
+                    (u64::from(p.freq_window_ms)).saturating_add_signed(i64::from(d)) * MS
+                }
+            }
+        }
+    }
+
+    fn dt_strategy() -> impl Strategy<Value = Dt> {
+        prop_oneof![
+            6 => (0..200 * MS).prop_map(Dt::Ns),
+            2 => (0..6000 * MS).prop_map(Dt::Ns),
+            2 => (0u64..6000).prop_map(|ms| Dt::Ns(ms * MS)),
+            2 => (-1i8..=1).prop_map(Dt::Window),
+        ]
+    }
+
+    fn op_strategy() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            10 => (0u32..3, vpn_strategy(), dt_strategy(), proptest::option::of(0u16..4))
+                .prop_map(|(space, vpn, dt, node)| Op::Record { space, vpn, dt, node }),
+            1 => dt_strategy().prop_map(|dt| Op::Drain { dt }),
+            1 => (0u32..3, vpn_strategy()).prop_map(|(space, vpn)| Op::Remove { space, vpn }),
+            1 => (0u32..3).prop_map(|space| Op::Forget { space }),
+        ]
+    }
+
+    fn params_strategy() -> impl Strategy<Value = HotnessParams> {
+        prop_oneof![Just(HotnessMode::Default), Just(HotnessMode::Precise)].prop_flat_map(|mode| {
+            let (wmin, wmax) = mode.window_range_ms();
+            // Windows on 128 ms multiples put default-mode latencies on the boundary too.
+            let window = prop_oneof![
+                wmin..=wmax,
+                (8u32..=31).prop_map(|b| b * 128),
+                Just(wmin),
+                Just(wmax),
+            ];
+            (1..=mode.freq_max(), window, 0u16..4).prop_map(move |(thr, win, target)| {
+                HotnessParams {
+                    mode,
+                    freq_threshold: thr,
+                    freq_window_ms: win,
+                    target_nid: NodeId(target),
+                }
+            })
+        })
+    }
+
+    fn run_against_oracle(p: HotnessParams, ops: &[Op]) {
+        let mut store = HotnessStore::new(p);
+        let mut oracle = Oracle {
+            p,
+            pages: BTreeMap::new(),
+        };
+        let mut now = 0u64;
+        let mut out = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            match *op {
+                Op::Record {
+                    space,
+                    vpn,
+                    dt,
+                    node,
+                } => {
+                    now += dt.ns(&p);
+                    let k = key(space, vpn);
+                    let got = store.record(k, PageSize::Base, node.map(NodeId), Nanos(now));
+                    let want = oracle.record(k, node, Nanos(now).jiffies());
+                    assert_eq!(got, want, "op {i} {op:?}: ready");
+                }
+                Op::Drain { dt } => {
+                    now += dt.ns(&p);
+                    out.clear();
+                    store.drain_ready(Nanos(now), &mut out);
+                    assert_eq!(out, oracle.drain(Nanos(now).jiffies()), "op {i}: drain");
+                }
+                Op::Remove { space, vpn } => {
+                    store.remove(key(space, vpn));
+                    oracle.pages.remove(&key(space, vpn));
+                }
+                Op::Forget { space } => {
+                    store.forget_space(SpaceId(space));
+                    oracle.pages.retain(|k, _| k.space != SpaceId(space));
+                }
+            }
+            assert_eq!(
+                store.tracked_pages(),
+                oracle.pages.len() as u64,
+                "op {i}: tracked"
+            );
+            assert_eq!(store.ready_pages(), oracle.ready(), "op {i}: ready");
+            assert_eq!(store.chunks(), oracle.chunks(), "op {i}: chunks");
+        }
+        out.clear();
+        store.drain_ready(Nanos(now), &mut out);
+        assert_eq!(out, oracle.drain(Nanos(now).jiffies()), "final drain");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn store_matches_naive_oracle(
+            p in params_strategy(),
+            ops in proptest::collection::vec(op_strategy(), 1..200),
+        ) {
+            run_against_oracle(p, &ops);
+        }
+    }
+}
