@@ -1,10 +1,17 @@
-//! # tierd-sim: a simulated tiered machine (shell)
-//!
-//! This crate will hold the simulator: a tiered machine (nodes, capacities, latencies), seeded
-//! workloads, models of the kernel's own promotion mechanisms (NUMA balancing, DAMON
-//! migrate_hot), and a backend that runs the unchanged engine through
-//! [`tierd_engine::Backend`] on a virtual clock.
-//!
-//! Nothing is implemented yet; see the project's issue tracker ("Simulator and
-//! `tierd compare`").
+//! tierd-sim (WIP).
 #![forbid(unsafe_code)]
+// The simulator converts between f64 rates and integer counts everywhere; unit numbers are
+// bounded by u32 by construction (Memory refuses more) and node ids by the topology's 64.
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_precision_loss
+)]
+
+pub mod damon;
+pub mod mechanism;
+pub mod memory;
+pub mod numab;
+pub mod scenario;
+pub mod workload;

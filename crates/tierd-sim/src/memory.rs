@@ -1,0 +1,721 @@
+//! The simulated machine's memory: where every page is, who owns it, how hot its class is.
+//!
+//! # Units, regions, classes
+//!
+//! A **unit** is what the kernel would track and move as one folio: a 4 KiB page, or a 2 MiB
+//! huge page in a region backed by THP. Units are numbered densely ([`UnitId`]) and each has
+//! a node (1 byte), a class (2 bytes) and a physical slot on its node (4 bytes), so a 64 GiB
+//! buffer of base pages costs 112 MiB here.
+//!
+//! A **region** is one allocation of a process (an mmap'ed buffer): contiguous virtual pages,
+//! one memory policy, one page size. A **class** is a set of units of one region that the
+//! workload treats alike: the hot subset of a buffer, the rest of it. Accesses are drawn per
+//! class, uniform over its units or Zipf-distributed over them. Classes keep, per node, how
+//! many of their units are there and how much access weight that is, updated on every move,
+//! so the fraction of a class's accesses that hit each node is known without a scan.
+//!
+//! # Physical slots
+//!
+//! DAMON's `paddr` operations set works on physical address ranges of a node, so the layout of
+//! pages inside a node matters (vmlab.md 5.4: how many cold pages migrate_hot takes along
+//! "depends on the physical layout"). Each node has a table of slots, slot -> unit; a unit
+//! arriving on a node takes the most recently freed slot (the buddy allocator's LIFO free
+//! lists), or the next never-used one.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use tierd_engine::policy::MemPolicy;
+use tierd_engine::topology::Topology;
+use tierd_engine::types::{Bytes, CgroupId, NodeId, PageSize, Pages, SpaceId, Vpn, HPAGE_PMD_NR};
+use tierd_engine::MoveError;
+
+/// A tracked page (base or huge), numbered densely across all regions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct UnitId(pub u32);
+
+impl UnitId {
+    /// As an index.
+    #[must_use]
+    pub fn idx(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A class of units (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct ClassId(pub u16);
+
+/// A region (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct RegionId(pub u32);
+
+/// Marks a free physical slot.
+const FREE_SLOT: u32 = u32::MAX;
+
+/// How a class spreads its accesses over its units.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum Spread {
+    /// Every unit alike.
+    Uniform,
+    /// The unit of rank r (0-based) gets weight (r + 1)^-s. Ranks are a fixed pseudo-random
+    /// permutation of the class's units, so the hottest units are scattered over the region.
+    Zipf {
+        /// The exponent.
+        s: f64,
+    },
+}
+
+/// One allocation of a process.
+#[derive(Clone, Debug, Serialize)]
+pub struct Region {
+    /// Its name in the scenario (`process.region`).
+    pub name: String,
+    /// The address space.
+    pub space: SpaceId,
+    /// The owning cgroup.
+    pub cgroup: CgroupId,
+    /// First virtual page.
+    pub start_vpn: Vpn,
+    /// First unit.
+    pub first_unit: u32,
+    /// Units in the region.
+    pub units: u32,
+    /// Base or huge pages.
+    pub page_size: PageSize,
+    /// The region's memory policy.
+    pub policy: MemPolicy,
+    /// Whether the region is still mapped.
+    pub alive: bool,
+}
+
+impl Region {
+    /// Base pages per unit.
+    #[must_use]
+    pub fn unit_pages(&self) -> u64 {
+        self.page_size.nr_pages().0
+    }
+    /// The virtual page of a unit's head.
+    #[must_use]
+    pub fn vpn_of(&self, u: UnitId) -> Vpn {
+        Vpn(self.start_vpn.0 + u64::from(u.0 - self.first_unit) * self.unit_pages())
+    }
+}
+
+/// A set of units treated alike by the workload.
+#[derive(Clone, Debug, Serialize)]
+pub struct Class {
+    /// Its name (`region.hot`, `region.cold`, or the region's name).
+    pub name: String,
+    /// The region.
+    pub region: RegionId,
+    /// Unit ranges `[start, start + len)`, ascending.
+    ranges: Vec<(u32, u32)>,
+    /// Prefix sums of range lengths, for index -> unit.
+    prefix: Vec<u32>,
+    /// Units in the class.
+    pub len: u32,
+    /// Access spread.
+    pub spread: Spread,
+    /// Rank permutation multiplier and offset (Zipf): rank = (a * idx + b) mod len.
+    perm: (u64, u64),
+    /// Sum of all weights.
+    pub total_weight: f64,
+    /// Units per node.
+    pub units_on: BTreeMap<NodeId, u64>,
+    /// Access weight per node.
+    pub weight_on: BTreeMap<NodeId, f64>,
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+impl Class {
+    /// The class's `idx`-th unit (0 <= idx < len).
+    #[must_use]
+    pub fn unit_at(&self, idx: u32) -> UnitId {
+        let r = self.prefix.partition_point(|&p| p <= idx) - 1;
+        UnitId(self.ranges[r].0 + (idx - self.prefix[r]))
+    }
+
+    /// The position of `u` within the class, if it belongs to it.
+    #[must_use]
+    pub fn index_of(&self, u: UnitId) -> Option<u32> {
+        let r = self.ranges.partition_point(|&(s, _)| s <= u.0);
+        if r == 0 {
+            return None;
+        }
+        let (s, l) = self.ranges[r - 1];
+        (u.0 < s + l).then(|| self.prefix[r - 1] + (u.0 - s))
+    }
+
+    /// The Zipf rank of the class's `idx`-th unit.
+    fn rank(&self, idx: u32) -> u64 {
+        (self.perm.0 * u64::from(idx) + self.perm.1) % u64::from(self.len.max(1))
+    }
+
+    /// The class index holding rank `rank` (inverse of [`Class::rank`]).
+    #[must_use]
+    pub fn index_of_rank(&self, rank: u64) -> u32 {
+        let n = i128::from(self.len.max(1));
+        // a * idx = rank - b (mod n): idx = a^-1 (rank - b). Extended Euclid on small ints.
+        let (mut t, mut new_t, mut r, mut new_r) = (0i128, 1i128, n, i128::from(self.perm.0) % n);
+        while new_r != 0 {
+            let q = r / new_r;
+            (t, new_t) = (new_t, t - q * new_t);
+            (r, new_r) = (new_r, r - q * new_r);
+        }
+        let inv = t.rem_euclid(n);
+        let idx = (inv * (i128::from(rank) - i128::from(self.perm.1))).rem_euclid(n);
+        // idx < n = len <= u32::MAX.
+        u32::try_from(idx).unwrap_or(0)
+    }
+
+    /// The access weight of the class's `idx`-th unit.
+    #[must_use]
+    pub fn weight(&self, idx: u32) -> f64 {
+        match self.spread {
+            Spread::Uniform => 1.0,
+            // Ranks fit f64 exactly below 2^53.
+            #[allow(clippy::cast_precision_loss)]
+            Spread::Zipf { s } => ((self.rank(idx) + 1) as f64).powf(-s),
+        }
+    }
+
+    /// The fraction of the class's accesses that land on `node`.
+    #[must_use]
+    pub fn fraction_on(&self, node: NodeId) -> f64 {
+        if self.total_weight <= 0.0 {
+            return 0.0;
+        }
+        self.weight_on.get(&node).copied().unwrap_or(0.0).max(0.0) / self.total_weight
+    }
+}
+
+/// Per-node state.
+#[derive(Clone, Debug, Serialize)]
+pub struct NodeMem {
+    /// Capacity in base pages.
+    pub capacity: Pages,
+    /// Used base pages (tracked units plus `reserved`).
+    pub used: Pages,
+    /// Base pages held by things the simulator does not track page by page (kernel, page
+    /// cache the scenario declares).
+    pub reserved: Pages,
+    /// Physical slots: slot -> unit, or free.
+    slots: Vec<u32>,
+    /// Freed slots, most recent last.
+    free_slots: Vec<u32>,
+}
+
+impl NodeMem {
+    /// Free base pages.
+    #[must_use]
+    pub fn free(&self) -> Pages {
+        Pages(self.capacity.0.saturating_sub(self.used.0))
+    }
+    /// Physical slots ever used (the span DAMON `paddr` monitors).
+    #[must_use]
+    pub fn slots(&self) -> u32 {
+        u32::try_from(self.slots.len()).unwrap_or(u32::MAX)
+    }
+    /// The unit in `slot`, if any.
+    #[must_use]
+    pub fn unit_in(&self, slot: u32) -> Option<UnitId> {
+        self.slots
+            .get(slot as usize)
+            .copied()
+            .filter(|&u| u != FREE_SLOT)
+            .map(UnitId)
+    }
+}
+
+/// What moved, for the conservation checks and reports.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MemStats {
+    /// Base pages moved, all reasons.
+    pub pages_migrated: u64,
+    /// Moves that put a page outside its BIND / PREFERRED_MANY nodemask. Must stay 0.
+    pub mempolicy_violations: u64,
+}
+
+/// All memory of the simulated machine.
+#[derive(Clone, Debug)]
+pub struct Memory {
+    topo: Topology,
+    nodes: BTreeMap<NodeId, NodeMem>,
+    unit_node: Vec<u8>,
+    unit_class: Vec<u16>,
+    unit_slot: Vec<u32>,
+    regions: Vec<Region>,
+    classes: Vec<Class>,
+    /// Counters.
+    pub stats: MemStats,
+}
+
+/// Why an allocation could not be placed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AllocError {
+    /// Every node the policy allows is full.
+    #[error("region {region}: no room for {pages} pages on any node its policy allows")]
+    NoRoom {
+        /// The region's name.
+        region: String,
+        /// Pages that did not fit.
+        pages: u64,
+    },
+    /// The machine has more units than a u32 can number.
+    #[error("too many pages to simulate (more than 2^32 units); use huge pages or --scale")]
+    TooManyUnits,
+}
+
+/// A class to create with a region: the units at `ranges` (region-relative unit indexes).
+#[derive(Clone, Debug)]
+pub struct ClassSpec {
+    /// The class's name.
+    pub name: String,
+    /// Region-relative unit ranges `[start, start + len)`, ascending and disjoint.
+    pub ranges: Vec<(u32, u32)>,
+    /// Access spread.
+    pub spread: Spread,
+}
+
+impl Memory {
+    /// An empty machine with `topo`'s nodes and capacities.
+    #[must_use]
+    pub fn new(topo: Topology) -> Self {
+        let nodes = topo
+            .nodes()
+            .iter()
+            .map(|n| {
+                let node = NodeMem {
+                    capacity: n.capacity.pages(),
+                    used: Pages(0),
+                    reserved: Pages(0),
+                    slots: Vec::new(),
+                    free_slots: Vec::new(),
+                };
+                (n.id, node)
+            })
+            .collect();
+        Memory {
+            topo,
+            nodes,
+            unit_node: Vec::new(),
+            unit_class: Vec::new(),
+            unit_slot: Vec::new(),
+            regions: Vec::new(),
+            classes: Vec::new(),
+            stats: MemStats::default(),
+        }
+    }
+
+    /// The topology.
+    #[must_use]
+    pub fn topology(&self) -> &Topology {
+        &self.topo
+    }
+    /// Per-node state.
+    #[must_use]
+    pub fn node(&self, n: NodeId) -> Option<&NodeMem> {
+        self.nodes.get(&n)
+    }
+    /// All nodes.
+    #[must_use]
+    pub fn nodes(&self) -> &BTreeMap<NodeId, NodeMem> {
+        &self.nodes
+    }
+    /// Free memory of `n`.
+    #[must_use]
+    pub fn free(&self, n: NodeId) -> Bytes {
+        self.nodes.get(&n).map_or(Bytes(0), |m| m.free().bytes())
+    }
+    /// Every region, by id.
+    #[must_use]
+    pub fn regions(&self) -> &[Region] {
+        &self.regions
+    }
+    /// Every class, by id.
+    #[must_use]
+    pub fn classes(&self) -> &[Class] {
+        &self.classes
+    }
+    /// One class.
+    #[must_use]
+    pub fn class(&self, c: ClassId) -> &Class {
+        &self.classes[usize::from(c.0)]
+    }
+    /// Units in the machine.
+    #[must_use]
+    pub fn units(&self) -> u32 {
+        u32::try_from(self.unit_node.len()).unwrap_or(u32::MAX)
+    }
+    /// The node a unit is on.
+    #[must_use]
+    pub fn node_of(&self, u: UnitId) -> NodeId {
+        NodeId(u16::from(self.unit_node[u.idx()]))
+    }
+    /// A unit's class.
+    #[must_use]
+    pub fn class_of(&self, u: UnitId) -> ClassId {
+        ClassId(self.unit_class[u.idx()])
+    }
+    /// A unit's physical slot on its node.
+    #[must_use]
+    pub fn slot_of(&self, u: UnitId) -> u32 {
+        self.unit_slot[u.idx()]
+    }
+    /// The region holding a unit.
+    #[must_use]
+    pub fn region_of(&self, u: UnitId) -> &Region {
+        &self.regions[self.class(self.class_of(u)).region.0 as usize]
+    }
+    /// Base pages of a unit.
+    #[must_use]
+    pub fn unit_pages(&self, u: UnitId) -> u64 {
+        self.region_of(u).unit_pages()
+    }
+    /// The unit holding `vpn` in `space`, if mapped.
+    #[must_use]
+    pub fn unit_at(&self, space: SpaceId, vpn: Vpn) -> Option<UnitId> {
+        self.regions
+            .iter()
+            .filter(|r| r.alive && r.space == space)
+            .find_map(|r| {
+                let off = vpn.0.checked_sub(r.start_vpn.0)? / r.unit_pages();
+                (off < u64::from(r.units))
+                    .then(|| UnitId(r.first_unit + u32::try_from(off).unwrap_or(0)))
+            })
+    }
+
+    /// Sets aside `pages` base pages of `node` (kernel, page cache): not movable.
+    pub fn reserve(&mut self, node: NodeId, pages: Pages) {
+        if let Some(m) = self.nodes.get_mut(&node) {
+            let add = pages.0.min(m.free().0);
+            m.reserved.0 += add;
+            m.used.0 += add;
+        }
+    }
+
+    fn take_slot(&mut self, node: NodeId, u: UnitId) -> u32 {
+        let m = self
+            .nodes
+            .get_mut(&node)
+            .expect("nodes are fixed at construction");
+        if let Some(s) = m.free_slots.pop() {
+            m.slots[s as usize] = u.0;
+            s
+        } else {
+            m.slots.push(u.0);
+            u32::try_from(m.slots.len() - 1).unwrap_or(u32::MAX)
+        }
+    }
+
+    fn release_slot(&mut self, node: NodeId, slot: u32) {
+        if let Some(m) = self.nodes.get_mut(&node) {
+            if let Some(s) = m.slots.get_mut(slot as usize) {
+                *s = FREE_SLOT;
+                m.free_slots.push(slot);
+            }
+        }
+    }
+
+    /// Maps a region of `units` units and creates its classes; units are placed by
+    /// `place(unit_index) -> node order` (first node with room wins). Units not covered by any
+    /// class go to an extra class named after the region.
+    ///
+    /// # Errors
+    /// [`AllocError`] if a unit fits on no node of its order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn map_region(
+        &mut self,
+        name: &str,
+        space: SpaceId,
+        cgroup: CgroupId,
+        start_vpn: Vpn,
+        units: u32,
+        page_size: PageSize,
+        policy: MemPolicy,
+        classes: Vec<ClassSpec>,
+        seed: u64,
+        mut place: impl FnMut(u32) -> Vec<NodeId>,
+    ) -> Result<RegionId, AllocError> {
+        let first = self.units();
+        let total = u64::from(first) + u64::from(units);
+        if total > u64::from(u32::MAX - 1) {
+            return Err(AllocError::TooManyUnits);
+        }
+        let rid = RegionId(u32::try_from(self.regions.len()).unwrap_or(u32::MAX));
+        self.regions.push(Region {
+            name: name.to_string(),
+            space,
+            cgroup,
+            start_vpn,
+            first_unit: first,
+            units,
+            page_size,
+            policy,
+            alive: true,
+        });
+        // Classes, plus the remainder.
+        let mut covered = vec![false; units as usize];
+        let mut specs = classes;
+        for c in &specs {
+            for &(s, l) in &c.ranges {
+                for i in s..(s + l).min(units) {
+                    covered[i as usize] = true;
+                }
+            }
+        }
+        let mut rest = Vec::new();
+        let mut i = 0u32;
+        while i < units {
+            if covered[i as usize] {
+                i += 1;
+                continue;
+            }
+            let s = i;
+            while i < units && !covered[i as usize] {
+                i += 1;
+            }
+            rest.push((s, i - s));
+        }
+        if !rest.is_empty() {
+            specs.push(ClassSpec {
+                name: name.to_string(),
+                ranges: rest,
+                spread: Spread::Uniform,
+            });
+        }
+        let class_base = self.classes.len();
+        self.unit_class.resize(total as usize, 0);
+        for (k, spec) in specs.into_iter().enumerate() {
+            let ranges: Vec<(u32, u32)> = spec
+                .ranges
+                .iter()
+                .map(|&(s, l)| (first + s, l.min(units.saturating_sub(s))))
+                .filter(|r| r.1 > 0)
+                .collect();
+            let mut prefix = Vec::with_capacity(ranges.len());
+            let mut acc = 0u32;
+            for &(_, l) in &ranges {
+                prefix.push(acc);
+                acc += l;
+            }
+            let len = acc;
+            // A multiplier coprime to len gives a permutation; derive it from the seed.
+            let n = u64::from(len.max(1));
+            let mut a = ((seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (k as u64)) % n) | 1;
+            while gcd(a, n) != 1 {
+                a = (a + 2) % n.max(2);
+                if a == 0 {
+                    a = 1;
+                }
+            }
+            let b = seed.rotate_left(17) % n;
+            let cid = u16::try_from(class_base + k).unwrap_or(u16::MAX);
+            for &(s, l) in &ranges {
+                for u in s..s + l {
+                    self.unit_class[u as usize] = cid;
+                }
+            }
+            let mut class = Class {
+                name: spec.name,
+                region: rid,
+                ranges,
+                prefix,
+                len,
+                spread: spec.spread,
+                perm: (a, b),
+                total_weight: 0.0,
+                units_on: BTreeMap::new(),
+                weight_on: BTreeMap::new(),
+            };
+            class.total_weight = (0..len).map(|i| class.weight(i)).sum();
+            self.classes.push(class);
+        }
+        self.unit_node.resize(total as usize, u8::MAX);
+        self.unit_slot.resize(total as usize, FREE_SLOT);
+        let pages = page_size.nr_pages().0;
+        for i in 0..units {
+            let u = UnitId(first + i);
+            let order = place(i);
+            let Some(node) = order
+                .into_iter()
+                .find(|n| self.nodes.get(n).is_some_and(|m| m.free().0 >= pages))
+            else {
+                return Err(AllocError::NoRoom {
+                    region: name.to_string(),
+                    pages: u64::from(units - i) * pages,
+                });
+            };
+            self.put(u, node);
+        }
+        Ok(rid)
+    }
+
+    /// Places an unplaced unit on `node` (no capacity check: callers checked).
+    fn put(&mut self, u: UnitId, node: NodeId) {
+        let pages = self.unit_pages(u);
+        let slot = self.take_slot(node, u);
+        self.unit_slot[u.idx()] = slot;
+        // Node ids are < 64 (topology limit), so they fit a byte.
+        #[allow(clippy::cast_possible_truncation)]
+        {
+            self.unit_node[u.idx()] = node.0 as u8;
+        }
+        if let Some(m) = self.nodes.get_mut(&node) {
+            m.used.0 += pages;
+        }
+        let c = self.class_of(u);
+        let class = &mut self.classes[usize::from(c.0)];
+        let w = class.index_of(u).map_or(0.0, |i| class.weight(i));
+        *class.units_on.entry(node).or_default() += 1;
+        *class.weight_on.entry(node).or_default() += w;
+    }
+
+    /// Removes a placed unit from its node.
+    fn take(&mut self, u: UnitId) -> NodeId {
+        let node = self.node_of(u);
+        let pages = self.unit_pages(u);
+        let slot = self.unit_slot[u.idx()];
+        self.release_slot(node, slot);
+        self.unit_slot[u.idx()] = FREE_SLOT;
+        if let Some(m) = self.nodes.get_mut(&node) {
+            m.used.0 -= pages;
+        }
+        let c = self.class_of(u);
+        let class = &mut self.classes[usize::from(c.0)];
+        let w = class.index_of(u).map_or(0.0, |i| class.weight(i));
+        if let Some(n) = class.units_on.get_mut(&node) {
+            *n -= 1;
+        }
+        if let Some(x) = class.weight_on.get_mut(&node) {
+            *x -= w;
+        }
+        node
+    }
+
+    /// Moves a unit to `to`, as a migration would. Fails with `NoMem` when `to` lacks room,
+    /// `Fault` when the region is unmapped. Counts a mempolicy violation if `to` is outside
+    /// the region's BIND / PREFERRED_MANY mask (the caller should never let that happen).
+    pub fn migrate(&mut self, u: UnitId, to: NodeId) -> Result<(), MoveError> {
+        let region = self.region_of(u);
+        if !region.alive {
+            return Err(MoveError::Fault);
+        }
+        let pol = region.policy;
+        let pages = region.unit_pages();
+        let from = self.node_of(u);
+        if from == to {
+            return Ok(());
+        }
+        if self.nodes.get(&to).is_none_or(|m| m.free().0 < pages) {
+            return Err(MoveError::NoMem);
+        }
+        if !pol.allows(to) {
+            self.stats.mempolicy_violations += 1;
+        }
+        self.take(u);
+        self.put(u, to);
+        self.stats.pages_migrated += pages;
+        Ok(())
+    }
+
+    /// Unmaps a region: its units leave their nodes.
+    pub fn unmap_region(&mut self, r: RegionId) {
+        let (first, units, alive) = {
+            let reg = &self.regions[r.0 as usize];
+            (reg.first_unit, reg.units, reg.alive)
+        };
+        if !alive {
+            return;
+        }
+        for u in first..first + units {
+            self.take(UnitId(u));
+        }
+        self.regions[r.0 as usize].alive = false;
+    }
+
+    /// Base pages of `region` on each node.
+    #[must_use]
+    pub fn region_placement(&self, r: RegionId) -> BTreeMap<NodeId, Pages> {
+        let reg = &self.regions[r.0 as usize];
+        let mut out = BTreeMap::new();
+        if !reg.alive {
+            return out;
+        }
+        for c in self.classes.iter().filter(|c| c.region == r) {
+            for (n, k) in &c.units_on {
+                out.entry(*n).or_insert(Pages(0)).0 += k * reg.unit_pages();
+            }
+        }
+        out
+    }
+
+    /// Checks the invariants: every unit of a live region is on exactly one node, node usage
+    /// equals the units on it plus reservations, no node is over capacity. Returns the first
+    /// violation found.
+    #[must_use]
+    pub fn check(&self) -> Option<String> {
+        let mut used: BTreeMap<NodeId, u64> =
+            self.nodes.iter().map(|(n, m)| (*n, m.reserved.0)).collect();
+        for r in self.regions.iter().filter(|r| r.alive) {
+            for u in r.first_unit..r.first_unit + r.units {
+                let u = UnitId(u);
+                let n = self.node_of(u);
+                let Some(m) = self.nodes.get(&n) else {
+                    return Some(format!("unit {} of {} is on no node", u.0, r.name));
+                };
+                if m.unit_in(self.slot_of(u)) != Some(u) {
+                    return Some(format!("unit {} of {} does not own its slot", u.0, r.name));
+                }
+                *used.entry(n).or_default() += r.unit_pages();
+            }
+        }
+        for (n, m) in &self.nodes {
+            if used[n] != m.used.0 {
+                return Some(format!(
+                    "{n}: usage {} but units add up to {}",
+                    m.used.0, used[n]
+                ));
+            }
+            if m.used > m.capacity {
+                return Some(format!("{n}: {} pages used of {}", m.used.0, m.capacity.0));
+            }
+        }
+        let per_class: u64 = self
+            .classes
+            .iter()
+            .map(|c| c.units_on.values().sum::<u64>())
+            .sum();
+        let live: u64 = self
+            .regions
+            .iter()
+            .filter(|r| r.alive)
+            .map(|r| u64::from(r.units))
+            .sum();
+        (per_class != live).then(|| format!("classes count {per_class} units, live regions {live}"))
+    }
+}
+
+/// Units in a region of `bytes` with `size` pages.
+#[must_use]
+pub fn units_for(bytes: Bytes, size: PageSize) -> u64 {
+    let per = size.nr_pages().bytes().0;
+    bytes.0.div_ceil(per)
+}
+
+/// The head vpn alignment a region needs (huge regions start on a 2 MiB boundary).
+#[must_use]
+pub fn align_vpn(vpn: u64, size: PageSize) -> u64 {
+    match size {
+        PageSize::Base => vpn,
+        PageSize::Huge2M => vpn.div_ceil(HPAGE_PMD_NR) * HPAGE_PMD_NR,
+    }
+}

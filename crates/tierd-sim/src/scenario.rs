@@ -1,0 +1,740 @@
+//! Scenario files: a machine, processes, timed events, and the configurations to compare.
+//!
+//! Scenarios are TOML. Every table refuses unknown keys, and every error names the file, the
+//! line and the field, e.g. `scenarios/a.toml:12:1: process[0].region[0].size_gib: expected a
+//! number`. See `scenarios/` for the shipped ones and docs/simulator.md for the format.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tierd_engine::policy::PolicyMode;
+use tierd_engine::sources::SourceKind;
+use tierd_engine::EngineConfig;
+
+use crate::damon::DamonParams;
+use crate::numab::NumabParams;
+
+/// A scenario error, naming where it is.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file could not be read.
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or a field has the wrong type or name.
+    #[error("{path}:{line}:{column}: {field}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// The field's dotted path (or `-` when the parser could not tell).
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The TOML is well-formed but does not make sense (an unknown class, a node that does
+    /// not exist).
+    #[error("{path}:{line}: {field}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line of the first occurrence of the offending value (0 if not found).
+        line: usize,
+        /// The field's dotted path.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// No shipped scenario has this name.
+    #[error("no scenario named {0:?}; shipped: {1}")]
+    UnknownName(String, String),
+}
+
+/// A memory node of the machine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeToml {
+    /// Node id.
+    pub id: u16,
+    /// CPUs on the node (0 for a CXL memory expander).
+    #[serde(default)]
+    pub cpus: u32,
+    /// Capacity, GiB.
+    pub capacity_gib: f64,
+    /// Loaded access latency from each initiator node's CPUs, ns, keyed by initiator id.
+    pub latency_ns: BTreeMap<String, f64>,
+    /// Bandwidth from the nearest initiator, GB/s (HMAT); with latency it places the node in a
+    /// tier by the kernel's HMAT formula.
+    #[serde(default)]
+    pub bandwidth_gbps: Option<f64>,
+    /// Memory the simulator does not track page by page (kernel, other tenants), GiB.
+    #[serde(default)]
+    pub reserved_gib: f64,
+}
+
+/// The machine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MachineToml {
+    /// Nodes.
+    pub node: Vec<NodeToml>,
+    /// SLIT distances, one row per node in `node` order.
+    pub distance: Vec<Vec<u32>>,
+    /// `/sys/kernel/mm/numa/demotion_enabled`.
+    #[serde(default)]
+    pub demotion_enabled: bool,
+    /// `vm.watermark_scale_factor`.
+    #[serde(default = "default_wsf")]
+    pub watermark_scale_factor: u32,
+}
+
+fn default_wsf() -> u32 {
+    10
+}
+
+/// Threads bound to a node.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadsToml {
+    /// The node.
+    pub node: u16,
+    /// How many threads.
+    pub count: u32,
+}
+
+/// A memory policy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyToml {
+    /// Mode.
+    pub mode: PolicyMode,
+    /// Nodes.
+    #[serde(default)]
+    pub nodes: Vec<u16>,
+    /// `MPOL_F_NUMA_BALANCING`.
+    #[serde(default)]
+    pub numa_balancing: bool,
+}
+
+/// How accesses spread over a class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum SpreadToml {
+    /// Every page alike.
+    #[default]
+    Uniform,
+    /// Zipf with exponent `s`.
+    Zipf {
+        /// The exponent.
+        s: f64,
+    },
+}
+
+/// The hot subset of a region: `fraction` of it, in chunks of `chunk_mib` placed at random
+/// (seeded) offsets.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HotToml {
+    /// Fraction of the region that is hot.
+    pub fraction: f64,
+    /// Chunk size, MiB (rounded to whole units).
+    pub chunk_mib: f64,
+    /// Access spread within the hot subset.
+    #[serde(default)]
+    pub spread: SpreadToml,
+}
+
+/// A region (an mmap'ed buffer).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegionToml {
+    /// Name, unique within the process.
+    pub name: String,
+    /// Size, GiB.
+    pub size_gib: f64,
+    /// Backed by 2 MiB huge pages.
+    #[serde(default)]
+    pub huge: bool,
+    /// Memory policy (default: local allocation).
+    #[serde(default)]
+    pub policy: Option<PolicyToml>,
+    /// Node to allocate on regardless of policy (the state after `migratepages` before the
+    /// timed phase).
+    #[serde(default)]
+    pub place: Option<u16>,
+    /// The hot subset, making classes `<region>.hot` and `<region>.cold`.
+    #[serde(default)]
+    pub hot: Option<HotToml>,
+    /// Spread over the whole region when it has no hot subset.
+    #[serde(default)]
+    pub spread: SpreadToml,
+}
+
+/// A share of a process's accesses to one class.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessToml {
+    /// Class: `region`, `region.hot` or `region.cold` of this process, or
+    /// `process.region[.hot|.cold]` of another one (shared memory).
+    pub class: String,
+    /// Fraction of the process's accesses.
+    pub share: f64,
+}
+
+/// A process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessToml {
+    /// Name, unique in the scenario.
+    pub name: String,
+    /// Cgroup name (default: the root).
+    #[serde(default)]
+    pub cgroup: Option<String>,
+    /// Thread groups.
+    #[serde(default)]
+    pub threads: Vec<ThreadsToml>,
+    /// Non-memory work per access, ns.
+    #[serde(default)]
+    pub compute_ns: f64,
+    /// Start time, s (a process that starts later allocates then).
+    #[serde(default)]
+    pub start_s: f64,
+    /// Whether it runs from its start (false: it waits for a `resume` event).
+    #[serde(default = "yes")]
+    pub running: bool,
+    /// Regions.
+    #[serde(default)]
+    pub region: Vec<RegionToml>,
+    /// Access streams.
+    #[serde(default)]
+    pub access: Vec<AccessToml>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A timed event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventToml {
+    /// When, s.
+    pub at_s: f64,
+    /// What: `migratepages`, `pause`, `resume`, `exit`.
+    pub action: EventAction,
+    /// The process it applies to.
+    pub process: String,
+    /// Destination node (`migratepages`).
+    #[serde(default)]
+    pub to: Option<u16>,
+}
+
+/// Event kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventAction {
+    /// Move every page of the process to `to` (`migratepages(8)`).
+    Migratepages,
+    /// Stop its threads.
+    Pause,
+    /// Start its threads again.
+    Resume,
+    /// It exits: its memory is freed.
+    Exit,
+}
+
+/// A cgroup's protection.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CgroupToml {
+    /// Name.
+    pub name: String,
+    /// `memory.low`, GiB.
+    #[serde(default)]
+    pub low_gib: f64,
+    /// `memory.high`, GiB (0 = none): above it the cgroup's coldest pages are demoted.
+    #[serde(default)]
+    pub high_gib: f64,
+}
+
+/// Which mechanism a configuration runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MechanismKind {
+    /// No promotion.
+    Baseline,
+    /// Kernel NUMA balancing.
+    Numab,
+    /// DAMON with a DAMOS scheme.
+    Damon,
+    /// tierd's engine.
+    Tierd,
+}
+
+/// tierd's configuration in the simulator: the engine's knobs plus its sources.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierdToml {
+    /// Sources feeding the engine.
+    pub sources: Vec<SourceKind>,
+    /// Hardware sampling period, ops between samples (IBS `period`).
+    #[serde(default = "default_period")]
+    pub sample_period: u64,
+    /// Keep only samples that missed the L3 (IBS `l3miss-only`).
+    #[serde(default = "yes")]
+    pub l3miss_only: bool,
+    /// Accessed-bit scan: how often each slow-tier page's accessed bit is checked, ms.
+    #[serde(default = "default_abit_ms")]
+    pub abit_interval_ms: u64,
+    /// NUMA-balancing scanner knobs for the hint-fault source.
+    #[serde(default)]
+    pub numab: NumabParams,
+    /// Engine configuration.
+    #[serde(default)]
+    pub engine: EngineConfig,
+}
+
+fn default_period() -> u64 {
+    10_000
+}
+fn default_abit_ms() -> u64 {
+    1000
+}
+
+/// One configuration to compare.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigToml {
+    /// Short id for the table (`N2`, `H5`).
+    pub id: String,
+    /// Description.
+    #[serde(default)]
+    pub label: String,
+    /// The mechanism.
+    pub mechanism: MechanismKind,
+    /// NUMA-balancing knobs (`mechanism = "numab"`).
+    #[serde(default)]
+    pub numab: Option<NumabParams>,
+    /// DAMON knobs (`mechanism = "damon"`).
+    #[serde(default)]
+    pub damon: Option<DamonParams>,
+    /// tierd knobs (`mechanism = "tierd"`).
+    #[serde(default)]
+    pub tierd: Option<TierdToml>,
+    /// Published figures for this configuration, shown beside the simulated ones.
+    #[serde(default)]
+    pub published: BTreeMap<String, f64>,
+}
+
+/// What the report measures.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportToml {
+    /// The class whose placement is the "hot set" (`process.region.hot`).
+    pub hot: String,
+    /// Regions counted in the placement columns (`process.region`); default: all.
+    #[serde(default)]
+    pub regions: Vec<String>,
+    /// The node the placement column reports (default: the first top-tier node).
+    #[serde(default)]
+    pub fast_node: Option<u16>,
+    /// Fraction of the run at the end over which latency is averaged.
+    #[serde(default = "default_steady")]
+    pub steady_fraction: f64,
+}
+
+fn default_steady() -> f64 {
+    0.25
+}
+
+/// A whole scenario file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Short name (`pointer-chase`).
+    pub name: String,
+    /// What it reproduces.
+    #[serde(default)]
+    pub description: String,
+    /// Seed of the run's random numbers.
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Simulated time, s.
+    pub duration_s: f64,
+    /// Simulation step, ms.
+    #[serde(default = "default_step")]
+    pub step_ms: u64,
+    /// Time-series sampling period, ms.
+    #[serde(default = "default_sample")]
+    pub sample_ms: u64,
+    /// The machine.
+    pub machine: MachineToml,
+    /// Cgroups.
+    #[serde(default)]
+    pub cgroup: Vec<CgroupToml>,
+    /// Processes.
+    pub process: Vec<ProcessToml>,
+    /// Timed events.
+    #[serde(default)]
+    pub event: Vec<EventToml>,
+    /// Configurations to compare.
+    pub config: Vec<ConfigToml>,
+    /// What to report.
+    pub report: ReportToml,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+fn default_step() -> u64 {
+    10
+}
+fn default_sample() -> u64 {
+    1000
+}
+
+/// The shipped scenarios, by name (`tierd compare <name>`), embedded in the binary.
+pub const SHIPPED: &[(&str, &str)] = &[
+    (
+        "pointer-chase",
+        include_str!("../../../scenarios/a-pointer-chase.toml"),
+    ),
+    (
+        "hint-vs-samples",
+        include_str!("../../../scenarios/b-hint-vs-samples.toml"),
+    ),
+    (
+        "three-node",
+        include_str!("../../../scenarios/c-three-node.toml"),
+    ),
+    (
+        "cgroup-fairness",
+        include_str!("../../../scenarios/d-cgroup-fairness.toml"),
+    ),
+    (
+        "memcached-preferred-many",
+        include_str!("../../../scenarios/e-memcached-preferred-many.toml"),
+    ),
+];
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rfind('\n')
+        .map_or(before.len(), |i| before.len() - i - 1)
+        + 1;
+    (line, col)
+}
+
+/// The first line of `text` containing `needle` (1-based; 0 if absent).
+#[must_use]
+pub fn line_of(text: &str, needle: &str) -> usize {
+    text.lines()
+        .position(|l| l.contains(needle))
+        .map_or(0, |i| i + 1)
+}
+
+impl Scenario {
+    /// Parses scenario text; `path` names it in errors.
+    ///
+    /// # Errors
+    /// [`ScenarioError::Parse`] with the line, column and field of the first problem, or
+    /// [`ScenarioError::Invalid`] from [`Scenario::validate`].
+    pub fn parse(text: &str, path: &Path) -> Result<Scenario, ScenarioError> {
+        let de = toml::Deserializer::new(text);
+        let sc: Scenario = serde_path_to_error::deserialize(de).map_err(|e| {
+            let field = e.path().to_string();
+            let inner = e.into_inner();
+            let (line, column) = inner.span().map_or((0, 0), |s| line_col(text, s.start));
+            ScenarioError::Parse {
+                path: path.to_path_buf(),
+                line,
+                column,
+                field: if field.is_empty() || field == "." {
+                    "-".into()
+                } else {
+                    field
+                },
+                message: inner.message().to_string(),
+            }
+        })?;
+        sc.validate(text, path)?;
+        Ok(sc)
+    }
+
+    /// Reads and parses a scenario file.
+    ///
+    /// # Errors
+    /// As [`Scenario::parse`], or [`ScenarioError::Read`].
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Scenario::parse(&text, path)
+    }
+
+    /// A shipped scenario by name, or a file path.
+    ///
+    /// # Errors
+    /// As [`Scenario::load`]; [`ScenarioError::UnknownName`] for a name that is neither.
+    pub fn find(name_or_path: &str) -> Result<Scenario, ScenarioError> {
+        if let Some((n, text)) = SHIPPED.iter().find(|(n, _)| *n == name_or_path) {
+            return Scenario::parse(text, Path::new(&format!("<shipped:{n}>")));
+        }
+        let p = Path::new(name_or_path);
+        if p.exists() {
+            return Scenario::load(p);
+        }
+        let names: Vec<&str> = SHIPPED.iter().map(|(n, _)| *n).collect();
+        Err(ScenarioError::UnknownName(
+            name_or_path.to_string(),
+            names.join(", "),
+        ))
+    }
+
+    /// Checks cross-references and ranges that the types cannot.
+    ///
+    /// # Errors
+    /// [`ScenarioError::Invalid`] naming the field.
+    pub fn validate(&self, text: &str, path: &Path) -> Result<(), ScenarioError> {
+        let err = |field: String, needle: &str, message: String| ScenarioError::Invalid {
+            path: path.to_path_buf(),
+            line: line_of(text, needle),
+            field,
+            message,
+        };
+        let node_ids: Vec<u16> = self.machine.node.iter().map(|n| n.id).collect();
+        if self.duration_s <= 0.0 {
+            return Err(err(
+                "duration_s".into(),
+                "duration_s",
+                "must be positive".into(),
+            ));
+        }
+        if self.step_ms == 0 || self.sample_ms < self.step_ms {
+            return Err(err(
+                "step_ms".into(),
+                "step_ms",
+                "must be positive and at most sample_ms".into(),
+            ));
+        }
+        for (i, n) in self.machine.node.iter().enumerate() {
+            if n.capacity_gib <= 0.0 {
+                return Err(err(
+                    format!("machine.node[{i}].capacity_gib"),
+                    "capacity_gib",
+                    "must be positive".into(),
+                ));
+            }
+            for k in n.latency_ns.keys() {
+                if !k.parse::<u16>().is_ok_and(|id| node_ids.contains(&id)) {
+                    return Err(err(
+                        format!("machine.node[{i}].latency_ns"),
+                        k,
+                        format!("{k:?} is not a node id"),
+                    ));
+                }
+            }
+        }
+        let mut classes: Vec<String> = Vec::new();
+        for p in &self.process {
+            for r in &p.region {
+                classes.push(format!("{}.{}", p.name, r.name));
+                if r.hot.is_some() {
+                    classes.push(format!("{}.{}.hot", p.name, r.name));
+                    classes.push(format!("{}.{}.cold", p.name, r.name));
+                }
+            }
+        }
+        for (pi, p) in self.process.iter().enumerate() {
+            for (ti, t) in p.threads.iter().enumerate() {
+                if !node_ids.contains(&t.node) {
+                    return Err(err(
+                        format!("process[{pi}].threads[{ti}].node"),
+                        &p.name,
+                        format!("node {} does not exist", t.node),
+                    ));
+                }
+            }
+            for (ri, r) in p.region.iter().enumerate() {
+                if r.size_gib <= 0.0 {
+                    return Err(err(
+                        format!("process[{pi}].region[{ri}].size_gib"),
+                        &r.name,
+                        "must be positive".into(),
+                    ));
+                }
+                if let Some(h) = &r.hot {
+                    if !(0.0..=1.0).contains(&h.fraction) || h.chunk_mib <= 0.0 {
+                        return Err(err(
+                            format!("process[{pi}].region[{ri}].hot"),
+                            &r.name,
+                            "fraction must be in 0..=1 and chunk_mib positive".into(),
+                        ));
+                    }
+                }
+                if let Some(pl) = r.place {
+                    if !node_ids.contains(&pl) {
+                        return Err(err(
+                            format!("process[{pi}].region[{ri}].place"),
+                            &r.name,
+                            format!("node {pl} does not exist"),
+                        ));
+                    }
+                }
+            }
+            let total: f64 = p.access.iter().map(|a| a.share).sum();
+            if !p.access.is_empty() && (total - 1.0).abs() > 1e-6 {
+                return Err(err(
+                    format!("process[{pi}].access"),
+                    &p.name,
+                    format!("shares add up to {total}, not 1"),
+                ));
+            }
+            for (ai, a) in p.access.iter().enumerate() {
+                let full = if a.class.matches('.').count() >= 2
+                    || (a.class.contains('.')
+                        && !classes.contains(&format!("{}.{}", p.name, a.class)))
+                {
+                    a.class.clone()
+                } else {
+                    format!("{}.{}", p.name, a.class)
+                };
+                if !classes.contains(&full) {
+                    return Err(err(
+                        format!("process[{pi}].access[{ai}].class"),
+                        &a.class,
+                        format!("no class {:?}; known: {}", a.class, classes.join(", ")),
+                    ));
+                }
+            }
+        }
+        let procs: Vec<&str> = self.process.iter().map(|p| p.name.as_str()).collect();
+        for (i, e) in self.event.iter().enumerate() {
+            if !procs.contains(&e.process.as_str()) {
+                return Err(err(
+                    format!("event[{i}].process"),
+                    &e.process,
+                    format!("no process {:?}", e.process),
+                ));
+            }
+            if e.action == EventAction::Migratepages && !e.to.is_some_and(|t| node_ids.contains(&t))
+            {
+                return Err(err(
+                    format!("event[{i}].to"),
+                    "migratepages",
+                    "migratepages needs an existing node in `to`".into(),
+                ));
+            }
+        }
+        if !classes.contains(&self.report.hot) {
+            return Err(err(
+                "report.hot".into(),
+                &self.report.hot,
+                format!("no class {:?}", self.report.hot),
+            ));
+        }
+        let mut ids: Vec<&str> = Vec::new();
+        for (i, c) in self.config.iter().enumerate() {
+            if ids.contains(&c.id.as_str()) {
+                return Err(err(
+                    format!("config[{i}].id"),
+                    &c.id,
+                    format!("duplicate id {:?}", c.id),
+                ));
+            }
+            ids.push(&c.id);
+            if c.mechanism == MechanismKind::Tierd {
+                let Some(t) = &c.tierd else {
+                    return Err(err(
+                        format!("config[{i}].tierd"),
+                        &c.id,
+                        "mechanism \"tierd\" needs a [config.tierd] table".into(),
+                    ));
+                };
+                if let Err(e) = t.engine.validate() {
+                    return Err(err(
+                        format!("config[{i}].tierd.engine"),
+                        &c.id,
+                        e.to_string(),
+                    ));
+                }
+                if t.sample_period == 0 {
+                    return Err(err(
+                        format!("config[{i}].tierd.sample_period"),
+                        "sample_period",
+                        "must be positive".into(),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Shrinks the scenario by `scale` (0 < scale <= 1) for quick runs: memory sizes,
+    /// capacities and thread counts shrink together, so per-page access rates, and with them
+    /// the dynamics, stay about the same; rate limits and quotas in bytes shrink too.
+    #[must_use]
+    pub fn scaled(&self, scale: f64) -> Scenario {
+        let mut s = self.clone();
+        if (scale - 1.0).abs() < f64::EPSILON {
+            return s;
+        }
+        for n in &mut s.machine.node {
+            n.capacity_gib *= scale;
+            n.reserved_gib *= scale;
+        }
+        for p in &mut s.process {
+            for t in &mut p.threads {
+                // Thread counts round to at least one.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                {
+                    t.count = ((f64::from(t.count) * scale).round() as u32).max(1);
+                }
+            }
+            for r in &mut p.region {
+                r.size_gib *= scale;
+                if let Some(h) = &mut r.hot {
+                    h.chunk_mib = (h.chunk_mib * scale).max(0.004);
+                }
+            }
+        }
+        for c in &mut s.cgroup {
+            c.low_gib *= scale;
+            c.high_gib *= scale;
+        }
+        for c in &mut s.config {
+            if let Some(n) = &mut c.numab {
+                n.scale_rates(scale);
+            }
+            if let Some(d) = &mut c.damon {
+                d.scale_rates(scale);
+            }
+            if let Some(t) = &mut c.tierd {
+                t.numab.scale_rates(scale);
+                // MB/s knobs shrink with the machine; at least 1.
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    clippy::cast_sign_loss,
+                    clippy::cast_precision_loss
+                )]
+                {
+                    t.engine.promote_rate_limit_mbps =
+                        ((t.engine.promote_rate_limit_mbps as f64 * scale).round() as u64).max(1);
+                }
+            }
+        }
+        s
+    }
+}

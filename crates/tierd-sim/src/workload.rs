@@ -1,0 +1,267 @@
+//! Workloads: processes, their threads, and how their accesses spread over memory.
+//!
+//! A process has thread groups bound to nodes and access **streams**, each a share of the
+//! process's accesses going to one class of units. Threads run back to back: each issues its
+//! next access when the previous one completes, so a thread's access rate is
+//! `1 / (mean latency + compute time + per-access tax)`, and the mean latency depends on where
+//! the pages of the classes it reads are. That feedback is what makes placement matter.
+//!
+//! [`Load`] is the state of the workload for one simulation step: accesses per second per
+//! class and per thread group, and a sampler that draws individual accesses in proportion to
+//! those rates. Mechanisms draw only the accesses they can observe (a hardware sample, the
+//! first access after a PTE was made PROT_NONE, an accessed bit found set), never all of them:
+//! a 64 GiB, 240 s, 64-thread run is about 10^11 accesses.
+
+use std::collections::BTreeMap;
+
+use rand::Rng;
+use rand_distr::{Distribution, Zipf};
+use serde::Serialize;
+use tierd_engine::types::{CgroupId, NodeId, SpaceId};
+
+use crate::memory::{ClassId, Memory, RegionId, Spread, UnitId};
+
+/// Threads bound to one node.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct ThreadGroup {
+    /// The node whose CPUs run them.
+    pub node: NodeId,
+    /// How many.
+    pub threads: u32,
+}
+
+/// A share of a process's accesses that goes to one class.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Stream {
+    /// The class.
+    pub class: ClassId,
+    /// Fraction of the process's accesses (a process's shares add up to 1).
+    pub share: f64,
+}
+
+/// A simulated process.
+#[derive(Clone, Debug, Serialize)]
+pub struct Process {
+    /// Its name in the scenario.
+    pub name: String,
+    /// Its address space (pid).
+    pub space: SpaceId,
+    /// Its cgroup.
+    pub cgroup: CgroupId,
+    /// Thread groups.
+    pub groups: Vec<ThreadGroup>,
+    /// Access streams.
+    pub streams: Vec<Stream>,
+    /// Non-memory work per access, ns (a pure pointer chase has none).
+    pub compute_ns: f64,
+    /// Whether its threads are running (a paused or idle process issues no accesses).
+    pub running: bool,
+    /// Its regions.
+    pub regions: Vec<RegionId>,
+}
+
+/// Loaded access latency between an initiator node (CPUs) and a memory node.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LatencyTable {
+    /// ns per access, by (initiator, target).
+    pub ns: BTreeMap<(NodeId, NodeId), f64>,
+}
+
+impl LatencyTable {
+    /// The latency from `initiator` to `target`; unknown pairs cost the worst known latency.
+    #[must_use]
+    pub fn get(&self, initiator: NodeId, target: NodeId) -> f64 {
+        self.ns
+            .get(&(initiator, target))
+            .copied()
+            .unwrap_or_else(|| self.ns.values().copied().fold(0.0, f64::max))
+    }
+}
+
+/// One (process, group, stream) source of accesses with its current rate.
+#[derive(Clone, Copy, Debug)]
+struct Flow {
+    process: usize,
+    node: NodeId,
+    class: ClassId,
+    rate: f64,
+}
+
+/// The workload's access rates during one step.
+#[derive(Debug)]
+pub struct Load {
+    flows: Vec<Flow>,
+    cumulative: Vec<f64>,
+    /// Accesses per second to each class.
+    pub class_rate: Vec<f64>,
+    /// Accesses per second per process.
+    pub process_rate: Vec<f64>,
+    /// Mean latency per access per process, ns (placement plus tax).
+    pub process_latency_ns: Vec<f64>,
+    /// All accesses per second.
+    pub total_rate: f64,
+    zipf: BTreeMap<ClassId, Zipf<f64>>,
+}
+
+impl Load {
+    /// Computes the rates from the current placement. `tax_ns[p]` is the extra time per access
+    /// that mechanisms charged to process `p`'s threads in the last step.
+    #[must_use]
+    pub fn compute(procs: &[Process], mem: &Memory, lat: &LatencyTable, tax_ns: &[f64]) -> Load {
+        let nclasses = mem.classes().len();
+        let mut load = Load {
+            flows: Vec::new(),
+            cumulative: Vec::new(),
+            class_rate: vec![0.0; nclasses],
+            process_rate: vec![0.0; procs.len()],
+            process_latency_ns: vec![0.0; procs.len()],
+            total_rate: 0.0,
+            zipf: BTreeMap::new(),
+        };
+        for (pi, p) in procs.iter().enumerate() {
+            if !p.running || p.streams.is_empty() {
+                continue;
+            }
+            let tax = tax_ns.get(pi).copied().unwrap_or(0.0);
+            let mut weighted_lat = 0.0;
+            let mut total_threads = 0.0;
+            for g in &p.groups {
+                let mem_lat: f64 = p
+                    .streams
+                    .iter()
+                    .map(|s| {
+                        let c = mem.class(s.class);
+                        let on: f64 = c
+                            .weight_on
+                            .keys()
+                            .map(|n| c.fraction_on(*n) * lat.get(g.node, *n))
+                            .sum();
+                        s.share * on
+                    })
+                    .sum();
+                let per_access = mem_lat + p.compute_ns + tax;
+                let rate = f64::from(g.threads) * 1e9 / per_access.max(1.0);
+                weighted_lat += f64::from(g.threads) * (mem_lat + tax);
+                total_threads += f64::from(g.threads);
+                load.process_rate[pi] += rate;
+                for s in &p.streams {
+                    let r = rate * s.share;
+                    load.class_rate[usize::from(s.class.0)] += r;
+                    load.flows.push(Flow {
+                        process: pi,
+                        node: g.node,
+                        class: s.class,
+                        rate: r,
+                    });
+                }
+            }
+            load.process_latency_ns[pi] = if total_threads > 0.0 {
+                weighted_lat / total_threads
+            } else {
+                0.0
+            };
+        }
+        let mut acc = 0.0;
+        for f in &load.flows {
+            acc += f.rate;
+            load.cumulative.push(acc);
+        }
+        load.total_rate = acc;
+        for c in load.flows.iter().map(|f| f.class) {
+            let class = mem.class(c);
+            if let Spread::Zipf { s } = class.spread {
+                if class.len > 0 {
+                    if let Ok(z) = Zipf::new(u64::from(class.len), s) {
+                        load.zipf.insert(c, z);
+                    }
+                }
+            }
+        }
+        load
+    }
+
+    /// The access rate of one unit, per second.
+    #[must_use]
+    pub fn unit_rate(&self, mem: &Memory, u: UnitId) -> f64 {
+        let c = mem.class_of(u);
+        let class = mem.class(c);
+        let rate = self.class_rate[usize::from(c.0)];
+        if rate == 0.0 || class.total_weight <= 0.0 {
+            return 0.0;
+        }
+        class
+            .index_of(u)
+            .map_or(0.0, |i| rate * class.weight(i) / class.total_weight)
+    }
+
+    /// Draws one unit of `class` in proportion to the class's access weights.
+    pub fn sample_unit<R: Rng>(&self, mem: &Memory, class: ClassId, rng: &mut R) -> Option<UnitId> {
+        let c = mem.class(class);
+        if c.len == 0 {
+            return None;
+        }
+        let idx = match (c.spread, self.zipf.get(&class)) {
+            (Spread::Zipf { .. }, Some(z)) => {
+                // Zipf samples are integers 1..=len as floats.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let rank = z.sample(rng) as u64;
+                c.index_of_rank(rank.saturating_sub(1))
+            }
+            _ => rng.gen_range(0..c.len),
+        };
+        Some(c.unit_at(idx))
+    }
+
+    /// Draws one access of the whole workload: the unit and the node of the CPU that made it.
+    pub fn sample_access<R: Rng>(
+        &self,
+        mem: &Memory,
+        rng: &mut R,
+    ) -> Option<(UnitId, NodeId, usize)> {
+        if self.total_rate <= 0.0 {
+            return None;
+        }
+        let x = rng.gen_range(0.0..self.total_rate);
+        let i = self
+            .cumulative
+            .partition_point(|&c| c <= x)
+            .min(self.flows.len() - 1);
+        let f = self.flows[i];
+        self.sample_unit(mem, f.class, rng)
+            .map(|u| (u, f.node, f.process))
+    }
+
+    /// The node of a CPU that accesses `class`, drawn in proportion to the accessing groups'
+    /// rates (the node a hint fault on one of its pages would come from).
+    pub fn sample_accessor<R: Rng>(&self, class: ClassId, rng: &mut R) -> Option<NodeId> {
+        let flows: Vec<&Flow> = self
+            .flows
+            .iter()
+            .filter(|f| f.class == class && f.rate > 0.0)
+            .collect();
+        let total: f64 = flows.iter().map(|f| f.rate).sum();
+        if total <= 0.0 {
+            return None;
+        }
+        let mut x = rng.gen_range(0.0..total);
+        for f in &flows {
+            if x < f.rate {
+                return Some(f.node);
+            }
+            x -= f.rate;
+        }
+        flows.last().map(|f| f.node)
+    }
+
+    /// The process index that accesses `class` most (for charging per-access taxes).
+    #[must_use]
+    pub fn main_accessor(&self, class: ClassId) -> Option<usize> {
+        let mut best: Option<(usize, f64)> = None;
+        for f in self.flows.iter().filter(|f| f.class == class) {
+            if best.is_none_or(|(_, r)| f.rate > r) {
+                best = Some((f.process, f.rate));
+            }
+        }
+        best.map(|b| b.0)
+    }
+}
