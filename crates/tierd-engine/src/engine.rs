@@ -54,6 +54,35 @@ struct FastPage {
     last_access: Nanos,
 }
 
+/// The demoter's index of top-tier pages, with its size in base pages kept as entries come
+/// and go (summing the map on every pass was the engine's hottest loop in the simulator's
+/// profile).
+#[derive(Debug, Default)]
+struct FastIndex {
+    map: FxHashMap<PageKey, FastPage>,
+    pages: u64,
+}
+
+impl FastIndex {
+    fn insert(&mut self, key: PageKey, page: FastPage) {
+        self.pages += page.size.nr_pages().0;
+        if let Some(old) = self.map.insert(key, page) {
+            self.pages -= old.size.nr_pages().0;
+        }
+    }
+
+    fn remove(&mut self, key: &PageKey) {
+        if let Some(old) = self.map.remove(key) {
+            self.pages -= old.size.nr_pages().0;
+        }
+    }
+
+    fn retain_spaces_except(&mut self, space: crate::types::SpaceId) {
+        self.map.retain(|k, _| k.space != space);
+        self.pages = self.map.values().map(|f| f.size.nr_pages().0).sum();
+    }
+}
+
 /// When a page last moved, for ping-pong counting.
 #[derive(Clone, Copy, Debug, Default)]
 struct MoveHistory {
@@ -78,7 +107,7 @@ pub struct Engine {
     /// One hotness store per slow node, as pghot keeps hot maps only for lower-tier sections.
     stores: BTreeMap<NodeId, HotnessStore>,
     /// Top-tier pages the engine has seen or promoted: the demoter's candidates.
-    fast: FxHashMap<PageKey, FastPage>,
+    fast: FastIndex,
     history: FxHashMap<PageKey, MoveHistory>,
     owners: OwnerMap,
     targets: BTreeMap<NodeId, TargetState>,
@@ -86,6 +115,13 @@ pub struct Engine {
     cgroup_credit: BTreeMap<CgroupId, f64>,
     last_run: Option<Nanos>,
     last_prune: Nanos,
+    /// Bytes of promotions refused last pass per target because the target would have
+    /// dropped below its high watermark: the demoter makes room for them next pass, from
+    /// pages idle for longer than the ping-pong window only.
+    room_wanted: BTreeMap<NodeId, i128>,
+    /// When room was last made: at most once a second, since choosing the coldest pages
+    /// walks the whole fast-page index.
+    last_room: Option<Nanos>,
     next_batch_id: u64,
     stats: Stats,
     ready: Vec<ReadyPage>,
@@ -134,13 +170,15 @@ impl Engine {
             topo,
             target,
             stores,
-            fast: FxHashMap::default(),
+            fast: FastIndex::default(),
             history: FxHashMap::default(),
             owners: OwnerMap::default(),
             targets,
             cgroup_credit: BTreeMap::new(),
             last_run: None,
             last_prune: Nanos::ZERO,
+            room_wanted: BTreeMap::new(),
+            last_room: None,
             next_batch_id: 1,
             stats,
             ready: Vec::new(),
@@ -192,7 +230,7 @@ impl Engine {
         for s in self.stores.values_mut() {
             s.forget_space(space);
         }
-        self.fast.retain(|k, _| k.space != space);
+        self.fast.retain_spaces_except(space);
         self.history.retain(|k, _| k.space != space);
     }
 
@@ -220,14 +258,19 @@ impl Engine {
         if self.topo.is_toptier(obs.page_node) {
             // pghot ignores top-tier pages; the demoter needs their recency.
             e.fast_observed += 1;
-            let f = self.fast.entry(key).or_insert(FastPage {
-                node: obs.page_node,
-                size: obs.page.size,
-                last_access: obs.time,
-            });
-            f.node = obs.page_node;
-            f.size = obs.page.size;
-            f.last_access = f.last_access.max(obs.time);
+            let last_access = self
+                .fast
+                .map
+                .get(&key)
+                .map_or(obs.time, |f| f.last_access.max(obs.time));
+            self.fast.insert(
+                key,
+                FastPage {
+                    node: obs.page_node,
+                    size: obs.page.size,
+                    last_access,
+                },
+            );
             return;
         }
         if obs.accessing_node == Some(obs.page_node) {
@@ -236,7 +279,7 @@ impl Engine {
         }
         // A page seen on a slow node is no longer where the demoter thought it was (the
         // kernel demoted it, or it was never promoted by us).
-        if !self.fast.is_empty() {
+        if !self.fast.map.is_empty() {
             self.fast.remove(&key);
         }
         // The kernel refuses a non-top-tier nid in precise mode (`pghot_nid_valid()`);
@@ -297,7 +340,7 @@ impl Engine {
             .collect();
         let mut plan = MigrationPlan::default();
         if self.config.demotion.enabled {
-            self.plan_demotion(usage, &mut free, &mut plan);
+            self.plan_demotion(now, usage, &mut free, &mut plan);
         }
         self.plan_promotion(now, usage, &mut free, &mut plan);
         self.housekeeping(now);
@@ -315,25 +358,56 @@ impl Engine {
         Some((share, cg.fast_usage))
     }
 
+    /// The free bytes below which the demoter starts (low) and up to which it works (high).
+    fn demotion_watermarks(&self, node: NodeId) -> (i128, i128) {
+        let d = self.config.demotion;
+        if !d.enabled {
+            return (0, 0);
+        }
+        let cap = i128::from(self.topo.capacity(node).0);
+        (
+            cap * i128::from(d.low_free_permille) / 1000,
+            cap * i128::from(d.high_free_permille) / 1000,
+        )
+    }
+
     fn plan_demotion(
         &mut self,
+        now: Nanos,
         usage: &SystemUsage,
         free: &mut BTreeMap<NodeId, i128>,
         plan: &mut MigrationPlan,
     ) {
-        let d = self.config.demotion;
+        let room_due = self
+            .last_room
+            .is_none_or(|t| now.saturating_sub(t) >= Nanos::from_secs(1));
+        let wanted = if room_due && !self.room_wanted.is_empty() {
+            self.last_room = Some(now);
+            std::mem::take(&mut self.room_wanted)
+        } else {
+            BTreeMap::new()
+        };
+        let idle_for = Nanos::from_millis(self.config.pingpong_window_ms);
         for node in self.topo.toptier_mask().iter() {
-            let cap = i128::from(self.topo.capacity(node).0);
-            let low = cap * i128::from(d.low_free_permille) / 1000;
-            let high = cap * i128::from(d.high_free_permille) / 1000;
+            let (low, high) = self.demotion_watermarks(node);
             let node_free = free.get(&node).copied().unwrap_or(0);
-            if node_free >= low || self.topo.lower_tier_mask(node).is_empty() {
+            let room = wanted.get(&node).copied().unwrap_or(0);
+            if self.topo.lower_tier_mask(node).is_empty() || (node_free >= low && room == 0) {
                 continue;
             }
-            let mut need = high - node_free;
+            // Below low: anything cold goes, down to high. Only making room for refused
+            // promotions: just pages idle for longer than the ping-pong window, so that a
+            // page is never demoted to make way for one barely hotter than itself.
+            let below_low = node_free < low;
+            let mut need = if below_low {
+                high - node_free
+            } else {
+                high + room - node_free
+            };
             // Coldest first, cgroups above their fast-tier share before the others.
             let mut cands: Vec<(bool, Nanos, PageKey, PageSize)> = self
                 .fast
+                .map
                 .iter()
                 .filter(|(_, f)| f.node == node)
                 .map(|(k, f)| {
@@ -344,6 +418,9 @@ impl Engine {
                     (!over, f.last_access, *k, f.size)
                 })
                 .collect();
+            if !below_low {
+                cands.retain(|c| now.saturating_sub(c.1) >= idle_for);
+            }
             cands.sort_unstable_by_key(|c| (c.0, c.1, c.2));
             let mut groups: BTreeMap<(NodeId, CgroupId), Vec<PlannedMove>> = BTreeMap::new();
             for (_, _, key, size) in cands {
@@ -492,6 +569,7 @@ impl Engine {
             > i128::from(self.promo_watermark(target, usage).0)
                 + i128::from(free_space_margin(cap).0);
         let owner = self.owners.owner(rp.key.space);
+        let (_, high) = self.demotion_watermarks(target);
         let e = &mut self.stats.engine;
         let Some(ts) = self.targets.get_mut(&target) else {
             return;
@@ -543,9 +621,13 @@ impl Engine {
                 return;
             }
         }
-        if target_free < bytes {
-            // No room even for this page: it would fail with ENOMEM.
-            e.pgpromote_fail_nomem += nr.0;
+        if target_free - bytes < high {
+            // Like the kernel's migrate_balanced_pgdat() (mm/migrate.c), which refuses a NUMA
+            // migration that would take the target below its high watermark: promoting into
+            // a node until the demoter has to run is how ping-pong starts.
+            e.pgpromote_no_room += nr.0;
+            let want = self.room_wanted.entry(target).or_default();
+            *want = (*want + bytes).min(i128::from(self.topo.capacity(target).0));
             return;
         }
         *free.entry(target).or_default() -= bytes;
@@ -604,7 +686,7 @@ impl Engine {
         e.tracked_pages = self.stores.values().map(HotnessStore::tracked_pages).sum();
         e.ready_pages = self.stores.values().map(HotnessStore::ready_pages).sum();
         e.hotness_store_bytes = self.stores.values().map(|s| s.memory_bytes() as u64).sum();
-        e.fast_index_pages = self.fast.values().map(|f| f.size.nr_pages().0).sum();
+        e.fast_index_pages = self.fast.pages;
     }
 
     /// Accounts for an executed batch.

@@ -110,8 +110,9 @@ fn the_promoter_runs_once_per_interval() {
 #[test]
 fn under_pressure_the_hot_threshold_rejects_stale_records() {
     let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
-    // Below watermark + max(1 GiB, 16 GiB / 16): the hot test applies.
-    let u = usage(&topo, Bytes::mib(512));
+    // Below watermark + max(1 GiB, 16 GiB / 16): the hot test applies; above the demotion
+    // high watermark (5 % = 819 MiB): promotions are allowed.
+    let u = usage(&topo, Bytes::mib(1000));
     let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
     heat(&mut e, 1, 0..10, N1, 0);
     heat(&mut e, 1, 10..20, N1, 2990);
@@ -296,7 +297,7 @@ fn disabled_sources_and_same_node_accesses_are_not_recorded() {
 #[test]
 fn a_cgroup_over_its_share_is_thinned_by_the_fourth_power() {
     let topo = two_tier(Bytes::gib(16), Bytes::gib(48));
-    let mut u = usage(&topo, Bytes::mib(512));
+    let mut u = usage(&topo, Bytes::mib(1000));
     // Share = low * 16/64; low 32 GiB -> 8 GiB share; usage 16 GiB -> (1/2)^4 = 1/16.
     u.cgroups.insert(
         CgroupId(1),
@@ -514,7 +515,7 @@ fn failures_are_counted_by_reason_and_gone_processes_forgotten() {
 #[test]
 fn adaptive_threshold_tightens_when_candidates_exceed_the_budget() {
     let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
-    let u = usage(&topo, Bytes::mib(256));
+    let u = usage(&topo, Bytes::mib(1000));
     // 1 MB/s = 256 pages/s: 60 s budget 15360 candidates.
     let cfg = EngineConfig {
         promote_rate_limit_mbps: 1,
@@ -650,7 +651,7 @@ proptest! {
         bursts in proptest::collection::vec((0u64..3000, 1u64..900), 1..40),
     ) {
         let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
-        let u = usage(&topo, Bytes::mib(100));
+        let u = usage(&topo, Bytes::mib(1000));
         let cfg = EngineConfig { promote_rate_limit_mbps: rate_mbps, batch_nr, adaptive_threshold: false, ..EngineConfig::default() };
         let limit = mbps_to_pages_per_s(rate_mbps);
         let mut e = Engine::new(cfg, topo).unwrap();
@@ -676,4 +677,48 @@ proptest! {
             prop_assert!(sum <= limit, "{} pages in the second ending at {} ms, limit {}", sum, end, limit);
         }
     }
+}
+
+#[test]
+fn promotion_stops_at_the_high_watermark_and_room_is_made_from_idle_pages_only() {
+    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+    let cap = Bytes::gib(1).0;
+    let cfg = EngineConfig {
+        pingpong_window_ms: 10_000,
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(cfg, topo.clone()).unwrap();
+    // 300 fast pages: 0..100 last seen at 0 ms (idle), 100..300 at 25 s (recent).
+    let mut v: Vec<Observation> = (0..100).map(|i| obs(3, i, N0, Some(N0), 0)).collect();
+    v.extend((100..300).map(|i| obs(3, i, N0, Some(N0), 25_000)));
+    e.observe(&v);
+    // Free just above high (5 %): room for 10 pages before dropping below it.
+    let high = cap * 50 / 1000;
+    let u = usage(&topo, Bytes(high + 10 * 4096));
+    heat(&mut e, 1, 0..50, N1, 29_900);
+    let plan = e.tick(Nanos::from_millis(30_000), &u);
+    assert_eq!(planned(&plan, MigrationKind::Promote), 10);
+    assert_eq!(e.stats().engine.pgpromote_no_room, 40);
+    // Within a second: the demoter makes room for the 40 refused pages (160 KiB), from idle pages
+    // only (last seen 30 s ago, older than the 10 s window), even though free >= low.
+    let plan = e.tick(Nanos::from_millis(30_100), &u);
+    let demoted: Vec<u64> = plan
+        .batches
+        .iter()
+        .filter(|b| b.kind == MigrationKind::Demote)
+        .flat_map(|b| &b.pages)
+        .map(|m| m.page.vpn.0)
+        .collect();
+    // need = high + 40 refused pages - (high + 10 pages free) = 30 pages.
+    assert_eq!(demoted.len(), 30);
+    assert!(
+        demoted.iter().all(|v| *v < 100),
+        "only idle pages: {demoted:?}"
+    );
+    // More refusals right after: room is made again only a second later.
+    heat(&mut e, 2, 0..50, N1, 30_150);
+    let plan = e.tick(Nanos::from_millis(30_200), &u);
+    assert_eq!(planned(&plan, MigrationKind::Demote), 0);
+    let plan = e.tick(Nanos::from_millis(31_100), &u);
+    assert!(planned(&plan, MigrationKind::Demote) > 0);
 }

@@ -102,6 +102,7 @@ stats_struct! {
         pgpromote_rate_limited: Counter, Pages, "tierd: ready pages rejected by the per-node rate limit.";
         pgpromote_policy_skipped: Counter, Pages, "tierd: ready pages with no fast node allowed by their mempolicy.";
         pgpromote_cgroup_throttled: Counter, Pages, "tierd: ready pages thinned because their cgroup is over its fast-tier share under pressure.";
+        pgpromote_no_room: Counter, Pages, "tierd: ready pages not promoted because the target would drop below its demotion high watermark (as migrate_balanced_pgdat() refuses).";
         pgpromote_already_there: Counter, Pages, "tierd: ready pages already on their target node.";
         pgdemote_candidate: Counter, Pages, "tierd: pages put in a demotion plan.";
         pgdemote_success: Counter, Pages, "Pages demoted by tierd (the kernel's pgdemote_* count its own demotions).";

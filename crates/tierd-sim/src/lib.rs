@@ -9,9 +9,13 @@
     clippy::cast_precision_loss
 )]
 
+pub mod cost;
 pub mod damon;
 pub mod mechanism;
 pub mod memory;
 pub mod numab;
+pub mod report;
 pub mod scenario;
+pub mod sim;
+pub mod tierd;
 pub mod workload;

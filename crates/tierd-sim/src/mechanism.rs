@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
-use tierd_engine::types::{NodeId, Pages};
+use tierd_engine::types::{CgroupId, NodeId, Pages};
 use tierd_engine::MoveError;
 
 use crate::memory::{Memory, UnitId};
@@ -37,7 +37,13 @@ pub struct Accounting {
 impl Accounting {
     /// Adds `n` to a counter.
     pub fn count(&mut self, name: &str, n: u64) {
-        *self.vmstat.entry(name.to_string()).or_default() += n;
+        // Look up before inserting: counters are bumped per event, keys rarely new.
+        match self.vmstat.get_mut(name) {
+            Some(x) => *x += n,
+            None => {
+                self.vmstat.insert(name.to_string(), n);
+            }
+        }
     }
     /// A counter's value.
     #[must_use]
@@ -86,9 +92,26 @@ impl Ctx<'_> {
     /// # Errors
     /// The [`MoveError`] the move failed with (no room, region gone).
     pub fn migrate(&mut self, u: UnitId, to: NodeId) -> Result<(), MoveError> {
+        self.migrate_as(u, to, true)
+    }
+
+    /// Moves a unit as the kernel's reclaim does, regardless of mempolicy (see
+    /// [`Memory::migrate_reclaim`]).
+    ///
+    /// # Errors
+    /// As [`Ctx::migrate`].
+    pub fn reclaim(&mut self, u: UnitId, to: NodeId) -> Result<(), MoveError> {
+        self.migrate_as(u, to, false)
+    }
+
+    fn migrate_as(&mut self, u: UnitId, to: NodeId, policy_applies: bool) -> Result<(), MoveError> {
         let from = self.mem.node_of(u);
         let pages = self.mem.unit_pages(u);
-        self.mem.migrate(u, to)?;
+        if policy_applies {
+            self.mem.migrate(u, to)?;
+        } else {
+            self.mem.migrate_reclaim(u, to)?;
+        }
         let topo = self.mem.topology();
         match (topo.is_toptier(from), topo.is_toptier(to)) {
             (false, true) => self.acct.promoted_pages += pages,
@@ -150,6 +173,57 @@ impl Watermarks {
     }
 }
 
+/// One hardware sample (IBS-like): an access, the sampling CPU's node, the process.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampled {
+    /// The unit accessed.
+    pub unit: UnitId,
+    /// The node of the CPU that made the access.
+    pub node: NodeId,
+    /// The process (index).
+    pub process: usize,
+    /// When, ns since the start of the run.
+    pub time_ns: u64,
+}
+
+/// Draws the hardware samples of one step: `accesses x IBS_SAMPLES_PER_ACCESS / period`
+/// samples per second, each an access drawn in proportion to the workload's access rates.
+/// Each sample interrupts the sampled CPU ([`crate::cost::SAMPLE_INTERRUPT_NS`], charged to
+/// the application) and is counted as `hwhint_total_events`, split into
+/// `hwhint_dram_accesses` / `hwhint_extmem_accesses` as the IBS memory profiler counts them.
+pub fn draw_samples(ctx: &mut Ctx<'_>, period: u64, out: &mut Vec<Sampled>) {
+    use rand::Rng;
+    use rand_distr::{Distribution, Poisson};
+    let expected =
+        ctx.load.total_rate * (ctx.dt as f64 / 1e9) * crate::cost::IBS_SAMPLES_PER_ACCESS
+            / period.max(1) as f64;
+    if expected <= 0.0 {
+        return;
+    }
+    let n = Poisson::new(expected).map_or(0, |d| d.sample(ctx.rng) as u64);
+    let start = out.len();
+    for _ in 0..n {
+        let Some((unit, node, process)) = ctx.load.sample_access(ctx.mem, ctx.rng) else {
+            break;
+        };
+        let time_ns = ctx.now + ctx.rng.gen_range(0..ctx.dt.max(1));
+        ctx.charge_app(process, crate::cost::SAMPLE_INTERRUPT_NS);
+        ctx.acct.count("hwhint_total_events", 1);
+        if ctx.mem.topology().is_toptier(ctx.mem.node_of(unit)) {
+            ctx.acct.count("hwhint_dram_accesses", 1);
+        } else {
+            ctx.acct.count("hwhint_extmem_accesses", 1);
+        }
+        out.push(Sampled {
+            unit,
+            node,
+            process,
+            time_ns,
+        });
+    }
+    out[start..].sort_by_key(|s| s.time_ns);
+}
+
 /// A promotion strategy under test.
 pub trait Mechanism: std::fmt::Debug {
     /// Runs one step: observe what the mechanism can observe, migrate what it decides to,
@@ -170,11 +244,12 @@ impl Mechanism for Baseline {
 /// target until free memory reaches the high watermark (the promotion watermark in tiering
 /// mode). Counted as `pgdemote_kswapd`.
 ///
-/// "Coldest" approximates the kernel's LRU: units of the classes with the lowest access rate
-/// per unit go first, older regions before newer ones at equal rates (an idle process's
-/// pages are older on the LRU than a memory eater's fresh ones). Demotion follows the kernel
-/// in ignoring mempolicy except for BIND and PREFERRED_MANY masks, which tierd's models never
-/// cross (every mechanism is held to that).
+/// "Coldest" approximates the kernel's LRU: units with the lowest access rate go first,
+/// older regions before newer ones at equal rates (an idle process's pages are older on the
+/// LRU than a memory eater's fresh ones). Demotion ignores mempolicy, as the kernel's does
+/// (mm/vmscan.c `demote_folio_list()`): that is how seed E's memory eater pushes a
+/// PREFERRED_MANY(0-1) process down to node 6. Only promotion mechanisms are held to
+/// nodemasks.
 pub fn kswapd(ctx: &mut Ctx<'_>) {
     if !ctx.kernel.demotion_enabled {
         return;
@@ -193,60 +268,91 @@ pub fn kswapd(ctx: &mut Ctx<'_>) {
         } else {
             wm.high
         };
-        demote_coldest(ctx, node, goal);
+        demote_coldest(ctx, node, goal, None);
     }
 }
 
-/// Demotes the coldest units of `node` until its free memory reaches `goal`.
-pub fn demote_coldest(ctx: &mut Ctx<'_>, node: NodeId, goal: Pages) {
+/// Demotes the coldest units of `node` (of `cgroup` only, if given) until its free memory
+/// reaches `goal`.
+///
+/// Units are taken in ascending order of their access rate across all classes (a k-way merge:
+/// a uniform class yields its units at one rate, a Zipf class its least-accessed ranks
+/// first), older regions first at equal rates: the kernel's LRU order, approximately.
+pub fn demote_coldest(ctx: &mut Ctx<'_>, node: NodeId, goal: Pages, cgroup: Option<CgroupId>) {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+
+    /// Orders f64 rates for the heap (rates are finite and non-negative).
+    #[derive(Clone, Copy, PartialEq)]
+    struct Rate(f64);
+    impl Eq for Rate {}
+    impl PartialOrd for Rate {
+        fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(o))
+        }
+    }
+    impl Ord for Rate {
+        fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+            self.0.total_cmp(&o.0)
+        }
+    }
+
     let topo = ctx.mem.topology().clone();
     let targets = topo.demotion_targets(node);
-    if targets.is_empty() {
+    if targets.is_empty() || ctx.mem.node(node).is_none_or(|m| m.free() >= goal) {
         return;
     }
-    // Classes with units on this node, coldest first.
-    let mut order: Vec<(f64, u32, u16)> = ctx
+    // Per class: a cursor k over its units in ascending rate.
+    let classes: Vec<usize> = ctx
         .mem
         .classes()
         .iter()
         .enumerate()
         .filter(|(_, c)| {
+            let r = &ctx.mem.regions()[c.region.0 as usize];
             c.units_on.get(&node).copied().unwrap_or(0) > 0
-                && ctx.mem.regions()[c.region.0 as usize].alive
+                && r.alive
+                && cgroup.is_none_or(|cg| r.cgroup == cg)
         })
-        .map(|(i, c)| {
-            // Per-unit rate of the class; classes fit u16 by construction.
-            #[allow(clippy::cast_possible_truncation)]
-            let id = i as u16;
-            (
-                ctx.load.class_rate[i] / f64::from(c.len.max(1)),
-                c.region.0,
-                id,
-            )
-        })
+        .map(|(i, _)| i)
         .collect();
-    order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-    for (_, _, cid) in order {
-        let class = ctx.mem.class(crate::memory::ClassId(cid)).clone();
-        let region = ctx.mem.regions()[class.region.0 as usize].clone();
-        for idx in 0..class.len {
-            if ctx.mem.node(node).is_none_or(|m| m.free() >= goal) {
-                return;
-            }
-            let u = class.unit_at(idx);
-            if ctx.mem.node_of(u) != node {
-                continue;
-            }
-            let allowed = targets.iter().filter(|t| region.policy.allows(*t));
-            let Some(to) = allowed
-                .filter(|t| ctx.mem.free(*t).pages().0 >= region.unit_pages())
-                .min_by_key(|t| topo.distance(node, *t).unwrap_or(u32::MAX))
-            else {
-                continue;
-            };
-            if ctx.migrate(u, to).is_ok() {
-                ctx.acct.count("pgdemote_kswapd", region.unit_pages());
-            }
+    let unit_of = |mem: &Memory, ci: usize, k: u32| -> (UnitId, f64) {
+        let c = &mem.classes()[ci];
+        let idx = match c.spread {
+            crate::memory::Spread::Uniform => k,
+            crate::memory::Spread::Zipf { .. } => c.index_of_rank(u64::from(c.len - 1 - k)),
+        };
+        let w = c.weight(idx) / c.total_weight.max(f64::MIN_POSITIVE);
+        (c.unit_at(idx), ctx.load.class_rate[ci] * w)
+    };
+    let mut heap: BinaryHeap<Reverse<(Rate, u32, usize, u32)>> = BinaryHeap::new();
+    for &ci in &classes {
+        let (_, rate) = unit_of(ctx.mem, ci, 0);
+        heap.push(Reverse((Rate(rate), ctx.mem.classes()[ci].region.0, ci, 0)));
+    }
+    while let Some(Reverse((_, reg, ci, k))) = heap.pop() {
+        if ctx.mem.node(node).is_none_or(|m| m.free() >= goal) {
+            return;
+        }
+        let len = ctx.mem.classes()[ci].len;
+        let (u, _) = unit_of(ctx.mem, ci, k);
+        if k + 1 < len {
+            let (_, next) = unit_of(ctx.mem, ci, k + 1);
+            heap.push(Reverse((Rate(next), reg, ci, k + 1)));
+        }
+        if ctx.mem.node_of(u) != node {
+            continue;
+        }
+        let pages = ctx.mem.region_of(u).unit_pages();
+        let Some(to) = targets
+            .iter()
+            .filter(|t| ctx.mem.free(*t).pages().0 >= pages)
+            .min_by_key(|t| topo.distance(node, *t).unwrap_or(u32::MAX))
+        else {
+            continue;
+        };
+        if ctx.reclaim(u, to).is_ok() {
+            ctx.acct.count("pgdemote_kswapd", pages);
         }
     }
 }

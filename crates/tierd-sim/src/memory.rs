@@ -143,6 +143,14 @@ impl Class {
         UnitId(self.ranges[r].0 + (idx - self.prefix[r]))
     }
 
+    /// Every unit of the class with its index, in unit order.
+    pub fn iter_units(&self) -> impl Iterator<Item = (u32, UnitId)> + '_ {
+        self.ranges
+            .iter()
+            .zip(&self.prefix)
+            .flat_map(|(&(s, l), &p)| (0..l).map(move |i| (p + i, UnitId(s + i))))
+    }
+
     /// The position of `u` within the class, if it belongs to it.
     #[must_use]
     pub fn index_of(&self, u: UnitId) -> Option<u32> {
@@ -574,7 +582,7 @@ impl Memory {
         }
         let c = self.class_of(u);
         let class = &mut self.classes[usize::from(c.0)];
-        let w = class.index_of(u).map_or(0.0, |i| class.weight(i));
+        let w = unit_weight(class, u);
         *class.units_on.entry(node).or_default() += 1;
         *class.weight_on.entry(node).or_default() += w;
     }
@@ -591,7 +599,7 @@ impl Memory {
         }
         let c = self.class_of(u);
         let class = &mut self.classes[usize::from(c.0)];
-        let w = class.index_of(u).map_or(0.0, |i| class.weight(i));
+        let w = unit_weight(class, u);
         if let Some(n) = class.units_on.get_mut(&node) {
             *n -= 1;
         }
@@ -605,6 +613,17 @@ impl Memory {
     /// `Fault` when the region is unmapped. Counts a mempolicy violation if `to` is outside
     /// the region's BIND / PREFERRED_MANY mask (the caller should never let that happen).
     pub fn migrate(&mut self, u: UnitId, to: NodeId) -> Result<(), MoveError> {
+        self.migrate_as(u, to, true)
+    }
+
+    /// Moves a unit for the kernel's reclaim: demotion ignores mempolicy
+    /// (mm/vmscan.c `demote_folio_list()` allocates from the lower tiers' mask without
+    /// looking at the VMA's policy), so such moves are not counted as violations.
+    pub fn migrate_reclaim(&mut self, u: UnitId, to: NodeId) -> Result<(), MoveError> {
+        self.migrate_as(u, to, false)
+    }
+
+    fn migrate_as(&mut self, u: UnitId, to: NodeId, policy_applies: bool) -> Result<(), MoveError> {
         let region = self.region_of(u);
         if !region.alive {
             return Err(MoveError::Fault);
@@ -618,7 +637,7 @@ impl Memory {
         if self.nodes.get(&to).is_none_or(|m| m.free().0 < pages) {
             return Err(MoveError::NoMem);
         }
-        if !pol.allows(to) {
+        if policy_applies && !pol.allows(to) {
             self.stats.mempolicy_violations += 1;
         }
         self.take(u);
@@ -704,6 +723,14 @@ impl Memory {
     }
 }
 
+/// A unit's access weight within its class (1 for uniform classes, without a lookup).
+fn unit_weight(class: &Class, u: UnitId) -> f64 {
+    match class.spread {
+        Spread::Uniform => 1.0,
+        Spread::Zipf { .. } => class.index_of(u).map_or(0.0, |i| class.weight(i)),
+    }
+}
+
 /// Units in a region of `bytes` with `size` pages.
 #[must_use]
 pub fn units_for(bytes: Bytes, size: PageSize) -> u64 {
@@ -717,5 +744,124 @@ pub fn align_vpn(vpn: u64, size: PageSize) -> u64 {
     match size {
         PageSize::Base => vpn,
         PageSize::Huge2M => vpn.div_ceil(HPAGE_PMD_NR) * HPAGE_PMD_NR,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use tierd_engine::policy::PolicyMode;
+    use tierd_engine::topology::two_tier;
+    use tierd_engine::types::NodeMask;
+
+    use super::*;
+
+    fn machine() -> Memory {
+        Memory::new(two_tier(Bytes::mib(64), Bytes::mib(256)))
+    }
+
+    fn region(m: &mut Memory, units: u32, policy: MemPolicy, spread: Spread) -> RegionId {
+        m.map_region(
+            "p.buf",
+            SpaceId(1),
+            CgroupId::ROOT,
+            Vpn(1 << 20),
+            units,
+            PageSize::Base,
+            policy,
+            vec![ClassSpec {
+                name: "p.buf.hot".into(),
+                ranges: vec![(0, units / 4)],
+                spread,
+            }],
+            42,
+            |_| vec![NodeId(1)],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn mapping_places_units_and_creates_the_remainder_class() {
+        let mut m = machine();
+        let r = region(&mut m, 1000, MemPolicy::DEFAULT, Spread::Uniform);
+        assert_eq!(m.classes().len(), 2);
+        assert_eq!(m.classes()[1].name, "p.buf");
+        assert_eq!(m.classes()[0].len, 250);
+        assert_eq!(m.region_placement(r)[&NodeId(1)], Pages(1000));
+        assert_eq!(m.node(NodeId(1)).unwrap().used, Pages(1000));
+        assert!(m.check().is_none());
+        assert_eq!(m.unit_at(SpaceId(1), Vpn((1 << 20) + 7)), Some(UnitId(7)));
+        assert_eq!(m.unit_at(SpaceId(1), Vpn((1 << 20) + 1000)), None);
+    }
+
+    #[test]
+    fn migration_updates_counts_weights_and_slots() {
+        let mut m = machine();
+        region(&mut m, 100, MemPolicy::DEFAULT, Spread::Uniform);
+        m.migrate(UnitId(3), NodeId(0)).unwrap();
+        let c = &m.classes()[0];
+        assert_eq!(c.units_on[&NodeId(0)], 1);
+        assert!((c.fraction_on(NodeId(0)) - 1.0 / 25.0).abs() < 1e-12);
+        // The freed slot on node 1 is reused first (LIFO free list).
+        let freed = 3;
+        m.migrate(UnitId(3), NodeId(1)).unwrap();
+        assert_eq!(m.slot_of(UnitId(3)), freed);
+        assert!(m.check().is_none());
+        assert_eq!(m.stats.pages_migrated, 2);
+    }
+
+    #[test]
+    fn a_full_node_refuses_and_masks_are_counted() {
+        let mut m = machine();
+        // 64 MiB fast node = 16384 pages.
+        let bind = MemPolicy::new(PolicyMode::Bind, NodeMask::from_nodes([NodeId(1)]));
+        region(&mut m, 20_000, bind, Spread::Uniform);
+        let mut moved = 0;
+        for u in 0..20_000 {
+            if m.migrate(UnitId(u), NodeId(0)).is_ok() {
+                moved += 1;
+            }
+        }
+        assert_eq!(moved, 16_384);
+        assert_eq!(m.migrate(UnitId(19_999), NodeId(0)), Err(MoveError::NoMem));
+        assert_eq!(m.stats.mempolicy_violations, 16_384);
+        assert!(m.check().is_none());
+    }
+
+    #[test]
+    fn zipf_ranks_are_a_permutation_and_invert() {
+        let mut m = machine();
+        region(&mut m, 1000, MemPolicy::DEFAULT, Spread::Zipf { s: 1.0 });
+        let c = &m.classes()[0];
+        let mut ranks: Vec<u64> = (0..c.len).map(|i| c.rank(i)).collect();
+        for i in 0..c.len {
+            assert_eq!(c.index_of_rank(c.rank(i)), i);
+        }
+        ranks.sort_unstable();
+        assert_eq!(ranks, (0..u64::from(c.len)).collect::<Vec<_>>());
+        let h: f64 = (1..=250).map(|r| 1.0 / f64::from(r)).sum();
+        assert!((c.total_weight - h).abs() < 1e-9);
+    }
+
+    proptest! {
+        /// Any sequence of migrations and unmaps keeps every invariant: each unit on one
+        /// node, usage equal to the units placed, no node over capacity.
+        #[test]
+        fn random_moves_keep_the_invariants(moves in proptest::collection::vec((0u32..3000, 0u16..2), 0..400), unmap in any::<bool>()) {
+            let mut m = machine();
+            let r = region(&mut m, 3000, MemPolicy::DEFAULT, Spread::Zipf { s: 0.9 });
+            for (u, n) in moves {
+                let _ = m.migrate(UnitId(u), NodeId(n));
+                prop_assert!(m.check().is_none(), "{:?}", m.check());
+            }
+            let total: f64 = m.classes().iter().map(|c| c.weight_on.values().sum::<f64>()).sum();
+            let expect: f64 = m.classes().iter().map(|c| c.total_weight).sum();
+            prop_assert!((total - expect).abs() < 1e-6);
+            if unmap {
+                m.unmap_region(r);
+                prop_assert_eq!(m.node(NodeId(0)).unwrap().used, Pages(0));
+                prop_assert!(m.check().is_none());
+            }
+        }
     }
 }

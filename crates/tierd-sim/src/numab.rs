@@ -1,10 +1,177 @@
-//! Kernel NUMA balancing (modes 1, 2, 3) — STUB, being implemented.
+//! Kernel NUMA balancing (`kernel.numa_balancing` modes 1, 2 and 3) as a simulated mechanism.
+//!
+//! Two parts, split so that tierd's hint-fault source can reuse the first one:
+//!
+//! - [`Scanner`]: the PTE scanner (kernel/sched/fair.c `task_numa_work()`) and the hint faults
+//!   it causes. It counts `numa_pte_updates`, `numa_huge_pte_updates`, `numa_hint_faults`,
+//!   `numa_hint_faults_local` and charges the scanning and fault handling to the application,
+//!   but decides nothing about migration.
+//! - [`Numab`]: the kernel's decision on each fault (mm/mempolicy.c `mpol_misplaced()`,
+//!   kernel/sched/fair.c `should_numa_migrate_memory()`) and the synchronous migration
+//!   (mm/migrate.c `migrate_misplaced_folio_prepare()` / `migrate_misplaced_folio()`).
+//!
+//! # Event model
+//!
+//! The simulator never draws every access. A scan pass makes a unit PROT_NONE and stamps its
+//! scan time; the unit's next access is then drawn as an exponential delay with the unit's
+//! access rate ([`Load::unit_rate`](crate::workload::Load::unit_rate)), and that access is the
+//! hint fault, with latency = fault time - scan time (fair.c `numa_hint_fault_latency()`).
+//! Pending faults wait in a time-ordered queue across steps and are emitted in the step they
+//! fall in. A PROT_NONE unit is not touched again by later passes (mm/mprotect.c
+//! `change_pte_range()`: "Already in the desired state"), so it keeps its first scan time until
+//! it faults, exactly as in the kernel; cold units are updated once and then cost nothing. A
+//! unit migrated by anything else while armed loses the protection (mm/migrate.c
+//! `remove_migration_pte()` builds the new PTE from `vma->vm_page_prot`) and its queued fault
+//! is dropped.
+//!
+//! Within a step, the scan passes and faults are generated in time order first, and [`Numab`]
+//! then decides the step's faults in time order. A page can therefore be armed again by a
+//! second pass of the same step before its first fault is decided; that takes a scan period
+//! shorter than the step (10 ms), which the default knobs never give (the floor is 100 ms).
+//!
+//! Two approximations keep the cost of a step proportional to the units scanned and the faults
+//! taken, never to the whole memory:
+//!
+//! - **Horizon.** A drawn delay longer than [`Scanner`]'s horizon (the larger of
+//!   `FAULT_HORIZON_MIN_MS` and 4 × `hot_threshold_ms`) is not queued. The unit stays PROT_NONE
+//!   and is redrawn when a later pass walks over it after the horizon. Such a fault's latency
+//!   is beyond every threshold the kernel can use (at most 2 × `hot_threshold_ms`), so only
+//!   the time of faults on pages touched less than once per horizon is blurred, by at most one
+//!   scanner revisit.
+//! - **Rate changes.** The delay is drawn with the rate at scan time. A unit whose rate is zero
+//!   when it is armed or when its fault comes due (its process paused, its class idle) is left
+//!   armed without a fault, and redrawn when a pass walks over it. A rate that rises after
+//!   the draw is seen at the unit's next arming.
+//!
+//! # Scan pacing
+//!
+//! Per process, as `task_numa_work()` and `task_tick_numa()` do it: the first pass comes
+//! `scan_delay_ms` after the process is first seen running (`init_numa_balancing()` sets
+//! `mm->numa_next_scan`), the period starts at `task_scan_start()` (= `task_scan_min()`; numa
+//! groups are not modelled) and a pass walks the process's live regions in virtual-address
+//! order from `mm->numa_scan_offset`, in chunks of `scan_size_mb` aligned up to 2 MiB. A chunk
+//! in which at least one PTE changed consumes the budget; chunks with no change consume only
+//! the 8× virtual budget, so a pass skips up to 2 GiB of already-armed or skipped memory. At
+//! the end of the address space the offset resets and `mm->numa_scan_seq` increments.
+//!
+//! The period adapts only where the kernel adapts it: in `update_task_scan_period()`, run from
+//! `task_numa_placement()` on the first fault that reaches `task_numa_fault()` after the scan
+//! sequence advanced. In tiering mode `task_numa_fault()` ignores faults whose page stays on a
+//! slow node, so in mode 2 only promoted faults count; they are remote and private (a slow
+//! page's `last_cpupid` holds its access time and reads as unset), which is the "no local and
+//! no shared faults" case: the period doubles, up to `task_scan_max()`. When every promotion
+//! falls in the first sequence (seed A: the hot set is found in the first walk and nothing is
+//! left to fault after it) placement never runs and the period stays at `task_scan_min()`.
+//! Modes 1 and 3 follow the full local/remote and private/shared arithmetic.
+//!
+//! A process paused from the start has its scan delay counted from its first running step (the
+//! kernel counts from fork, so a long pause would let the first pass come at once).
+//!
+//! # Costs
+//!
+//! All charged to the application threads (NUMA balancing has no kernel thread of its own):
+//! [`PTE_UPDATE_COST_NS`] per PTE or huge PMD made PROT_NONE, [`HINT_FAULT_HANDLING_NS`] per
+//! hint fault and [`migrate_cost_ns`] per migrated folio, which together reproduce seed B's
+//! 74.5 us per hint fault ([`HINT_FAULT_COST_NS`]) at seed B's fault-to-migration ratio.
+//!
+//! # Not modelled
+//!
+//! numa groups (`task_numa_group()`, the shared-memory scaling of `task_scan_start()` and
+//! `task_scan_max()`, the `group_faults_cpu()` tests of `should_numa_migrate_memory()`),
+//! task migration between nodes (`task_numa_migrate()`), the per-VMA PID filter
+//! (`vma_is_accessed()`), the 3 % runtime throttle at the end of `task_numa_work()`, and
+//! `mbind(MPOL_MF_LAZY)` policies (MOF without MORON).
 
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use rand::Rng;
+use rand_distr::Exp1;
 use serde::{Deserialize, Serialize};
-use tierd_engine::types::NodeId;
+use tierd_engine::engine::free_space_margin;
+use tierd_engine::policy::{MemPolicy, PolicyMode};
+use tierd_engine::ratelimit::{mbps_to_pages_per_s, AdaptiveThreshold, KernelWindowLimiter};
+use tierd_engine::types::{Nanos, NodeId, Pages, HPAGE_PMD_NR, PAGE_SHIFT};
 
-use crate::mechanism::{Ctx, Mechanism};
-use crate::memory::UnitId;
+use crate::mechanism::{demote_coldest, Ctx, Mechanism, SimRng, Watermarks};
+use crate::memory::{Memory, RegionId, UnitId};
+use crate::workload::{Load, Process};
+
+/// `NUMA_BALANCING_NORMAL` (include/linux/sched/sysctl.h): classic CPU-affinity balancing.
+pub const NUMA_BALANCING_NORMAL: u8 = 0x1;
+/// `NUMA_BALANCING_MEMORY_TIERING` (include/linux/sched/sysctl.h): hot-page promotion.
+pub const NUMA_BALANCING_MEMORY_TIERING: u8 = 0x2;
+
+/// `MAX_SCAN_WINDOW` (kernel/sched/fair.c): "never scan more PTEs than MAX_SCAN_WINDOW
+/// MB/sec", the floor of `task_scan_min()`.
+pub const MAX_SCAN_WINDOW_MBPS: u64 = 2560;
+
+/// Seed B (seed-results.md section B), hint-fault column: fault handling overhead, us.
+const SEED_B_FAULT_OVERHEAD_US: f64 = 2_875_354_862.0;
+/// Seed B, hint-fault column: `numa_hint_faults`.
+const SEED_B_HINT_FAULTS: f64 = 38_589_520.0;
+/// Seed B, hint-fault column: `numa_pages_migrated`.
+const SEED_B_PAGES_MIGRATED: f64 = 2_097_220.0;
+/// Seed B, IBS column: task-work time, us (where the IBS variant runs the migrations).
+const SEED_B_IBS_TASK_WORK_US: f64 = 24_008_121.0;
+/// Seed B, IBS column: `numa_pages_migrated`.
+const SEED_B_IBS_PAGES_MIGRATED: f64 = 511_791.0;
+
+/// Mean cost of one NUMA hint fault to the faulting thread, ns, **including** the synchronous
+/// migration of the pages that moved: seed B measured 2,875,354,862 us of fault handling over
+/// 38,589,520 hint faults = 74.5 us per fault (4 KiB pages, 2,097,220 of them migrated, i.e.
+/// one fault in 18.4 migrated). The simulator charges it split in two, so that workloads with
+/// a different fault-to-migration ratio get the right total: [`HINT_FAULT_HANDLING_NS`] per
+/// fault and [`MIGRATE_COST_NS_PER_PAGE`] per migrated base page.
+pub const HINT_FAULT_COST_NS: f64 = SEED_B_FAULT_OVERHEAD_US * 1e3 / SEED_B_HINT_FAULTS;
+
+/// Cost of migrating one 4 KiB page synchronously from the fault path, ns: 46.9 us. In seed B's
+/// IBS column the migrations run in task work, which took 24,008,121 us for 511,791 migrated
+/// pages; all of that time is attributed to the migrations (an upper bound, since the task
+/// work also handles the samples that did not migrate). The same kernel path
+/// (`migrate_misplaced_folio()`) runs inside the hint fault.
+pub const MIGRATE_COST_NS_PER_PAGE: f64 = SEED_B_IBS_TASK_WORK_US * 1e3 / SEED_B_IBS_PAGES_MIGRATED;
+
+/// Cost of a hint fault without its migration, ns: what remains of [`HINT_FAULT_COST_NS`]
+/// once seed B's migrations are priced at [`MIGRATE_COST_NS_PER_PAGE`]:
+/// 74.5 - 46.9 × 2,097,220 / 38,589,520 = 72.0 us. Seed B's threads contend on page-table
+/// locks and TLB shootdowns, which is why this is far above an uncontended minor fault.
+pub const HINT_FAULT_HANDLING_NS: f64 =
+    HINT_FAULT_COST_NS - MIGRATE_COST_NS_PER_PAGE * SEED_B_PAGES_MIGRATED / SEED_B_HINT_FAULTS;
+
+/// Extra cost per additional base page when a huge page migrates, ns: copying 4 KiB at about
+/// 10 GB/s. An inference, not a measurement (seed B used base pages only): the fixed part of a
+/// migration (isolation, unmapping, TLB flush, remapping) is paid once per folio, the copy per
+/// byte. A 2 MiB folio then costs 46.9 + 511 × 0.4 = 251 us.
+pub const THP_COPY_NS_PER_PAGE: f64 = 400.0;
+
+/// Cost of making one PTE (or one huge PMD) PROT_NONE in `change_prot_numa()`, ns, charged to
+/// the scanning process. An inference: none of the seed results measures it. 50 ns puts a
+/// full 256 MiB pass (65,536 PTEs, 3.3 ms) at about 3 % of one thread at the 100 ms minimum
+/// period, the overhead `task_numa_work()`'s runtime throttle is designed to cap ("limit NUMA
+/// PTE scanning overhead to 3% max").
+pub const PTE_UPDATE_COST_NS: f64 = 50.0;
+
+/// The smallest horizon beyond which a drawn fault is not queued (see the module docs).
+const FAULT_HORIZON_MIN_MS: u64 = 10_000;
+
+/// `NUMA_PERIOD_SLOTS` (kernel/sched/fair.c).
+const NUMA_PERIOD_SLOTS: u64 = 10;
+/// `NUMA_PERIOD_THRESHOLD` (kernel/sched/fair.c).
+const NUMA_PERIOD_THRESHOLD: u64 = 7;
+
+const NS_PER_MS: u64 = 1_000_000;
+
+/// Unit state: the PTE is not PROT_NONE.
+const NOT_ARMED: u32 = u32::MAX;
+/// Armed unit: a fault is queued.
+const PENDING: u32 = 1 << 31;
+/// Armed unit: it had no accesses when last drawn (nothing is known about its next access).
+const IDLE: u32 = 1 << 30;
+/// Armed unit: the scan time in ms, modulo 2^30 (the kernel keeps the access time in the
+/// folio's `_last_cpupid` bits and masks the difference the same way,
+/// include/linux/mm.h `PAGE_ACCESS_TIME_MASK`).
+const TIME_MASK: u32 = IDLE - 1;
 
 /// NUMA-balancing knobs, with the kernel's defaults (kernel.md section 2.2).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -24,6 +191,34 @@ pub struct NumabParams {
     pub hot_threshold_ms: u64,
     /// `kernel.numa_balancing_promote_rate_limit_MBps` (65536).
     pub promote_rate_limit_mbps: u64,
+    /// `MAX_SCAN_WINDOW` (2560 MB/s), a `#define` in kernel/sched/fair.c rather than a knob. It
+    /// is a field only so that `--scale` can shrink it together with `scan_size_mb`: the floor
+    /// of the scan period is `1000 / (MAX_SCAN_WINDOW / scan_size)` ms, so shrinking the scan
+    /// size alone would let a scaled-down machine be scanned 1/scale times faster relative to
+    /// its size.
+    pub max_scan_window_mbps: u64,
+    /// Whether `MPOL_PREFERRED_MANY` pages take part (merged in 6.10, commit 133d04b1eee9).
+    /// `false` models an older kernel: `set_mempolicy(MPOL_PREFERRED_MANY |
+    /// MPOL_F_NUMA_BALANCING)` fails with EINVAL, the application falls back to plain
+    /// PREFERRED_MANY, and its pages are never migrated by NUMA balancing.
+    pub preferred_many_balancing: bool,
+    /// Where faults come from: the PTE scanner (the kernel's way), or hardware samples fed
+    /// to NUMA balancing as fault-equivalents (the 2023 "Memory access profiler (IBS) driven
+    /// NUMA balancing" RFC, seed B).
+    pub source: NumabSource,
+    /// Sampling period (ops) when `source = "samples"`.
+    pub sample_period: u64,
+}
+
+/// Where NUMA balancing's faults come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NumabSource {
+    /// The PTE scanner and its hint faults.
+    #[default]
+    HintFaults,
+    /// Hardware samples, one fault-equivalent each, no scanning.
+    Samples,
 }
 
 impl Default for NumabParams {
@@ -36,6 +231,10 @@ impl Default for NumabParams {
             scan_size_mb: 256,
             hot_threshold_ms: 1000,
             promote_rate_limit_mbps: 65_536,
+            max_scan_window_mbps: MAX_SCAN_WINDOW_MBPS,
+            preferred_many_balancing: true,
+            source: NumabSource::HintFaults,
+            sample_period: 10_000,
         }
     }
 }
@@ -53,7 +252,14 @@ impl NumabParams {
             self.scan_size_mb = ((self.scan_size_mb as f64 * scale).round() as u64).max(1);
             self.promote_rate_limit_mbps =
                 ((self.promote_rate_limit_mbps as f64 * scale).round() as u64).max(1);
+            self.max_scan_window_mbps =
+                ((self.max_scan_window_mbps as f64 * scale).round() as u64).max(1);
         }
+    }
+
+    /// The horizon beyond which a drawn fault is not queued, ms (see the module docs).
+    fn horizon_ms(&self) -> u64 {
+        FAULT_HORIZON_MIN_MS.max(self.hot_threshold_ms.saturating_mul(4))
     }
 }
 
@@ -72,32 +278,1749 @@ pub struct HintFault {
     pub process: usize,
 }
 
-/// The NUMA-balancing scanner and the faults it causes (STUB).
+/// What became of a hint fault, as `do_numa_page()` (mm/memory.c) reports it to
+/// `task_numa_fault()` (kernel/sched/fair.c); feeds the scan-period adaptation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultOutcome {
+    /// The node the page is on after the fault (the target if it migrated).
+    pub mem_node: NodeId,
+    /// Base pages in the folio.
+    pub pages: u64,
+    /// `TNF_FAULT_LOCAL`: the page was on the faulting CPU's node when it faulted.
+    pub local: bool,
+    /// A private fault: the page's `last_cpupid` was unset or named the faulting thread.
+    pub private: bool,
+    /// Whether the page's `last_cpupid` was valid (`cpupid_valid()`); unset reads as invalid.
+    pub cpupid_valid: bool,
+    /// `TNF_MIGRATED`.
+    pub migrated: bool,
+    /// `TNF_MIGRATE_FAIL`.
+    pub migrate_failed: bool,
+}
+
+/// Per-VMA scan state (`vma->numab_state`).
+#[derive(Clone, Copy, Debug)]
+struct VmaScan {
+    /// `numab_state->next_scan`: a new VMA is skipped until then (after the first sequence).
+    next_scan_ns: u64,
+    /// `numab_state->prev_scan_seq`.
+    prev_scan_seq: Option<u64>,
+}
+
+/// Per-process scan state: the `mm` fields and those of its (one, modelled) scanning task.
+#[derive(Clone, Debug, Default)]
+struct TaskScan {
+    /// Seen running; `next_scan_ns` is set.
+    started: bool,
+    /// `mm->numa_next_scan`.
+    next_scan_ns: u64,
+    /// `p->numa_scan_period`, ms; 0 until the first pass.
+    period_ms: u64,
+    /// `p->numa_scan_period_max`, ms.
+    period_max_ms: u64,
+    /// `mm->numa_scan_offset`, as a vpn.
+    offset_vpn: u64,
+    /// `mm->numa_scan_seq`.
+    seq: u64,
+    /// `p->numa_scan_seq`: the sequence at the last `task_numa_placement()`.
+    task_seq: u64,
+    /// `p->numa_preferred_nid != NUMA_NO_NODE`.
+    preferred: bool,
+    /// `p->numa_faults_locality`: remote, local, failed-migration pages.
+    locality: [u64; 3],
+    /// Faults since the last placement: shared, private (`fault_types`).
+    fault_types: [u64; 2],
+    /// Passes run.
+    passes: u64,
+    /// Per-region `numab_state`, by region id.
+    vmas: BTreeMap<u32, VmaScan>,
+}
+
+/// The NUMA-balancing PTE scanner and the hint faults it causes (kernel/sched/fair.c
+/// `task_numa_work()`, mm/mprotect.c `change_prot_numa()`, mm/memory.c `do_numa_page()` up to
+/// the migration decision). See the module docs for the model.
+///
+/// As a hint-fault source for another consumer (tierd): build it with
+/// `Scanner::new(&params, true, nprocs)`, call [`Scanner::step`] every step and act on the
+/// faults it appends. Reporting outcomes through [`Scanner::task_numa_fault`] is optional;
+/// without it the scan period stays at `task_scan_min()`, which is also what the kernel does
+/// in tiering mode while no fault leaves a page on the top tier.
 #[derive(Debug)]
-pub struct Scanner;
+pub struct Scanner {
+    params: NumabParams,
+    /// Skip top-tier pages (`folio_can_map_prot_numa()` without `NUMA_BALANCING_NORMAL`).
+    skip_toptier: bool,
+    /// Skip slow-tier pages: set when another promoter (tierd's engine) owns them, as with
+    /// pghot and `numa_balancing=3`.
+    skip_slow: bool,
+    /// `NUMA_BALANCING_MEMORY_TIERING` is set: faults that leave a page on a slow node do not
+    /// feed the task's statistics.
+    tiering: bool,
+    tasks: Vec<TaskScan>,
+    /// Per unit: `NOT_ARMED`, or the scan time with `PENDING` / `IDLE`.
+    state: Vec<u32>,
+    /// Per unit: the node it was on when armed. Migration drops the NUMA protection (the
+    /// new PTE is built from `vma->vm_page_prot`, mm/migrate.c `remove_migration_pte()`), so
+    /// a unit found on another node is no longer armed.
+    armed_node: Vec<u8>,
+    /// Queued faults: (time ns, unit, scan time of the arming they belong to).
+    queue: BinaryHeap<Reverse<(u64, u32, u32)>>,
+}
+
+/// Whether the kernel scans a region under `policy` at all: `task_numa_work()` skips VMAs
+/// whose policy lacks `MPOL_F_MOF` (mm/mempolicy.c `vma_policy_mof()`). No VMA policy means
+/// the task's, by default `preferred_node_policy[node]`, which has `MPOL_F_MOF | MPOL_F_MORON`
+/// (mm/mempolicy.c `numa_policy_init()`); an explicit policy has MOF only when set with
+/// `MPOL_F_NUMA_BALANCING`, which the kernel accepts for BIND and PREFERRED_MANY.
+#[must_use]
+pub fn policy_mof(policy: &MemPolicy) -> bool {
+    match policy.mode {
+        PolicyMode::Default => true,
+        PolicyMode::Bind | PolicyMode::PreferredMany => policy.numa_balancing,
+        PolicyMode::Preferred
+        | PolicyMode::Interleave
+        | PolicyMode::WeightedInterleave
+        | PolicyMode::Local => false,
+    }
+}
+
+/// Whether `mpol_misplaced()` (mm/mempolicy.c, merged form with MPOL_PREFERRED_MANY, kernel.md
+/// section 5) proposes moving a page on `cur` toward the faulting CPU's node `this`, subject
+/// to `should_numa_migrate_memory()`. Every policy that reaches it here has `MPOL_F_MORON`
+/// (see [`policy_mof`]), so the target is always `this`:
+///
+/// - the default task policy (`MPOL_PREFERRED` of the faulting node): a page already on
+///   `this` stays (`goto out` before `should_numa_migrate_memory()`);
+/// - BIND / PREFERRED_MANY with `MPOL_F_NUMA_BALANCING`: only if `this` is in the nodemask
+///   ("we don't allow numa migration to nodes outside policy nodemask").
+///
+/// Without MOF nothing moves.
+#[must_use]
+pub fn mpol_misplaced(policy: &MemPolicy, cur: NodeId, this: NodeId) -> bool {
+    if !policy_mof(policy) {
+        return false;
+    }
+    match policy.mode {
+        PolicyMode::Default => cur != this,
+        PolicyMode::Bind | PolicyMode::PreferredMany => policy.nodes.contains(this),
+        _ => false,
+    }
+}
+
+/// The cost of migrating a folio of `pages` base pages, ns ([`MIGRATE_COST_NS_PER_PAGE`] for
+/// the first page, [`THP_COPY_NS_PER_PAGE`] for each further one).
+#[must_use]
+pub fn migrate_cost_ns(pages: u64) -> f64 {
+    MIGRATE_COST_NS_PER_PAGE + pages.saturating_sub(1) as f64 * THP_COPY_NS_PER_PAGE
+}
+
+fn is_active(p: &Process) -> bool {
+    p.running && p.groups.iter().any(|g| g.threads > 0)
+}
+
+/// The node of a single-threaded process's only thread: `folio_can_map_prot_numa()`
+/// (mm/mempolicy.c) does not mark a page already on it (`is_private_single_threaded`).
+fn single_thread_node(p: &Process) -> Option<NodeId> {
+    let total: u32 = p.groups.iter().map(|g| g.threads).sum();
+    if total != 1 {
+        return None;
+    }
+    p.groups.iter().find(|g| g.threads == 1).map(|g| g.node)
+}
+
+/// `get_mm_rss()`: every page of a live region is resident in the simulator.
+fn rss_pages(mem: &Memory, p: &Process) -> u64 {
+    p.regions
+        .iter()
+        .map(|r| &mem.regions()[r.0 as usize])
+        .filter(|r| r.alive)
+        .map(|r| u64::from(r.units) * r.unit_pages())
+        .sum()
+}
+
+fn ms_of(ns: u64) -> u32 {
+    // Modulo 2^30 ms, as the kernel's access-time bits wrap.
+    ((ns / NS_PER_MS) & u64::from(TIME_MASK)) as u32
+}
 
 impl Scanner {
     /// A scanner with `params`; `tiering_only` skips top-tier pages (mode 2).
     #[must_use]
-    pub fn new(_params: &NumabParams, _tiering_only: bool, _nprocs: usize) -> Self {
-        Scanner
+    pub fn new(params: &NumabParams, tiering_only: bool, nprocs: usize) -> Self {
+        Scanner {
+            params: params.clone(),
+            skip_toptier: tiering_only || params.mode & NUMA_BALANCING_NORMAL == 0,
+            skip_slow: false,
+            tiering: params.mode & NUMA_BALANCING_MEMORY_TIERING != 0,
+            tasks: vec![TaskScan::default(); nprocs],
+            state: Vec::new(),
+            armed_node: Vec::new(),
+            queue: BinaryHeap::new(),
+        }
     }
-    /// Advances through the step, appending the hint faults that happen in it.
-    pub fn step(&mut self, _ctx: &mut Ctx<'_>, _out: &mut Vec<HintFault>) {}
+
+    /// `task_nr_scan_windows()`: the RSS in `scan_size` windows, at least 1.
+    fn nr_scan_windows(&self, rss_pages: u64) -> u64 {
+        let scan_pages = (self.params.scan_size_mb << (20 - PAGE_SHIFT)).max(1);
+        rss_pages.max(1).div_ceil(scan_pages)
+    }
+
+    /// `task_scan_min()` (kernel/sched/fair.c) for a process of `rss_pages`, ms: the shortest
+    /// period, never faster than `MAX_SCAN_WINDOW` MB/s. At least 1 ms here: the kernel's
+    /// integer division can reach 0 for absurd knobs, and a 0 ms period would scan without end.
+    #[must_use]
+    pub fn task_scan_min_ms(&self, rss_pages: u64) -> u64 {
+        let scan_size = self.params.scan_size_mb.max(1);
+        let windows = if scan_size < self.params.max_scan_window_mbps {
+            self.params.max_scan_window_mbps / scan_size
+        } else {
+            1
+        };
+        let floor = 1000 / windows.max(1);
+        let scan = self.params.scan_period_min_ms / self.nr_scan_windows(rss_pages);
+        floor.max(scan).max(1)
+    }
+
+    /// `task_scan_max()` (kernel/sched/fair.c, without numa groups), ms.
+    #[must_use]
+    pub fn task_scan_max_ms(&self, rss_pages: u64) -> u64 {
+        let smax = self.params.scan_period_max_ms / self.nr_scan_windows(rss_pages);
+        self.task_scan_min_ms(rss_pages).max(smax)
+    }
+
+    /// The current scan period of process `p`, ms; `None` before its first pass.
+    #[must_use]
+    pub fn scan_period_ms(&self, p: usize) -> Option<u64> {
+        self.tasks.get(p).map(|t| t.period_ms).filter(|&ms| ms > 0)
+    }
+
+    /// `mm->numa_scan_seq` of process `p`: completed walks of its address space.
+    #[must_use]
+    pub fn scan_seq(&self, p: usize) -> u64 {
+        self.tasks.get(p).map_or(0, |t| t.seq)
+    }
+
+    /// Scan passes (`task_numa_work()` runs that got past the rate check) of process `p`.
+    #[must_use]
+    pub fn passes(&self, p: usize) -> u64 {
+        self.tasks.get(p).map_or(0, |t| t.passes)
+    }
+
+    /// Whether `u`'s PTE is PROT_NONE: scanned, and neither faulted nor migrated since.
+    #[must_use]
+    pub fn is_armed(&self, mem: &Memory, u: UnitId) -> bool {
+        self.state.get(u.idx()).is_some_and(|&s| s != NOT_ARMED)
+            && self.armed_node.get(u.idx()) == Some(&(mem.node_of(u).0 as u8))
+    }
+
+    /// Faults queued for later steps.
+    #[must_use]
+    pub fn queued_faults(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Whether `should_numa_migrate_memory()` still treats process `p` as young: no preferred
+    /// node yet or `p->numa_scan_seq <= 4`, when first and private faults migrate at once.
+    #[must_use]
+    pub fn early_life(&self, p: usize) -> bool {
+        self.tasks
+            .get(p)
+            .is_none_or(|t| !t.preferred || t.task_seq <= 4)
+    }
+
+    /// Advances through the step, appending the hint faults that happen in it, in time order.
+    /// Scan passes and faults are interleaved by time; scanning and fault handling are
+    /// counted and charged here, migration decisions are the caller's.
+    pub fn step(&mut self, ctx: &mut Ctx<'_>, out: &mut Vec<HintFault>) {
+        let end = ctx.now + ctx.dt;
+        if self.tasks.len() < ctx.procs.len() {
+            self.tasks.resize(ctx.procs.len(), TaskScan::default());
+        }
+        let units = ctx.mem.units() as usize;
+        if self.state.len() < units {
+            self.state.resize(units, NOT_ARMED);
+            self.armed_node.resize(units, u8::MAX);
+        }
+        let procs = ctx.procs;
+        for (task, p) in self.tasks.iter_mut().zip(procs) {
+            // init_numa_balancing(): mm->numa_next_scan = now + scan_delay.
+            if !task.started && is_active(p) {
+                task.started = true;
+                task.next_scan_ns = ctx.now + self.params.scan_delay_ms * NS_PER_MS;
+            }
+        }
+        loop {
+            let fault_at = self
+                .queue
+                .peek()
+                .map(|Reverse((t, _, _))| *t)
+                .filter(|&t| t < end);
+            // task_tick_numa() only runs on CPU: a paused process does not scan.
+            let scan = self
+                .tasks
+                .iter()
+                .zip(procs)
+                .enumerate()
+                .filter(|(_, (t, p))| t.started && t.next_scan_ns < end && is_active(p))
+                .map(|(i, (t, _))| (t.next_scan_ns.max(ctx.now), i))
+                .min();
+            match (scan, fault_at) {
+                (Some((t, pi)), f) if f.is_none_or(|tf| t <= tf) => self.scan_pass(ctx, pi, t),
+                (_, Some(_)) => self.emit_next(ctx, out),
+                _ => break,
+            }
+        }
+    }
+
+    /// One `task_numa_work()` pass of process `pi` at `t`.
+    fn scan_pass(&mut self, ctx: &mut Ctx<'_>, pi: usize, t: u64) {
+        let procs = ctx.procs;
+        let p = &procs[pi];
+        let rss = rss_pages(ctx.mem, p);
+        let mut task = std::mem::take(&mut self.tasks[pi]);
+        if task.period_ms == 0 {
+            // task_tick_numa(): the first trigger sets numa_scan_period = task_scan_start(),
+            // task_numa_work() the max.
+            task.period_max_ms = self.task_scan_max_ms(rss);
+            task.period_ms = self.task_scan_min_ms(rss);
+        }
+        task.next_scan_ns = t + task.period_ms * NS_PER_MS;
+        task.passes += 1;
+        // pages = scan_size MB in pages; virtpages = pages * 8.
+        let scan_pages = self.params.scan_size_mb << (20 - PAGE_SHIFT);
+        let mut pages_left = i128::from(scan_pages);
+        let mut virt_left = pages_left * 8;
+        if scan_pages == 0 {
+            self.tasks[pi] = task;
+            return;
+        }
+        let mut vmas: Vec<(u64, u64, RegionId)> = p
+            .regions
+            .iter()
+            .filter_map(|&rid| {
+                let r = &ctx.mem.regions()[rid.0 as usize];
+                (r.alive && r.units > 0).then(|| {
+                    let start = r.start_vpn.0;
+                    (start, start + u64::from(r.units) * r.unit_pages(), rid)
+                })
+            })
+            .collect();
+        vmas.sort_unstable();
+        let mut start = task.offset_vpn;
+        let mut i = vmas.partition_point(|v| v.1 <= start);
+        if i == vmas.len() {
+            reset_ptenuma_scan(&mut task);
+            start = 0;
+            i = 0;
+        }
+        let mut stopped = false;
+        while i < vmas.len() && !stopped {
+            let (vs, ve, rid) = vmas[i];
+            i += 1;
+            let mut policy = ctx.mem.regions()[rid.0 as usize].policy;
+            if !self.params.preferred_many_balancing && policy.mode == PolicyMode::PreferredMany {
+                // Before 6.10, MPOL_F_NUMA_BALANCING with PREFERRED_MANY was refused (EINVAL)
+                // and applications fell back to the plain policy, which has no MOF.
+                policy.numa_balancing = false;
+            }
+            if !policy_mof(&policy) {
+                continue;
+            }
+            let seq = task.seq;
+            let vma = task.vmas.entry(rid.0).or_insert(VmaScan {
+                next_scan_ns: t + self.params.scan_delay_ms * NS_PER_MS,
+                prev_scan_seq: None,
+            });
+            // "Scanning the VMAs of short lived tasks add more overhead. So delay the scan
+            // for new VMAs."
+            if seq != 0 && t < vma.next_scan_ns {
+                continue;
+            }
+            // "Do not rescan VMAs twice within the same sequence."
+            if vma.prev_scan_seq == Some(seq) {
+                task.offset_vpn = ve;
+                continue;
+            }
+            loop {
+                start = start.max(vs);
+                let want = u64::try_from(pages_left).unwrap_or(0);
+                let end = (start + want).next_multiple_of(HPAGE_PMD_NR).min(ve);
+                let nr = self.change_prot_numa(ctx, pi, rid, start, end, t);
+                let span = i128::from(end - start);
+                // "Try to scan sysctl_numa_balancing_size worth of hpages that have at least
+                // one present PTE that is not already PTE-numa."
+                if nr > 0 {
+                    pages_left -= span;
+                }
+                virt_left -= span;
+                start = end;
+                if pages_left <= 0 || virt_left <= 0 {
+                    stopped = true;
+                    break;
+                }
+                if end == ve {
+                    break;
+                }
+            }
+            if !stopped {
+                if let Some(v) = task.vmas.get_mut(&rid.0) {
+                    v.prev_scan_seq = Some(seq);
+                }
+            }
+        }
+        if stopped {
+            task.offset_vpn = start;
+        } else {
+            reset_ptenuma_scan(&mut task);
+        }
+        self.tasks[pi] = task;
+    }
+
+    /// `change_prot_numa()` over `[start, end)` of region `rid` at `t`: marks every present,
+    /// not-yet-PROT_NONE unit that `folio_can_map_prot_numa()` accepts, stamps its scan time
+    /// and draws its next access. Returns the base pages updated.
+    fn change_prot_numa(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pi: usize,
+        rid: RegionId,
+        start: u64,
+        end: u64,
+        t: u64,
+    ) -> u64 {
+        let mem: &Memory = ctx.mem;
+        let load = ctx.load;
+        let region = &mem.regions()[rid.0 as usize];
+        let up = region.unit_pages();
+        let rs = region.start_vpn.0;
+        let lo = (start - rs).div_ceil(up);
+        let hi = (end - rs).div_ceil(up).min(u64::from(region.units));
+        let single = single_thread_node(&ctx.procs[pi]);
+        let topo = mem.topology();
+        let t_ms = ms_of(t);
+        let horizon_ms = self.params.horizon_ms();
+        let mut entries = 0u64;
+        for k in lo..hi {
+            let u = UnitId(region.first_unit + k as u32);
+            let st = self.state[u.idx()];
+            let node = mem.node_of(u);
+            if st != NOT_ARMED && self.armed_node[u.idx()] == node.0 as u8 {
+                // Already PROT_NONE: no update, but a unit with no queued fault may get one.
+                if st & PENDING == 0 {
+                    let quiet_for = t_ms.wrapping_sub(st & TIME_MASK) & TIME_MASK;
+                    if st & IDLE != 0 || u64::from(quiet_for) >= horizon_ms {
+                        self.schedule(load, mem, ctx.rng, u, t);
+                    }
+                }
+                continue;
+            }
+            if single == Some(node) {
+                continue;
+            }
+            // "Skip scanning top tier node if normal numa balancing is disabled."
+            if self.skip_toptier && topo.is_toptier(node) {
+                continue;
+            }
+            if self.skip_slow && !topo.is_toptier(node) {
+                continue;
+            }
+            self.state[u.idx()] = t_ms;
+            self.armed_node[u.idx()] = node.0 as u8;
+            entries += 1;
+            self.schedule(load, mem, ctx.rng, u, t);
+        }
+        let pages = entries * up;
+        if pages > 0 {
+            ctx.acct.count("numa_pte_updates", pages);
+            // change_pmd_range(): a huge PMD adds HPAGE_PMD_NR pages to the PTE count and one
+            // to numa_huge_pte_updates.
+            if up > 1 {
+                ctx.acct.count("numa_huge_pte_updates", entries);
+            }
+            ctx.charge_app(pi, entries as f64 * PTE_UPDATE_COST_NS);
+        }
+        pages
+    }
+
+    /// Draws the next access of armed unit `u` from `from` and queues it as a fault, unless it
+    /// has no accesses (left `IDLE`) or falls beyond the horizon (left quiet).
+    fn schedule(&mut self, load: &Load, mem: &Memory, rng: &mut SimRng, u: UnitId, from: u64) {
+        let st = &mut self.state[u.idx()];
+        let rate = load.unit_rate(mem, u);
+        if rate <= 0.0 || !rate.is_finite() {
+            *st |= IDLE;
+            return;
+        }
+        let e: f64 = rng.sample(Exp1);
+        let delay_ns = e / rate * 1e9;
+        if delay_ns > (self.params.horizon_ms() * NS_PER_MS) as f64 {
+            *st &= !IDLE;
+            return;
+        }
+        let scan_ms = *st & TIME_MASK;
+        *st = scan_ms | PENDING;
+        self.queue
+            .push(Reverse((from + delay_ns as u64, u.0, scan_ms)));
+    }
+
+    /// Pops the earliest queued fault and, if it still applies, takes it.
+    fn emit_next(&mut self, ctx: &mut Ctx<'_>, out: &mut Vec<HintFault>) {
+        let Some(Reverse((tf, raw, scan_ms))) = self.queue.pop() else {
+            return;
+        };
+        let u = UnitId(raw);
+        let Some(&st) = self.state.get(u.idx()) else {
+            return;
+        };
+        // An entry of an earlier arming (the unit moved and was armed again since) is stale.
+        if st == NOT_ARMED || st & PENDING == 0 || st & TIME_MASK != scan_ms {
+            return;
+        }
+        if !ctx.mem.region_of(u).alive || self.armed_node[u.idx()] != ctx.mem.node_of(u).0 as u8 {
+            // Unmapped, or migrated since it was armed: no PROT_NONE PTE, no fault.
+            self.state[u.idx()] = NOT_ARMED;
+            return;
+        }
+        let class = ctx.mem.class_of(u);
+        let rate = ctx.load.unit_rate(ctx.mem, u);
+        let accessor = if rate > 0.0 {
+            ctx.load.sample_accessor(class, ctx.rng)
+        } else {
+            None
+        };
+        let (Some(node), Some(process)) = (accessor, ctx.load.main_accessor(class)) else {
+            // Nobody accesses it now: stays PROT_NONE until a pass finds it accessed again.
+            self.state[u.idx()] = (st & TIME_MASK) | IDLE;
+            return;
+        };
+        let latency = ms_of(tf).wrapping_sub(st & TIME_MASK) & TIME_MASK;
+        self.state[u.idx()] = NOT_ARMED;
+        // numa_migrate_check() (mm/memory.c).
+        ctx.acct.count("numa_hint_faults", 1);
+        if ctx.mem.node_of(u) == node {
+            ctx.acct.count("numa_hint_faults_local", 1);
+        }
+        ctx.charge_app(process, HINT_FAULT_HANDLING_NS);
+        out.push(HintFault {
+            unit: u,
+            node,
+            time_ns: tf,
+            latency_ms: u64::from(latency),
+            process,
+        });
+    }
+
+    /// `task_numa_fault()` (kernel/sched/fair.c): records the outcome `o` of a fault taken by
+    /// process `p` (`proc`, whose RSS sizes the period bounds) at `now_ns` and, on the first
+    /// such fault after its scan sequence advanced, runs the scan-period part of
+    /// `task_numa_placement()`. Faults that leave a page on a slow node are ignored in tiering
+    /// mode ("NUMA faults statistics are unnecessary for the slow memory node"), and so are
+    /// those with an invalid `last_cpupid` when tiering is off.
+    pub fn task_numa_fault(
+        &mut self,
+        mem: &Memory,
+        p: usize,
+        proc: &Process,
+        now_ns: u64,
+        o: &FaultOutcome,
+    ) {
+        if !mem.topology().is_toptier(o.mem_node) && (self.tiering || !o.cpupid_valid) {
+            return;
+        }
+        if self.tasks.len() <= p {
+            self.tasks.resize(p + 1, TaskScan::default());
+        }
+        if self.tasks[p].task_seq != self.tasks[p].seq {
+            let rss = rss_pages(mem, proc);
+            self.task_numa_placement(p, rss, now_ns);
+        }
+        let task = &mut self.tasks[p];
+        task.fault_types[usize::from(o.private)] += o.pages;
+        task.locality[usize::from(o.local)] += o.pages;
+        if o.migrate_failed {
+            task.locality[2] += o.pages;
+        }
+    }
+
+    /// The scan-period part of `task_numa_placement()`: a preferred node is set once there
+    /// were faults, then `update_task_scan_period()`.
+    fn task_numa_placement(&mut self, p: usize, rss: u64, now_ns: u64) {
+        let smin = self.task_scan_min_ms(rss);
+        let smax = self.task_scan_max_ms(rss);
+        let task = &mut self.tasks[p];
+        task.task_seq = task.seq;
+        task.period_max_ms = smax;
+        let [shared, private] = task.fault_types;
+        if shared + private > 0 {
+            task.preferred = true;
+        }
+        task.fault_types = [0, 0];
+        update_task_scan_period(task, shared, private, smin, smax, now_ns);
+    }
 }
 
-/// Kernel NUMA balancing as a mechanism (STUB).
+/// `reset_ptenuma_scan()`: the next pass starts over and the sequence advances.
+fn reset_ptenuma_scan(task: &mut TaskScan) {
+    task.seq += 1;
+    task.offset_vpn = 0;
+}
+
+/// `update_task_scan_period()` (kernel/sched/fair.c), verbatim including its quirks: the
+/// slow-down branch returns without clearing `numa_faults_locality`, so one failed migration
+/// keeps the period growing until it reaches the maximum.
+fn update_task_scan_period(
+    task: &mut TaskScan,
+    shared: u64,
+    private: u64,
+    smin: u64,
+    smax: u64,
+    now_ns: u64,
+) {
+    let [remote, local, failed] = task.locality;
+    if local + shared == 0 || failed > 0 {
+        task.period_ms = task.period_max_ms.min(task.period_ms << 1);
+        // p->mm->numa_next_scan = jiffies + msecs_to_jiffies(p->numa_scan_period)
+        task.next_scan_ns = now_ns + task.period_ms * NS_PER_MS;
+        return;
+    }
+    let period_slot = task.period_ms.div_ceil(NUMA_PERIOD_SLOTS);
+    let lr_ratio = (local * NUMA_PERIOD_SLOTS)
+        .checked_div(local + remote)
+        .unwrap_or(0);
+    let ps_ratio = (private * NUMA_PERIOD_SLOTS)
+        .checked_div(private + shared)
+        .unwrap_or(0);
+    let period = if ps_ratio >= NUMA_PERIOD_THRESHOLD {
+        // "Most memory accesses are local."
+        let slot = (ps_ratio - NUMA_PERIOD_THRESHOLD).max(1);
+        task.period_ms + slot * period_slot
+    } else if lr_ratio >= NUMA_PERIOD_THRESHOLD {
+        // "Most memory accesses are shared with other tasks."
+        let slot = (lr_ratio - NUMA_PERIOD_THRESHOLD).max(1);
+        task.period_ms + slot * period_slot
+    } else {
+        // "Speed up NUMA scanning to get the memory moved over."
+        let ratio = lr_ratio.max(ps_ratio);
+        task.period_ms
+            .saturating_sub((NUMA_PERIOD_THRESHOLD - ratio) * period_slot)
+    };
+    task.period_ms = period.clamp(smin, smax.max(smin));
+    task.locality = [0; 3];
+}
+
+/// Per target node: `pgdat->nbp_rl_*` and `pgdat->nbp_th_*`.
+#[derive(Clone, Debug)]
+struct PromoteState {
+    limiter: KernelWindowLimiter,
+    threshold: AdaptiveThreshold,
+}
+
+impl PromoteState {
+    /// `reset_memory_tiering()`: threshold unset, candidate snapshot, period start now.
+    fn new(now: u64) -> Self {
+        PromoteState {
+            limiter: KernelWindowLimiter::default(),
+            threshold: AdaptiveThreshold::new(Nanos(now), 0),
+        }
+    }
+}
+
+/// Outcomes of the migration decisions that vmstat does not show.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct NumabStats {
+    /// Tiering faults whose latency was at or above the hot threshold.
+    pub not_hot: u64,
+    /// Candidates refused by the rate limiter.
+    pub rate_limited: u64,
+    /// Migrations refused because the target was below its high watermark plus the folio
+    /// (`migrate_balanced_pgdat()`).
+    pub refused_watermark: u64,
+    /// Faults for which `mpol_misplaced()` proposed no move.
+    pub not_misplaced: u64,
+    /// kswapd wakeups on refused promotions (counted even with demotion disabled).
+    pub kswapd_wakeups: u64,
+}
+
+/// The unset `last_cpupid`.
+const CPUPID_UNSET: u32 = u32::MAX;
+
+/// Kernel NUMA balancing as a mechanism: the [`Scanner`]'s faults, decided in time order as
+/// `do_numa_page()` does. See the module docs.
 #[derive(Debug)]
-pub struct Numab;
+pub struct Numab {
+    params: NumabParams,
+    scanner: Scanner,
+    targets: BTreeMap<NodeId, PromoteState>,
+    /// Per unit: the node of the last faulting CPU (`last_cpupid`'s nid), `u8::MAX` if unset.
+    last_nid: Vec<u8>,
+    /// Per unit: the last faulting thread (process << 20 | thread), [`CPUPID_UNSET`] if unset.
+    last_pid: Vec<u32>,
+    faults: Vec<HintFault>,
+    kswapd_woken: Vec<NodeId>,
+    initialized: bool,
+    /// Decision outcomes not visible in vmstat.
+    pub stats: NumabStats,
+}
 
 impl Numab {
     /// NUMA balancing with `params`.
     #[must_use]
-    pub fn new(_params: &NumabParams, _nprocs: usize) -> Self {
-        Numab
+    pub fn new(params: &NumabParams, nprocs: usize) -> Self {
+        Numab {
+            params: params.clone(),
+            scanner: Scanner::new(params, params.mode & NUMA_BALANCING_NORMAL == 0, nprocs),
+            targets: BTreeMap::new(),
+            last_nid: Vec::new(),
+            last_pid: Vec::new(),
+            faults: Vec::new(),
+            kswapd_woken: Vec::new(),
+            initialized: false,
+            stats: NumabStats::default(),
+        }
+    }
+
+    /// Leaves slow-tier pages to another promoter: the scanner skips them (pghot with
+    /// `numa_balancing=3`: slow pages go to pghot, top-tier pages to classic balancing).
+    #[must_use]
+    pub fn toptier_only(mut self) -> Self {
+        self.scanner.skip_slow = true;
+        self
+    }
+
+    /// The scanner.
+    #[must_use]
+    pub fn scanner(&self) -> &Scanner {
+        &self.scanner
+    }
+
+    /// The hot threshold in force for promotions to `node`, ms (`pgdat->nbp_threshold`, or
+    /// `hot_threshold_ms` while unset).
+    #[must_use]
+    pub fn threshold_ms(&self, node: NodeId) -> u64 {
+        self.targets
+            .get(&node)
+            .map_or(self.params.hot_threshold_ms, |s| {
+                s.threshold.effective(self.params.hot_threshold_ms)
+            })
+    }
+
+    fn tiering(&self) -> bool {
+        self.params.mode & NUMA_BALANCING_MEMORY_TIERING != 0
+    }
+
+    /// `(nid, pid)` of `u`'s `last_cpupid`, if set.
+    fn last_cpupid(&self, u: UnitId) -> Option<(NodeId, u32)> {
+        let pid = *self.last_pid.get(u.idx())?;
+        (pid != CPUPID_UNSET).then(|| (NodeId(u16::from(self.last_nid[u.idx()])), pid))
+    }
+
+    fn set_last_cpupid(&mut self, u: UnitId, v: Option<(NodeId, u32)>, units: usize) {
+        if self.last_pid.len() <= u.idx() {
+            self.last_pid.resize(units.max(u.idx() + 1), CPUPID_UNSET);
+            self.last_nid.resize(units.max(u.idx() + 1), u8::MAX);
+        }
+        let (nid, pid) = v.map_or((u8::MAX, CPUPID_UNSET), |(n, p)| (n.0 as u8, p));
+        self.last_nid[u.idx()] = nid;
+        self.last_pid[u.idx()] = pid;
+    }
+
+    /// The faulting thread: one of process `p`'s threads on `node`, drawn uniformly.
+    fn draw_pid(procs: &[Process], p: usize, node: NodeId, rng: &mut SimRng) -> u32 {
+        let mut base = 0u32;
+        if let Some(proc) = procs.get(p) {
+            for g in &proc.groups {
+                if g.node == node && g.threads > 0 {
+                    base += rng.gen_range(0..g.threads);
+                    break;
+                }
+                base += g.threads;
+            }
+        }
+        ((p as u32) << 20) | (base & 0xF_FFFF)
+    }
+
+    /// `pgdat_free_space_enough()` (kernel/sched/fair.c): free pages above the promotion
+    /// watermark plus `max(1 GiB, node_present_pages >> 4)`.
+    fn free_space_enough(ctx: &Ctx<'_>, node: NodeId) -> bool {
+        let Some(m) = ctx.mem.node(node) else {
+            return false;
+        };
+        let wm = Watermarks::of(m.capacity, ctx.kernel.watermark_scale_factor);
+        let margin = free_space_margin(m.capacity.bytes()).pages();
+        m.free().0 > wm.promo.0 + margin.0
+    }
+
+    /// `migrate_balanced_pgdat()` (mm/migrate.c): free pages above the high watermark plus
+    /// the folio.
+    fn balanced(ctx: &Ctx<'_>, node: NodeId, nr: u64) -> bool {
+        ctx.mem.node(node).is_some_and(|m| {
+            let wm = Watermarks::of(m.capacity, ctx.kernel.watermark_scale_factor);
+            m.free().0 > wm.high.0 + nr
+        })
+    }
+
+    /// `wakeup_kswapd()` from `migrate_misplaced_folio_prepare()` in tiering mode. kswapd
+    /// balances a top-tier node to the promotion watermark in tiering mode (mm/vmscan.c
+    /// `pgdat_balanced()`); it runs once per node per step here, and only demotes if demotion
+    /// is enabled (reclaim to swap is not modelled).
+    fn wake_kswapd(&mut self, ctx: &mut Ctx<'_>, node: NodeId) {
+        if self.kswapd_woken.contains(&node) {
+            return;
+        }
+        self.kswapd_woken.push(node);
+        self.stats.kswapd_wakeups += 1;
+        if !ctx.kernel.demotion_enabled {
+            return;
+        }
+        let Some(m) = ctx.mem.node(node) else {
+            return;
+        };
+        let goal = Watermarks::of(m.capacity, ctx.kernel.watermark_scale_factor).promo;
+        demote_coldest(ctx, node, goal, None);
+    }
+
+    /// The tiering branch of `should_numa_migrate_memory()` for a page on a slow node faulted
+    /// from `dst`.
+    fn should_promote(&mut self, ctx: &mut Ctx<'_>, f: &HintFault, dst: NodeId, nr: u64) -> bool {
+        // The target is the faulting CPU's node, top tier by construction (tiers are cut at
+        // the slowest tier holding a CPU node, mm/memory-tiers.c).
+        if !ctx.mem.topology().is_toptier(dst) {
+            return false;
+        }
+        let now = f.time_ns;
+        let enough = Self::free_space_enough(ctx, dst);
+        let st = self
+            .targets
+            .entry(dst)
+            .or_insert_with(|| PromoteState::new(now));
+        if enough {
+            // "workload changed, reset hot threshold"
+            st.threshold.reset_value();
+            ctx.acct.count("pgpromote_candidate_nrl", nr);
+            return true;
+        }
+        let def_th = self.params.hot_threshold_ms;
+        let rate_limit = mbps_to_pages_per_s(self.params.promote_rate_limit_mbps);
+        st.threshold.maybe_adjust(
+            Nanos(now),
+            st.limiter.nr_cand,
+            rate_limit,
+            def_th,
+            self.params.scan_period_max_ms,
+        );
+        if f.latency_ms >= st.threshold.effective(def_th) {
+            self.stats.not_hot += 1;
+            return false;
+        }
+        ctx.acct.count("pgpromote_candidate", nr);
+        let limited = st.limiter.charge(Nanos(now), Pages(nr), rate_limit);
+        if limited {
+            self.stats.rate_limited += 1;
+        }
+        !limited
+    }
+
+    /// The classic branch of `should_numa_migrate_memory()`: the `last_cpupid` exchange and
+    /// the two-stage filter. Simplified: a shared fault (another thread faulted last) from the
+    /// same node migrates, where the kernel would still weigh the numa group's per-node fault
+    /// counts (`group_faults_cpu()`, 3/4 hysteresis), which are not modelled. So a page moves
+    /// after two consecutive faults from the destination node, or at once on a first or
+    /// private fault while the task is young.
+    #[allow(clippy::too_many_arguments)]
+    fn should_migrate_classic(
+        &mut self,
+        ctx: &Ctx<'_>,
+        u: UnitId,
+        p: usize,
+        src_toptier: bool,
+        dst: NodeId,
+        last: Option<(NodeId, u32)>,
+        pid: u32,
+    ) -> bool {
+        self.set_last_cpupid(u, Some((dst, pid)), ctx.mem.units() as usize);
+        // A slow page whose last_cpupid is not a valid cpupid (unset) is left alone when
+        // tiering is off.
+        if !self.tiering() && !src_toptier && last.is_none() {
+            return false;
+        }
+        // "Allow first faults or private faults to migrate immediately early in the lifetime
+        // of a task."
+        if self.scanner.early_life(p) && last.is_none_or(|(_, lp)| lp == pid) {
+            return true;
+        }
+        match last {
+            // Two-stage filter: the previous fault came from another node.
+            Some((lnid, _)) if lnid != dst => false,
+            _ => true,
+        }
+    }
+
+    /// `do_numa_page()` after `numa_migrate_check()`: decide, migrate, report.
+    fn handle_fault(&mut self, ctx: &mut Ctx<'_>, f: &HintFault) {
+        let u = f.unit;
+        let region = ctx.mem.region_of(u);
+        if !region.alive {
+            return;
+        }
+        let policy = region.policy;
+        let nr = region.unit_pages();
+        let cur = ctx.mem.node_of(u);
+        let this = f.node;
+        let (cur_top, this_top) = {
+            let topo = ctx.mem.topology();
+            (topo.is_toptier(cur), topo.is_toptier(this))
+        };
+        let tiering = self.tiering();
+        // folio_use_access_time(): the cpupid field of a slow page holds its access time, so
+        // do_numa_page() passes an unset last_cpupid on.
+        let use_access_time = tiering && !cur_top;
+        let (last, pid) = if use_access_time {
+            (None, CPUPID_UNSET)
+        } else {
+            (
+                self.last_cpupid(u),
+                Self::draw_pid(ctx.procs, f.process, this, ctx.rng),
+            )
+        };
+        let mut decided = false;
+        if mpol_misplaced(&policy, cur, this) {
+            decided = if use_access_time {
+                self.should_promote(ctx, f, this, nr)
+            } else {
+                self.should_migrate_classic(ctx, u, f.process, cur_top, this, last, pid)
+            };
+        } else {
+            self.stats.not_misplaced += 1;
+        }
+        let (mut migrated, mut failed) = (false, false);
+        if decided && cur != this {
+            if !Self::balanced(ctx, this, nr) {
+                self.stats.refused_watermark += 1;
+                failed = true;
+                if tiering {
+                    self.wake_kswapd(ctx, this);
+                }
+            } else if ctx.migrate(u, this).is_ok() {
+                migrated = true;
+                ctx.acct.count("numa_pages_migrated", nr);
+                ctx.acct.count("pgmigrate_success", nr);
+                if nr > 1 {
+                    ctx.acct.count("thp_migration_success", 1);
+                }
+                if tiering && !cur_top && this_top {
+                    ctx.acct.count("pgpromote_success", nr);
+                }
+                ctx.charge_app(f.process, migrate_cost_ns(nr));
+                // folio_migrate_flags(): crossing tiers in tiering mode resets last_cpupid.
+                if tiering && cur_top != this_top {
+                    self.set_last_cpupid(u, None, ctx.mem.units() as usize);
+                }
+            } else {
+                ctx.acct.count("pgmigrate_fail", nr);
+                failed = true;
+            }
+        }
+        let outcome = FaultOutcome {
+            mem_node: if migrated { this } else { cur },
+            pages: nr,
+            local: cur == this,
+            private: last.is_none_or(|(_, lp)| lp == pid),
+            cpupid_valid: last.is_some(),
+            migrated,
+            migrate_failed: failed,
+        };
+        if let Some(proc) = ctx.procs.get(f.process) {
+            self.scanner
+                .task_numa_fault(ctx.mem, f.process, proc, f.time_ns, &outcome);
+        }
     }
 }
 
 impl Mechanism for Numab {
-    fn step(&mut self, _ctx: &mut Ctx<'_>) {}
+    fn step(&mut self, ctx: &mut Ctx<'_>) {
+        if self.params.mode & (NUMA_BALANCING_NORMAL | NUMA_BALANCING_MEMORY_TIERING) == 0 {
+            return;
+        }
+        if !self.initialized {
+            // reset_memory_tiering() for every top-tier node when tiering is switched on.
+            for node in ctx.mem.topology().toptier_mask().iter() {
+                self.targets.insert(node, PromoteState::new(ctx.now));
+            }
+            self.initialized = true;
+        }
+        self.kswapd_woken.clear();
+        let mut faults = std::mem::take(&mut self.faults);
+        faults.clear();
+        match self.params.source {
+            NumabSource::HintFaults => self.scanner.step(ctx, &mut faults),
+            NumabSource::Samples => {
+                let mut samples = Vec::new();
+                crate::mechanism::draw_samples(ctx, self.params.sample_period, &mut samples);
+                for smp in samples {
+                    // A sample stands in for a hint fault: counted as one, with no latency
+                    // (the page was just accessed).
+                    ctx.acct.count("numa_hint_faults", 1);
+                    if ctx.mem.node_of(smp.unit) == smp.node {
+                        ctx.acct.count("numa_hint_faults_local", 1);
+                    }
+                    faults.push(HintFault {
+                        unit: smp.unit,
+                        node: smp.node,
+                        time_ns: smp.time_ns,
+                        latency_ms: 0,
+                        process: smp.process,
+                    });
+                }
+            }
+        }
+        for f in &faults {
+            self.handle_fault(ctx, f);
+        }
+        self.faults = faults;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+    use tierd_engine::policy::{MemPolicy, PolicyMode};
+    use tierd_engine::topology::{NodeSpec, Topology};
+    use tierd_engine::types::{Bytes, CgroupId, NodeMask, PageSize, SpaceId, Vpn};
+
+    use super::*;
+    use crate::mechanism::{kswapd, Accounting, KernelKnobs};
+    use crate::memory::{ClassId, ClassSpec, Spread};
+    use crate::workload::{LatencyTable, Stream, ThreadGroup};
+
+    const DT: u64 = 10 * NS_PER_MS;
+    const MIB: u64 = 1 << 20;
+
+    /// A node for [`topo`]: id, has CPUs, capacity in MiB.
+    fn topo(nodes: &[(u16, bool, u64)]) -> Topology {
+        let specs = nodes
+            .iter()
+            .map(|&(id, cpus, mib)| NodeSpec {
+                id: NodeId(id),
+                has_cpus: cpus,
+                capacity: Bytes(mib * MIB),
+                perf: None,
+                // CPU-less nodes are CXL: the dax/kmem default adist, memory_tier22.
+                adistance: (!cpus).then_some(2880),
+            })
+            .collect();
+        let n = nodes.len();
+        let dist = (0..n)
+            .map(|i| (0..n).map(|j| if i == j { 10 } else { 20 }).collect())
+            .collect();
+        Topology::new(specs, dist).unwrap()
+    }
+
+    /// A small machine, its processes and the loop that drives a mechanism.
+    struct Bench {
+        mem: Memory,
+        procs: Vec<Process>,
+        lat: LatencyTable,
+        acct: Accounting,
+        rng: SimRng,
+        kernel: KernelKnobs,
+        now: u64,
+        tax: Vec<f64>,
+        next_vpn: u64,
+    }
+
+    impl Bench {
+        /// `lat`: (initiator, target, ns).
+        fn new(topo: Topology, lat: &[(u16, u16, f64)], seed: u64) -> Bench {
+            Bench {
+                mem: Memory::new(topo),
+                procs: Vec::new(),
+                lat: LatencyTable {
+                    ns: lat
+                        .iter()
+                        .map(|&(i, t, ns)| ((NodeId(i), NodeId(t)), ns))
+                        .collect(),
+                },
+                acct: Accounting::default(),
+                rng: SimRng::seed_from_u64(seed),
+                kernel: KernelKnobs::default(),
+                now: 0,
+                tax: Vec::new(),
+                next_vpn: 1 << 20,
+            }
+        }
+
+        /// Maps a region of `mib` MiB on `node`; `hot` are region-relative unit ranges.
+        /// Returns the region and its (hot, rest) classes.
+        #[allow(clippy::too_many_arguments)]
+        fn region(
+            &mut self,
+            name: &str,
+            space: u32,
+            mib: u64,
+            size: PageSize,
+            policy: MemPolicy,
+            hot: Vec<(u32, u32)>,
+            node: u16,
+        ) -> (RegionId, Option<ClassId>, Option<ClassId>) {
+            let units = (mib * MIB / size.nr_pages().bytes().0) as u32;
+            let start = self.next_vpn.next_multiple_of(HPAGE_PMD_NR);
+            self.next_vpn = start + u64::from(units) * size.nr_pages().0 + HPAGE_PMD_NR;
+            let classes = if hot.is_empty() {
+                Vec::new()
+            } else {
+                vec![ClassSpec {
+                    name: format!("{name}.hot"),
+                    ranges: hot,
+                    spread: Spread::Uniform,
+                }]
+            };
+            let rid = self
+                .mem
+                .map_region(
+                    name,
+                    SpaceId(space),
+                    CgroupId::ROOT,
+                    Vpn(start),
+                    units,
+                    size,
+                    policy,
+                    classes,
+                    7,
+                    |_| vec![NodeId(node)],
+                )
+                .unwrap();
+            let find = |n: String| {
+                self.mem
+                    .classes()
+                    .iter()
+                    .position(|c| c.region == rid && c.name == n)
+                    .map(|i| ClassId(i as u16))
+            };
+            (rid, find(format!("{name}.hot")), find(name.to_string()))
+        }
+
+        fn process(
+            &mut self,
+            space: u32,
+            groups: &[(u16, u32)],
+            streams: &[(ClassId, f64)],
+            regions: &[RegionId],
+        ) -> usize {
+            self.procs.push(Process {
+                name: format!("p{space}"),
+                space: SpaceId(space),
+                cgroup: CgroupId::ROOT,
+                groups: groups
+                    .iter()
+                    .map(|&(n, t)| ThreadGroup {
+                        node: NodeId(n),
+                        threads: t,
+                    })
+                    .collect(),
+                streams: streams
+                    .iter()
+                    .map(|&(class, share)| Stream { class, share })
+                    .collect(),
+                compute_ns: 0.0,
+                running: true,
+                regions: regions.to_vec(),
+            });
+            self.tax.push(0.0);
+            self.acct.app_overhead_ns.push(0.0);
+            self.procs.len() - 1
+        }
+
+        /// Runs `m` until `t_s` seconds, as the scenario runner does: rates from placement
+        /// and last step's tax, the mechanism, then kswapd.
+        fn run(&mut self, m: &mut dyn Mechanism, t_s: f64) {
+            let until = (t_s * 1e9) as u64;
+            while self.now < until {
+                let load = Load::compute(&self.procs, &self.mem, &self.lat, &self.tax);
+                self.acct.app_overhead_ns.iter_mut().for_each(|x| *x = 0.0);
+                let mut ctx = Ctx {
+                    now: self.now,
+                    dt: DT,
+                    mem: &mut self.mem,
+                    load: &load,
+                    procs: &self.procs,
+                    rng: &mut self.rng,
+                    acct: &mut self.acct,
+                    kernel: &self.kernel,
+                };
+                m.step(&mut ctx);
+                kswapd(&mut ctx);
+                for (p, tax) in self.tax.iter_mut().enumerate() {
+                    let accesses = load.process_rate[p] * DT as f64 / 1e9;
+                    *tax = if accesses > 0.0 {
+                        self.acct.app_overhead_ns[p] / accesses
+                    } else {
+                        0.0
+                    };
+                }
+                self.now += DT;
+            }
+        }
+
+        fn on(&self, class: ClassId, node: u16) -> u64 {
+            self.mem
+                .class(class)
+                .units_on
+                .get(&NodeId(node))
+                .copied()
+                .unwrap_or(0)
+        }
+
+        fn vm(&self, name: &str) -> u64 {
+            self.acct.get(name)
+        }
+    }
+
+    fn params(mode: u8) -> NumabParams {
+        NumabParams {
+            mode,
+            ..NumabParams::default()
+        }
+    }
+
+    /// Every `stride`-th block of `block` units, `count` blocks.
+    fn blocks(block: u32, stride: u32, count: u32) -> Vec<(u32, u32)> {
+        (0..count).map(|i| (i * stride * block, block)).collect()
+    }
+
+    /// DRAM node 0 (8 GiB, 2 threads) and CXL node 1 (8 GiB) holding a 256 MiB buffer whose
+    /// hot quarter (4 blocks of 16 MiB) gets every access.
+    fn two_tier_bench(seed: u64, policy: MemPolicy) -> (Bench, ClassId, ClassId) {
+        let mut b = Bench::new(
+            topo(&[(0, true, 8192), (1, false, 8192)]),
+            &[(0, 0, 100.0), (0, 1, 320.0)],
+            seed,
+        );
+        let (rid, hot, cold) =
+            b.region("buf", 1, 256, PageSize::Base, policy, blocks(4096, 4, 4), 1);
+        let (hot, cold) = (hot.unwrap(), cold.unwrap());
+        b.process(1, &[(0, 2)], &[(hot, 1.0)], &[rid]);
+        (b, hot, cold)
+    }
+
+    #[test]
+    fn cost_constants_follow_seed_b() {
+        assert!(
+            (HINT_FAULT_COST_NS - 74_511.0).abs() < 1.0,
+            "{HINT_FAULT_COST_NS}"
+        );
+        assert!((MIGRATE_COST_NS_PER_PAGE - 46_910.0).abs() < 1.0);
+        assert!((HINT_FAULT_HANDLING_NS - 71_962.0).abs() < 1.0);
+        // Fault handling plus migrations at seed B's ratio gives back the measured total.
+        let total = HINT_FAULT_HANDLING_NS * SEED_B_HINT_FAULTS
+            + MIGRATE_COST_NS_PER_PAGE * SEED_B_PAGES_MIGRATED;
+        assert!((total / 1e3 - SEED_B_FAULT_OVERHEAD_US).abs() < 1e3);
+        assert!((migrate_cost_ns(512) - 251_310.0).abs() < 1.0);
+    }
+
+    #[test]
+    fn scan_period_bounds_follow_task_scan_min_max() {
+        let s = Scanner::new(&NumabParams::default(), true, 1);
+        let gib = (1u64 << 30) >> PAGE_SHIFT;
+        // 64 GiB: 256 windows; min = max(1000 / (2560 / 256), 1000 / 256) = 100 ms,
+        // max = 60000 / 256 = 234 ms.
+        assert_eq!(s.task_scan_min_ms(64 * gib), 100);
+        assert_eq!(s.task_scan_max_ms(64 * gib), 234);
+        // 256 MiB: one window; 1000 ms and 60000 ms.
+        assert_eq!(s.task_scan_min_ms(gib / 4), 1000);
+        assert_eq!(s.task_scan_max_ms(gib / 4), 60_000);
+        // Scaled to 1/16 with the window: the same periods for a 4 GiB process.
+        let mut p = NumabParams::default();
+        p.scale_rates(1.0 / 16.0);
+        assert_eq!((p.scan_size_mb, p.max_scan_window_mbps), (16, 160));
+        let s = Scanner::new(&p, true, 1);
+        assert_eq!(s.task_scan_min_ms(4 * gib), 100);
+        assert_eq!(s.task_scan_max_ms(4 * gib), 234);
+    }
+
+    #[test]
+    fn mode2_promotes_hot_pages_and_leaves_cold_ones() {
+        let (mut b, hot, cold) = two_tier_bench(1, MemPolicy::DEFAULT);
+        let mut m = Numab::new(&params(2), 1);
+        b.run(&mut m, 10.0);
+        let hot_units = b.mem.class(hot).len.into();
+        assert_eq!(b.on(hot, 0), hot_units, "every hot page promoted");
+        assert_eq!(b.on(cold, 0), 0, "no cold page promoted");
+        // Each hot page faulted once and moved; each slow page was armed exactly once (cold
+        // ones stay PROT_NONE, hot ones are skipped on the top tier after promotion).
+        assert_eq!(b.vm("numa_hint_faults"), hot_units);
+        assert_eq!(b.vm("numa_hint_faults_local"), 0);
+        assert_eq!(b.vm("numa_pages_migrated"), hot_units);
+        assert_eq!(b.vm("pgpromote_success"), hot_units);
+        assert_eq!(b.vm("pgpromote_candidate_nrl"), hot_units);
+        assert_eq!(b.vm("pgpromote_candidate"), 0);
+        assert_eq!(b.vm("numa_pte_updates"), 65_536);
+        assert_eq!(b.mem.stats.mempolicy_violations, 0);
+        assert!(b.mem.check().is_none());
+        // Faults and migrations were charged to the application.
+        let expected = hot_units as f64 * (HINT_FAULT_HANDLING_NS + MIGRATE_COST_NS_PER_PAGE)
+            + 65_536.0 * PTE_UPDATE_COST_NS;
+        assert!((b.acct.app_overhead_total_ns - expected).abs() < 1.0);
+        // RSS 256 MiB: one window, period 1000 ms. Every counted (promoted) fault came in the
+        // first sequence, so task_numa_placement() never ran and the period never changed.
+        assert!(m.scanner().scan_seq(0) >= 2);
+        assert_eq!(m.scanner().scan_period_ms(0), Some(1000));
+    }
+
+    #[test]
+    fn nothing_is_scanned_before_scan_delay() {
+        let (mut b, hot, _) = two_tier_bench(2, MemPolicy::DEFAULT);
+        let mut m = Numab::new(
+            &NumabParams {
+                scan_delay_ms: 5000,
+                ..params(2)
+            },
+            1,
+        );
+        b.run(&mut m, 4.99);
+        assert_eq!(b.vm("numa_pte_updates"), 0);
+        assert_eq!(b.vm("numa_hint_faults"), 0);
+        assert_eq!(m.scanner().passes(0), 0);
+        b.run(&mut m, 5.5);
+        assert_eq!(m.scanner().passes(0), 1);
+        assert!(b.vm("numa_pte_updates") > 0);
+        assert!(b.on(hot, 0) > 0);
+    }
+
+    #[test]
+    fn mode2_never_touches_toptier_pages_and_mode3_does() {
+        let run = |mode: u8| {
+            let mut b = Bench::new(
+                topo(&[(0, true, 8192), (1, false, 8192)]),
+                &[(0, 0, 100.0), (0, 1, 320.0)],
+                3,
+            );
+            let (rid, _, all) =
+                b.region("buf", 1, 64, PageSize::Base, MemPolicy::DEFAULT, vec![], 0);
+            b.process(1, &[(0, 2)], &[(all.unwrap(), 1.0)], &[rid]);
+            let mut m = Numab::new(&params(mode), 1);
+            b.run(&mut m, 5.0);
+            b
+        };
+        let b = run(2);
+        assert_eq!(b.vm("numa_pte_updates"), 0);
+        assert_eq!(b.vm("numa_hint_faults"), 0);
+        assert_eq!(b.mem.stats.pages_migrated, 0);
+        let b = run(3);
+        assert!(b.vm("numa_pte_updates") >= 16_384);
+        assert!(b.vm("numa_hint_faults") > 0);
+        // Local faults with the default policy: nothing moves.
+        assert_eq!(b.vm("numa_hint_faults_local"), b.vm("numa_hint_faults"));
+        assert_eq!(b.mem.stats.pages_migrated, 0);
+    }
+
+    /// A 2 GiB DRAM node with 1.25 GiB set aside: 0.75 GiB free is less than the 1 GiB margin
+    /// of `pgdat_free_space_enough()`, so promotions go through the threshold and the rate
+    /// limit; 128 MiB of hot pages on the CXL node.
+    fn nearly_full(mbps: u64, seed: u64) -> (Bench, Numab, ClassId) {
+        let mut b = Bench::new(
+            topo(&[(0, true, 2048), (1, false, 8192)]),
+            &[(0, 0, 100.0), (0, 1, 320.0)],
+            seed,
+        );
+        b.mem.reserve(NodeId(0), Pages(1280 * 256));
+        let (rid, _, all) = b.region("buf", 1, 128, PageSize::Base, MemPolicy::DEFAULT, vec![], 1);
+        let all = all.unwrap();
+        b.process(1, &[(0, 4)], &[(all, 1.0)], &[rid]);
+        let mut m = Numab::new(
+            &NumabParams {
+                promote_rate_limit_mbps: mbps,
+                ..params(2)
+            },
+            1,
+        );
+        b.run(&mut m, 10.5);
+        (b, m, all)
+    }
+
+    #[test]
+    fn rate_limit_binds_when_the_fast_node_is_nearly_full() {
+        let (b, m, all) = nearly_full(1, 4);
+        let promoted = b.on(all, 0);
+        // 1 MB/s = 256 pages per fixed one-second window (up to twice that across a window
+        // boundary); passes at 1, 2, ... 10 s.
+        assert!(promoted > 0);
+        assert!(promoted <= 2 * 256 * 10, "{promoted}");
+        assert_eq!(b.vm("pgpromote_success"), promoted);
+        assert_eq!(b.vm("pgpromote_candidate_nrl"), 0);
+        assert!(b.vm("pgpromote_candidate") > 10 * promoted);
+        assert!(m.stats.rate_limited > 0);
+        // Promotions continue across sequences; they are remote and private faults, so each
+        // task_numa_placement() doubles the period.
+        assert!(m.scanner().scan_period_ms(0).unwrap() >= 2000);
+        // With the default limit the same faults promote everything.
+        let (b, m, all) = nearly_full(65_536, 4);
+        assert_eq!(b.on(all, 0), u64::from(b.mem.class(all).len));
+        assert_eq!(m.stats.rate_limited, 0);
+    }
+
+    /// 16 MiB hot (4096 pages, ~1000 accesses/s each) and 112 MiB warm pages touched about
+    /// once a second each, on CXL; a 2 GiB DRAM node with `reserve_mib` set aside; a 10 ms
+    /// hot threshold.
+    fn warm_run(reserve_mib: u64, seed: u64) -> (Bench, Numab, ClassId, ClassId) {
+        let mut b = Bench::new(
+            topo(&[(0, true, 2048), (1, false, 8192)]),
+            &[(0, 0, 100.0), (0, 1, 320.0)],
+            seed,
+        );
+        b.mem.reserve(NodeId(0), Pages(reserve_mib * 256));
+        let (rid, hot, warm) = b.region(
+            "buf",
+            1,
+            128,
+            PageSize::Base,
+            MemPolicy::DEFAULT,
+            vec![(0, 4096)],
+            1,
+        );
+        let (hot, warm) = (hot.unwrap(), warm.unwrap());
+        b.process(1, &[(0, 4)], &[(hot, 0.999), (warm, 0.001)], &[rid]);
+        let mut m = Numab::new(
+            &NumabParams {
+                hot_threshold_ms: 10,
+                ..params(2)
+            },
+            1,
+        );
+        b.run(&mut m, 6.0);
+        (b, m, hot, warm)
+    }
+
+    #[test]
+    fn hot_threshold_filters_rarely_touched_pages_when_the_fast_node_is_nearly_full() {
+        // Plenty of room: every page that faults is promoted, hot or not.
+        let (b, m, hot, warm) = warm_run(0, 5);
+        assert_eq!(b.on(hot, 0), 4096);
+        assert!(b.on(warm, 0) > 25_000, "{}", b.on(warm, 0));
+        assert_eq!(m.stats.not_hot, 0);
+        // Nearly full: warm pages fault ~1 s after being armed, so each pass lets in only the
+        // ~1 % that fault within 10 ms; the hot ones always qualify.
+        let (b, m, hot, warm) = warm_run(1280, 5);
+        assert_eq!(b.on(hot, 0), 4096);
+        let warm_in = b.on(warm, 0);
+        assert!(warm_in < 28_672 / 10, "{warm_in}");
+        assert!(m.stats.not_hot > 5 * warm_in);
+        assert_eq!(b.vm("pgpromote_candidate"), 4096 + warm_in);
+        assert_eq!(m.threshold_ms(NodeId(0)), 10);
+    }
+
+    /// Threads on node 0, a buffer on CXL node 2, all hot: how much of it ends on node 0,
+    /// and how many PTE updates the scan made.
+    fn bind_run(policy: MemPolicy) -> (f64, u64, u64) {
+        let mut b = Bench::new(
+            topo(&[(0, true, 4096), (1, true, 4096), (2, false, 4096)]),
+            &[(0, 0, 100.0), (0, 1, 180.0), (0, 2, 320.0)],
+            6,
+        );
+        let (rid, _, all) = b.region("buf", 1, 32, PageSize::Base, policy, vec![], 2);
+        let all = all.unwrap();
+        b.process(1, &[(0, 2)], &[(all, 1.0)], &[rid]);
+        let mut m = Numab::new(&params(2), 1);
+        b.run(&mut m, 4.0);
+        assert_eq!(b.mem.stats.mempolicy_violations, 0);
+        assert_eq!(b.on(all, 1), 0);
+        let len = f64::from(b.mem.class(all).len);
+        (
+            b.on(all, 0) as f64 / len,
+            b.vm("numa_pte_updates"),
+            b.vm("numa_hint_faults"),
+        )
+    }
+
+    #[test]
+    fn bind_and_preferred_many_masks_are_honoured() {
+        let nb = |mode, nodes: &[u16], flag| MemPolicy {
+            mode,
+            nodes: NodeMask::from_nodes(nodes.iter().map(|&n| NodeId(n))),
+            numa_balancing: flag,
+        };
+        // The faulting CPU's node is in the mask: promoted.
+        let (frac, _, _) = bind_run(nb(PolicyMode::Bind, &[0, 2], true));
+        assert!((frac - 1.0).abs() < 1e-9);
+        let (frac, _, _) = bind_run(nb(PolicyMode::PreferredMany, &[0], true));
+        assert!((frac - 1.0).abs() < 1e-9);
+        // Not in the mask: scanned and faulted, never moved.
+        let (frac, updates, faults) = bind_run(nb(PolicyMode::Bind, &[1, 2], true));
+        assert_eq!(frac, 0.0);
+        assert!(updates > 0 && faults > 0);
+        let (frac, _, faults) = bind_run(nb(PolicyMode::PreferredMany, &[1], true));
+        assert_eq!(frac, 0.0);
+        assert!(faults > 0);
+        // Without MPOL_F_NUMA_BALANCING the policy has no MPOL_F_MOF: the VMA is not even
+        // scanned (vma_policy_mof()), so the page stays put.
+        let (frac, updates, faults) = bind_run(nb(PolicyMode::Bind, &[0, 2], false));
+        assert_eq!((frac, updates, faults), (0.0, 0, 0));
+        let (frac, updates, _) = bind_run(nb(PolicyMode::PreferredMany, &[0, 2], false));
+        assert_eq!((frac, updates), (0.0, 0));
+        let (frac, updates, _) = bind_run(nb(PolicyMode::Interleave, &[0, 2], false));
+        assert_eq!((frac, updates), (0.0, 0));
+    }
+
+    /// Seed B's shape: two DRAM nodes, a group of threads on each touching its own chunk,
+    /// all memory first on node 0, mode 1.
+    fn seed_b_bench(seed: u64) -> (Bench, ClassId, ClassId) {
+        let mut b = Bench::new(
+            topo(&[(0, true, 4096), (1, true, 4096)]),
+            &[(0, 0, 100.0), (0, 1, 180.0), (1, 1, 100.0), (1, 0, 180.0)],
+            seed,
+        );
+        let (ra, _, a) = b.region("a", 1, 64, PageSize::Base, MemPolicy::DEFAULT, vec![], 0);
+        let (rb, _, c) = b.region("b", 2, 64, PageSize::Base, MemPolicy::DEFAULT, vec![], 0);
+        let (a, c) = (a.unwrap(), c.unwrap());
+        b.process(1, &[(0, 2)], &[(a, 1.0)], &[ra]);
+        b.process(2, &[(1, 2)], &[(c, 1.0)], &[rb]);
+        (b, a, c)
+    }
+
+    #[test]
+    fn mode1_moves_remote_pages_and_faults_far_more_than_it_migrates() {
+        let (mut b, a, c) = seed_b_bench(7);
+        let mut m = Numab::new(&params(1), 2);
+        b.run(&mut m, 60.0);
+        assert_eq!(b.on(a, 0), 16_384, "local pages stay");
+        assert_eq!(b.on(c, 1), 16_384, "remote pages follow their threads");
+        assert_eq!(b.vm("numa_pages_migrated"), 16_384);
+        assert_eq!(b.vm("pgpromote_success"), 0);
+        let faults = b.vm("numa_hint_faults");
+        assert!(faults > 4 * 16_384, "{faults}");
+        assert!(b.vm("numa_hint_faults_local") > faults / 2);
+        // All faults local and half private: update_task_scan_period() slows the scan down.
+        let p0 = m.scanner().scan_period_ms(0).unwrap();
+        assert!(p0 > 1000, "{p0}");
+    }
+
+    #[test]
+    fn classic_branch_uses_the_two_stage_filter_once_the_task_has_settled() {
+        let (mut b, a, _) = seed_b_bench(1);
+        let mut m = Numab::new(&params(1), 2);
+        let load = Load::compute(&b.procs, &b.mem, &b.lat, &b.tax);
+        let ctx = Ctx {
+            now: 0,
+            dt: DT,
+            mem: &mut b.mem,
+            load: &load,
+            procs: &b.procs,
+            rng: &mut b.rng,
+            acct: &mut b.acct,
+            kernel: &b.kernel,
+        };
+        let u = ctx.mem.class(a).unit_at(0);
+        let (n0, n1) = (NodeId(0), NodeId(1));
+        // Young task: a first fault migrates at once, and so does a private one.
+        assert!(m.scanner.early_life(0));
+        assert!(m.should_migrate_classic(&ctx, u, 0, true, n1, None, 7));
+        assert!(m.should_migrate_classic(&ctx, u, 0, true, n1, Some((n0, 7)), 7));
+        // Settled task (preferred node set, more than 4 sequences).
+        m.scanner.tasks[0].preferred = true;
+        m.scanner.tasks[0].task_seq = 5;
+        assert!(!m.scanner.early_life(0));
+        // The previous fault came from node 0: refused, but the exchange records node 1 ...
+        assert!(!m.should_migrate_classic(&ctx, u, 0, true, n1, Some((n0, 3)), 7));
+        let last = m.last_cpupid(u);
+        assert_eq!(last, Some((n1, 7)));
+        // ... so a second fault from node 1, even by another thread, migrates.
+        assert!(m.should_migrate_classic(&ctx, u, 0, true, n1, last, 9));
+        // Tiering off: a slow-tier page whose last_cpupid is unset never migrates.
+        assert!(!m.should_migrate_classic(&ctx, u, 0, false, n1, None, 7));
+    }
+
+    #[test]
+    fn huge_pages_count_as_the_kernel_counts_them() {
+        let mut b = Bench::new(
+            topo(&[(0, true, 8192), (1, false, 8192)]),
+            &[(0, 0, 100.0), (0, 1, 320.0)],
+            8,
+        );
+        let (rid, hot, _) = b.region(
+            "buf",
+            1,
+            64,
+            PageSize::Huge2M,
+            MemPolicy::DEFAULT,
+            vec![(0, 8)],
+            1,
+        );
+        b.process(1, &[(0, 2)], &[(hot.unwrap(), 1.0)], &[rid]);
+        let mut m = Numab::new(&params(2), 1);
+        b.run(&mut m, 3.0);
+        // 32 huge pages: 512 PTE updates each, one huge update each; 8 hot ones migrate.
+        assert_eq!(b.vm("numa_pte_updates"), 32 * 512);
+        assert_eq!(b.vm("numa_huge_pte_updates"), 32);
+        assert_eq!(b.vm("numa_hint_faults"), 8);
+        assert_eq!(b.vm("numa_pages_migrated"), 8 * 512);
+        assert_eq!(b.vm("thp_migration_success"), 8);
+    }
+
+    #[test]
+    fn a_page_migrated_while_armed_loses_its_hint_fault() {
+        // 64 MiB on CXL touched about once a second per page (1 thread, 60 us per access).
+        let mut b = Bench::new(
+            topo(&[(0, true, 8192), (1, false, 8192)]),
+            &[(0, 0, 100.0), (0, 1, 320.0)],
+            10,
+        );
+        let (rid, _, all) = b.region("buf", 1, 64, PageSize::Base, MemPolicy::DEFAULT, vec![], 1);
+        let all = all.unwrap();
+        b.process(1, &[(0, 1)], &[(all, 1.0)], &[rid]);
+        b.procs[0].compute_ns = 60_000.0;
+        let mut m = Numab::new(&params(2), 1);
+        b.run(&mut m, 1.02);
+        let armed: Vec<UnitId> = (0..16_384u32)
+            .map(|i| b.mem.class(all).unit_at(i))
+            .filter(|&u| m.scanner().is_armed(&b.mem, u))
+            .collect();
+        assert!(armed.len() > 15_000, "{}", armed.len());
+        let before = b.vm("numa_hint_faults");
+        // Something else (a userspace promoter) moves them to DRAM before they are touched.
+        for &u in &armed {
+            b.mem.migrate(u, NodeId(0)).unwrap();
+        }
+        assert!(armed.iter().all(|&u| !m.scanner().is_armed(&b.mem, u)));
+        // Past the horizon every draw made for them has come due and been dropped.
+        b.run(&mut m, 12.0);
+        assert_eq!(
+            b.vm("numa_hint_faults"),
+            before,
+            "no fault on a page that moved"
+        );
+        assert_eq!(m.scanner().queued_faults(), 0);
+    }
+
+    #[test]
+    fn refused_promotion_wakes_kswapd_which_makes_room_if_demotion_is_enabled() {
+        let run = |demotion: bool| {
+            // 1.5 GiB DRAM filled by an idle 1.5 GiB buffer; 32 MiB of hot pages on CXL.
+            let mut b = Bench::new(
+                topo(&[(0, true, 1536), (1, false, 8192)]),
+                &[(0, 0, 100.0), (0, 1, 320.0)],
+                9,
+            );
+            b.kernel.demotion_enabled = demotion;
+            b.kernel.tiering_kswapd = true;
+            let (ri, _, idle) = b.region(
+                "idle",
+                2,
+                1536,
+                PageSize::Base,
+                MemPolicy::DEFAULT,
+                vec![],
+                0,
+            );
+            let (rh, _, hot) =
+                b.region("hot", 1, 32, PageSize::Base, MemPolicy::DEFAULT, vec![], 1);
+            let (idle, hot) = (idle.unwrap(), hot.unwrap());
+            b.process(1, &[(0, 2)], &[(hot, 1.0)], &[rh]);
+            b.process(2, &[(0, 1)], &[(idle, 1.0)], &[ri]);
+            b.procs[1].running = false;
+            let mut m = Numab::new(&params(2), 2);
+            b.run(&mut m, 6.0);
+            (b.on(hot, 0), b.vm("pgdemote_kswapd"), m.stats.clone())
+        };
+        let (promoted, demoted, stats) = run(false);
+        assert_eq!((promoted, demoted), (0, 0));
+        assert!(stats.refused_watermark > 0 && stats.kswapd_wakeups > 0);
+        // kswapd frees up to the promotion watermark (4 watermark steps, 1536 pages here) per
+        // wakeup; promotions resume until free memory falls below high + 1 again.
+        let (promoted, demoted, stats) = run(true);
+        assert!(demoted >= promoted, "{demoted} {promoted}");
+        assert!(promoted > 1000, "{promoted}");
+        assert!(stats.kswapd_wakeups > 1);
+    }
+
+    #[test]
+    fn same_seed_same_run() {
+        let run = |seed: u64| {
+            let (b, m, _, _) = warm_run(1280, seed);
+            let placement: Vec<NodeId> = (0..b.mem.units())
+                .map(|u| b.mem.node_of(UnitId(u)))
+                .collect();
+            (b.acct.vmstat.clone(), placement, m.stats.clone())
+        };
+        let a = run(11);
+        assert_eq!(a, run(11));
+        let c = run(12);
+        assert_ne!((&a.0, &a.1), (&c.0, &c.1));
+    }
+
+    /// Seed A at `scale` (1 = the published machine): 64 threads on node 0, a 64 GiB buffer
+    /// on CPU-less node 2 whose hot quarter (16 MiB chunks, every fourth) gets all accesses,
+    /// mode 2. Prints the trajectory and the counters scaled back to full size.
+    fn seed_a(scale: f64, p: &NumabParams, label: &str) {
+        let mib = |gib: f64| (gib * 1024.0 * scale) as u64;
+        let mut b = Bench::new(
+            topo(&[
+                (0, true, mib(268.0)),
+                (1, true, mib(268.0)),
+                (2, false, mib(256.0)),
+            ]),
+            &[(0, 0, 100.0), (0, 1, 170.0), (0, 2, 320.0)],
+            1,
+        );
+        let units = (mib(64.0) * 256) as u32;
+        let chunk = (mib(1.0 / 64.0) * 256).max(1) as u32;
+        let (rid, hot, _) = b.region(
+            "buf",
+            1,
+            mib(64.0),
+            PageSize::Base,
+            MemPolicy::DEFAULT,
+            blocks(chunk, 4, units / chunk / 4),
+            2,
+        );
+        let hot = hot.unwrap();
+        let threads = ((64.0 * scale).round() as u32).max(1);
+        b.process(1, &[(0, threads)], &[(hot, 1.0)], &[rid]);
+        let mut m = Numab::new(p, 1);
+        let up = 1.0 / scale;
+        let gb = |pages: u64| pages as f64 * 4096.0 / f64::from(1u32 << 30) * up;
+        println!("== {label}: scale {scale}, {p:?}");
+        for t in [5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 240.0] {
+            b.run(&mut m, t);
+            let load = Load::compute(&b.procs, &b.mem, &b.lat, &b.tax);
+            println!(
+                "t={t:>5}s node0 {:>5.1} GiB  faults {:>9.0}  pte_updates {:>10.0}  \
+                 promoted {:>5.1} GiB  period {:?} ms seq {}  lat {:.0} ns (tax {:.1} ns)",
+                gb(b.on(hot, 0)),
+                b.vm("numa_hint_faults") as f64 * up,
+                b.vm("numa_pte_updates") as f64 * up,
+                gb(b.vm("pgpromote_success")),
+                m.scanner().scan_period_ms(0),
+                m.scanner().scan_seq(0),
+                load.process_latency_ns[0],
+                b.tax[0],
+            );
+        }
+        let thread_s = f64::from(threads) * 240.0;
+        println!(
+            "app overhead {:.1} thread-s of {thread_s:.0} ({:.2} %)",
+            b.acct.app_overhead_total_ns / 1e9,
+            b.acct.app_overhead_total_ns / 1e9 / thread_s * 100.0
+        );
+    }
+
+    /// Calibration against seed A (`cargo test --release -p tierd-sim calibration --
+    /// --ignored --nocapture`). Published for NUMAB2: 16.0 GB on node 0, 3.73 M hint
+    /// faults, 12.9 M PTE updates in the 240 s window.
+    #[test]
+    #[ignore = "calibration report, minutes in debug builds"]
+    fn calibration_seed_a() {
+        let scale = 1.0 / 16.0;
+        let mut p = params(2);
+        p.scale_rates(scale);
+        seed_a(scale, &p, "scaled knobs");
+        let mut q = params(2);
+        q.scan_size_mb = p.scan_size_mb;
+        seed_a(scale, &q, "scan size scaled, MAX_SCAN_WINDOW not");
+        seed_a(scale, &params(2), "unscaled knobs");
+    }
+
+    #[test]
+    #[ignore = "full-size calibration, needs ~1 GB and a release build"]
+    fn calibration_seed_a_full_size() {
+        seed_a(1.0, &params(2), "full size");
+    }
 }

@@ -95,6 +95,11 @@ pub struct MachineToml {
     /// `vm.watermark_scale_factor`.
     #[serde(default = "default_wsf")]
     pub watermark_scale_factor: u32,
+    /// Named latency profiles: the same machine measured under another kernel build, as
+    /// seed A's note says its latencies were ("measured on two different kernels"). Keys
+    /// are `"initiator-target"` node pairs, values loaded latencies in ns.
+    #[serde(default)]
+    pub profile: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 fn default_wsf() -> u32 {
@@ -298,6 +303,10 @@ pub struct TierdToml {
     /// NUMA-balancing scanner knobs for the hint-fault source.
     #[serde(default)]
     pub numab: NumabParams,
+    /// The kernel's classic NUMA balancing running alongside for top-tier pages only
+    /// (`mode = 1`: pghot with `numa_balancing=3` moves misplaced pages between fast nodes).
+    #[serde(default)]
+    pub kernel_numab: Option<NumabParams>,
     /// Engine configuration.
     #[serde(default)]
     pub engine: EngineConfig,
@@ -333,6 +342,15 @@ pub struct ConfigToml {
     /// Published figures for this configuration, shown beside the simulated ones.
     #[serde(default)]
     pub published: BTreeMap<String, f64>,
+    /// A latency profile of `machine.profile` to run under (default: the nodes' latencies).
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Cgroup settings for this configuration only (a case of the scenario).
+    #[serde(default)]
+    pub cgroup: Vec<CgroupToml>,
+    /// Processes left out of this configuration (e.g. "the tenant alone").
+    #[serde(default)]
+    pub skip: Vec<String>,
 }
 
 /// What the report measures.
@@ -350,6 +368,9 @@ pub struct ReportToml {
     /// Fraction of the run at the end over which latency is averaged.
     #[serde(default = "default_steady")]
     pub steady_fraction: f64,
+    /// Measure latency and throughput of this process only (default: all).
+    #[serde(default)]
+    pub process: Option<String>,
 }
 
 fn default_steady() -> f64 {
@@ -638,12 +659,33 @@ impl Scenario {
                 ));
             }
         }
+        if let Some(p) = &self.report.process {
+            if !procs.contains(&p.as_str()) {
+                return Err(err("report.process".into(), p, format!("no process {p:?}")));
+            }
+        }
         if !classes.contains(&self.report.hot) {
             return Err(err(
                 "report.hot".into(),
                 &self.report.hot,
                 format!("no class {:?}", self.report.hot),
             ));
+        }
+        for (name, pairs) in &self.machine.profile {
+            for k in pairs.keys() {
+                let ok = k.split_once('-').is_some_and(|(a, b)| {
+                    [a, b]
+                        .iter()
+                        .all(|x| x.parse::<u16>().is_ok_and(|id| node_ids.contains(&id)))
+                });
+                if !ok {
+                    return Err(err(
+                        format!("machine.profile.{name}"),
+                        k,
+                        format!("{k:?} is not an \"initiator-target\" node pair"),
+                    ));
+                }
+            }
         }
         let mut ids: Vec<&str> = Vec::new();
         for (i, c) in self.config.iter().enumerate() {
@@ -655,6 +697,33 @@ impl Scenario {
                 ));
             }
             ids.push(&c.id);
+            for sk in &c.skip {
+                if !procs.contains(&sk.as_str()) {
+                    return Err(err(
+                        format!("config[{i}].skip"),
+                        sk,
+                        format!("no process {sk:?}"),
+                    ));
+                }
+            }
+            for cg in &c.cgroup {
+                if !self.cgroup.iter().any(|k| k.name == cg.name) {
+                    return Err(err(
+                        format!("config[{i}].cgroup"),
+                        &cg.name,
+                        format!("no cgroup {:?} in [[cgroup]]", cg.name),
+                    ));
+                }
+            }
+            if let Some(p) = &c.profile {
+                if !self.machine.profile.contains_key(p) {
+                    return Err(err(
+                        format!("config[{i}].profile"),
+                        p,
+                        format!("no machine.profile.{p}"),
+                    ));
+                }
+            }
             if c.mechanism == MechanismKind::Tierd {
                 let Some(t) = &c.tierd else {
                     return Err(err(
@@ -715,6 +784,16 @@ impl Scenario {
             c.high_gib *= scale;
         }
         for c in &mut s.config {
+            for (k, v) in &mut c.published {
+                // Sizes, counts and CPU seconds shrink with the machine; latencies do not.
+                if !k.contains("latency") {
+                    *v *= scale;
+                }
+            }
+            for cg in &mut c.cgroup {
+                cg.low_gib *= scale;
+                cg.high_gib *= scale;
+            }
             if let Some(n) = &mut c.numab {
                 n.scale_rates(scale);
             }

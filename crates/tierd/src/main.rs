@@ -1,15 +1,23 @@
 //! The `tierd` command: glue between the command line and the library crates.
 //!
-//! Today it offers `tierd info`, which builds the engine on a built-in two-tier topology and
-//! prints the tiers and the engine's configuration; `compare`, `sim` and `run` arrive with
-//! their issues.
+//! - `tierd compare <scenario>`: run every configuration of a scenario in the simulator and
+//!   print the seed-style table (the main job; `--json`, `--csv` for the data).
+//! - `tierd sim <scenario-file> [--config ID]`: one configuration (or all) of a scenario file.
+//! - `tierd scenarios`: list the shipped scenarios.
+//! - `tierd info`: the tiers the engine derives for a DRAM + CXL machine, and its defaults.
 #![forbid(unsafe_code)]
 
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use tierd_engine::topology::{NodePerf, NodeSpec, Topology};
 use tierd_engine::types::{Bytes, NodeId};
 use tierd_engine::{Engine, EngineConfig};
+use tierd_sim::scenario::{Scenario, SHIPPED};
+use tierd_sim::sim::CompareResult;
 
 /// Hot-page tracking and promotion for tiered memory (DRAM + CXL).
 #[derive(Debug, Parser)]
@@ -19,8 +27,62 @@ struct Cli {
     command: Command,
 }
 
+/// Options shared by `compare` and `sim`.
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Shrink memory sizes and thread counts by this factor for a quick run (0 < scale <= 1).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Override the scenario's seed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Write the full result (table data and time series) as JSON to this file (`-` = stdout).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the time series as CSV to this file (`-` = stdout).
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Do not draw progress bars.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+impl RunArgs {
+    fn validate(&self) -> Result<()> {
+        anyhow::ensure!(
+            self.scale > 0.0 && self.scale <= 1.0,
+            "--scale must be in (0, 1], got {}",
+            self.scale
+        );
+        Ok(())
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Compare the promotion strategies of a scenario side by side (simulated).
+    Compare {
+        /// A shipped scenario name (see `tierd scenarios`) or a scenario file.
+        #[arg(default_value = "pointer-chase")]
+        scenario: String,
+        /// Only these configuration ids (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Run one configuration (or all) of a scenario file.
+    Sim {
+        /// The scenario file.
+        file: PathBuf,
+        /// The configuration id to run (default: all).
+        #[arg(long)]
+        config: Option<String>,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// List the shipped scenarios.
+    Scenarios,
     /// Print the tiers the engine derives for a two-node DRAM + CXL machine, and its defaults.
     Info {
         /// Fast (DRAM) node size, GiB.
@@ -66,9 +128,100 @@ fn demo_topology(fast_gib: u64, slow_gib: u64) -> Result<Topology> {
     Topology::new(nodes, vec![vec![10, 20], vec![20, 10]]).context("building the demo topology")
 }
 
-fn main() -> Result<()> {
+fn write_out(path: &PathBuf, text: &str) -> Result<()> {
+    if path.as_os_str() == "-" {
+        print!("{text}");
+        Ok(())
+    } else {
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+fn run(sc: &Scenario, only: &[String], args: &RunArgs) -> Result<()> {
+    args.validate()?;
+    let mut sc = sc.scaled(args.scale);
+    if let Some(seed) = args.seed {
+        sc.seed = seed;
+    }
+    let show = !args.no_progress && std::io::stderr().is_terminal();
+    let multi = MultiProgress::new();
+    let style = ProgressStyle::with_template("{prefix:>6} [{bar:40}] {percent:>3}%")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    let mut bars: Vec<ProgressBar> = Vec::new();
+    let result: CompareResult = tierd_sim::sim::compare(&sc, args.scale, only, |i, id, f| {
+        if !show {
+            return;
+        }
+        while bars.len() <= i {
+            let b = multi.add(ProgressBar::new(1000));
+            b.set_style(style.clone());
+            bars.push(b);
+        }
+        bars[i].set_prefix(id.to_string());
+        // f is a fraction in [0, 1]: the product fits u64 exactly.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        bars[i].set_position((f.clamp(0.0, 1.0) * 1000.0) as u64);
+    })?;
+    for b in &bars {
+        b.finish_and_clear();
+    }
+    let to_stdout = |p: &Option<PathBuf>| p.as_ref().is_some_and(|p| p.as_os_str() == "-");
+    if !to_stdout(&args.json) && !to_stdout(&args.csv) {
+        print!("{}", tierd_sim::report::table(&result));
+    }
+    if let Some(p) = &args.json {
+        write_out(p, &(serde_json::to_string_pretty(&result)? + "\n"))?;
+    }
+    if let Some(p) = &args.csv {
+        write_out(p, &tierd_sim::report::csv(&result))?;
+    }
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    match real_main() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line: the context chain joined, no backtrace.
+            eprintln!("tierd: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Compare {
+            scenario,
+            only,
+            run: args,
+        } => {
+            let sc = Scenario::find(&scenario)?;
+            run(&sc, &only, &args)?;
+        }
+        Command::Sim {
+            file,
+            config,
+            run: args,
+        } => {
+            let sc = Scenario::load(&file)?;
+            let only: Vec<String> = config.into_iter().collect();
+            if let Some(id) = only.first() {
+                anyhow::ensure!(
+                    sc.config.iter().any(|c| &c.id == id),
+                    "{}: no configuration {id:?}",
+                    file.display()
+                );
+            }
+            run(&sc, &only, &args)?;
+        }
+        Command::Scenarios => {
+            for (name, text) in SHIPPED {
+                let sc = Scenario::parse(text, std::path::Path::new(name))?;
+                println!("{name:<26} {}", sc.description);
+            }
+        }
         Command::Info { fast_gib, slow_gib } => {
             let topo = demo_topology(fast_gib, slow_gib)?;
             for t in topo.tiers() {

@@ -1,0 +1,199 @@
+//! Rendering a comparison: the seed-style table, the time-series CSV.
+
+use std::fmt::Write as _;
+
+use crate::sim::CompareResult;
+
+/// The counters shown under the table when a configuration produced them, in this order.
+pub const TABLE_COUNTERS: &[&str] = &[
+    "numa_pte_updates",
+    "numa_hint_faults",
+    "numa_hint_faults_local",
+    "numa_pages_migrated",
+    "pgpromote_candidate",
+    "pgpromote_candidate_nrl",
+    "pgpromote_success",
+    "pgdemote_kswapd",
+    "pgdemote_success",
+    "hwhint_total_events",
+    "damos_sz_applied",
+    "damos_qt_exceeds",
+    "abit_pages_scanned",
+    "pingpong_demoted",
+    "pingpong_promoted",
+];
+
+fn with_pub(sim: f64, published: Option<&f64>, decimals: usize) -> String {
+    match published {
+        Some(p) => format!("{sim:.decimals$} ({p:.decimals$})"),
+        None => format!("{sim:.decimals$}"),
+    }
+}
+
+fn fmt_count(n: u64) -> String {
+    if n >= 10_000_000 {
+        format!("{:.1}M", n as f64 / 1e6)
+    } else if n >= 10_000 {
+        format!("{:.0}k", n as f64 / 1e3)
+    } else {
+        n.to_string()
+    }
+}
+
+/// The seed-style table: one row per configuration, published figures in parentheses.
+#[must_use]
+pub fn table(r: &CompareResult) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}: {}", r.scenario, r.description);
+    let _ = writeln!(
+        out,
+        "seed {}, scale {}, {} s simulated; placement of the reported memory on {}; (published)",
+        r.seed, r.scale, r.duration_s, r.fast_node
+    );
+    let node = format!("n{} GiB", r.fast_node.0);
+    let headers = [
+        "id",
+        "config",
+        "lat ns",
+        node.as_str(),
+        "over",
+        "hot@fast",
+        "promoted GiB",
+        "promoter CPU s (%)",
+        "app tax s",
+        "us/migrated",
+        "t90 s",
+    ];
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for c in &r.configs {
+        let p = |k: &str| c.published.get(k);
+        let t90 = c
+            .time_to_hot
+            .get("90")
+            .copied()
+            .flatten()
+            .map_or("-".to_string(), |t| format!("{t:.1}"));
+        rows.push(vec![
+            c.id.clone(),
+            c.label.clone(),
+            with_pub(c.latency_ns, p("latency_ns"), 0),
+            with_pub(c.fast_gib, p("node0_gib"), 1),
+            format!("{:+.0}%", c.over_promotion * 100.0),
+            format!("{:.0}%", c.hot_on_fast * 100.0),
+            with_pub(c.promoted_gib, p("promoted_gib"), 1),
+            format!(
+                "{} ({:.1}%)",
+                with_pub(c.promoter_cpu_s, p("promoter_cpu_s"), 1),
+                c.promoter_cpu_pct
+            ),
+            format!("{:.1}", c.app_overhead_s),
+            c.overhead_us_per_migrated_page
+                .map_or("-".to_string(), |v| {
+                    with_pub(v, p("overhead_us_per_migrated_page"), 0)
+                }),
+            t90,
+        ]);
+    }
+    let widths: Vec<usize> = (0..headers.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([headers[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            // Text columns left, numbers right.
+            if i < 2 {
+                let _ = write!(s, "{c:<w$}  ", w = widths[i]);
+            } else {
+                let _ = write!(s, "{c:>w$}  ", w = widths[i]);
+            }
+        }
+        s.trim_end().to_string()
+    };
+    let _ = writeln!(out, "{}", line(headers.to_vec()));
+    let _ = writeln!(
+        out,
+        "{}",
+        widths
+            .iter()
+            .map(|w| "-".repeat(*w))
+            .collect::<Vec<_>>()
+            .join("  ")
+    );
+    for r in &rows {
+        let _ = writeln!(out, "{}", line(r.iter().map(String::as_str).collect()));
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "counters (vmstat-like; published in parentheses):");
+    for c in &r.configs {
+        let cs: Vec<String> = TABLE_COUNTERS
+            .iter()
+            .filter_map(|k| {
+                let v = c.counters.get(*k).copied().filter(|v| *v > 0)?;
+                Some(match c.published.get(*k) {
+                    Some(p) => format!("{k}={} ({})", fmt_count(v), fmt_count(*p as u64)),
+                    None => format!("{k}={}", fmt_count(v)),
+                })
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {:<5} {}",
+            c.id,
+            if cs.is_empty() {
+                "-".to_string()
+            } else {
+                cs.join("  ")
+            }
+        );
+    }
+    if r.configs.iter().any(|c| c.mempolicy_violations > 0) {
+        let _ = writeln!(
+            out,
+            "WARNING: mempolicy nodemask violations: {:?}",
+            r.configs
+                .iter()
+                .map(|c| (&c.id, c.mempolicy_violations))
+                .collect::<Vec<_>>()
+        );
+    }
+    out
+}
+
+/// The time series of every configuration as CSV, one row per (configuration, sample).
+#[must_use]
+pub fn csv(r: &CompareResult) -> String {
+    let nodes: Vec<_> = r
+        .configs
+        .first()
+        .map(|c| c.node_gib.keys().copied().collect())
+        .unwrap_or_default();
+    let mut out = String::from("config,t_s,latency_ns,hot_on_fast");
+    for n in &nodes {
+        let _ = write!(out, ",node{}_gib", n.0);
+    }
+    out.push_str(",promoted_gib,demoted_gib,promoter_cpu_s\n");
+    for c in &r.configs {
+        for s in &c.series {
+            let _ = write!(
+                out,
+                "{},{:.3},{:.2},{:.5}",
+                c.id, s.t_s, s.latency_ns, s.hot_on_fast
+            );
+            for n in &nodes {
+                let _ = write!(out, ",{:.4}", s.node_gib.get(n).copied().unwrap_or(0.0));
+            }
+            let _ = writeln!(
+                out,
+                ",{:.4},{:.4},{:.4}",
+                s.promoted_gib, s.demoted_gib, s.promoter_cpu_s
+            );
+        }
+    }
+    out
+}

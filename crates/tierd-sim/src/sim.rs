@@ -1,0 +1,878 @@
+//! Building a machine from a scenario and running each configuration on it.
+//!
+//! Every configuration runs on its own copy of the same initial machine, with the same seed,
+//! so differences between rows come from the mechanisms, not from the draw.
+
+use std::collections::BTreeMap;
+
+use rand::seq::index::sample;
+use rand::SeedableRng;
+use serde::Serialize;
+use tierd_engine::policy::{MemPolicy, PolicyMode};
+use tierd_engine::topology::{NodePerf, NodeSpec, Topology};
+use tierd_engine::types::{Bytes, CgroupId, NodeId, NodeMask, PageSize, SpaceId, Vpn};
+
+use crate::damon::Damon;
+use crate::mechanism::{
+    demote_coldest, kswapd, Accounting, Baseline, Ctx, KernelKnobs, Mechanism, SimRng, Watermarks,
+};
+use crate::memory::{align_vpn, units_for, ClassId, ClassSpec, Memory, RegionId, Spread};
+use crate::numab::{Numab, NumabParams};
+use crate::scenario::{ConfigToml, EventAction, MechanismKind, ProcessToml, Scenario, SpreadToml};
+use crate::tierd::{CgroupLows, Tierd};
+use crate::workload::{LatencyTable, Load, Process, Stream, ThreadGroup};
+
+/// Why a scenario cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The machine is not a valid topology.
+    #[error("scenario {scenario}: machine")]
+    Topology {
+        /// The scenario.
+        scenario: String,
+        /// Why.
+        #[source]
+        source: tierd_engine::topology::TopologyError,
+    },
+    /// Memory could not be allocated as the scenario asks.
+    #[error("scenario {scenario}")]
+    Alloc {
+        /// The scenario.
+        scenario: String,
+        /// Why.
+        #[source]
+        source: crate::memory::AllocError,
+    },
+    /// A tierd configuration is invalid.
+    #[error("scenario {scenario}: config {config}")]
+    Config {
+        /// The scenario.
+        scenario: String,
+        /// The configuration id.
+        config: String,
+        /// Why.
+        #[source]
+        source: tierd_engine::ConfigError,
+    },
+}
+
+/// One point of a configuration's time series.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sample {
+    /// Simulated time, s.
+    pub t_s: f64,
+    /// Mean latency per access over the measured processes during the sample period, ns.
+    pub latency_ns: f64,
+    /// Their accesses per second (throughput).
+    pub accesses_per_s: f64,
+    /// GiB of the reported regions on each node.
+    pub node_gib: BTreeMap<NodeId, f64>,
+    /// Fraction of the hot class on the fast node.
+    pub hot_on_fast: f64,
+    /// GiB promoted so far.
+    pub promoted_gib: f64,
+    /// GiB demoted so far.
+    pub demoted_gib: f64,
+    /// Mechanism CPU so far, s.
+    pub promoter_cpu_s: f64,
+}
+
+/// One configuration's outcome.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConfigResult {
+    /// Id (`N2`).
+    pub id: String,
+    /// Label.
+    pub label: String,
+    /// Mechanism.
+    pub mechanism: MechanismKind,
+    /// Steady latency: mean of the last `steady_fraction` of samples, ns per access.
+    pub latency_ns: f64,
+    /// Steady throughput of the measured processes, accesses per second.
+    pub throughput: f64,
+    /// GiB of the reported regions per node at the end.
+    pub node_gib: BTreeMap<NodeId, f64>,
+    /// GiB of the reported regions on the fast node at the end.
+    pub fast_gib: f64,
+    /// Size of the hot class, GiB.
+    pub hot_gib: f64,
+    /// Fraction of the hot class on the fast node at the end.
+    pub hot_on_fast: f64,
+    /// (fast - hot) / hot.
+    pub over_promotion: f64,
+    /// GiB moved to a faster tier.
+    pub promoted_gib: f64,
+    /// GiB moved to a slower tier.
+    pub demoted_gib: f64,
+    /// CPU time of the mechanism's own thread (kdamond, kmigrated, tierd), s.
+    pub promoter_cpu_s: f64,
+    /// That as a share of one CPU over the run, %.
+    pub promoter_cpu_pct: f64,
+    /// Time charged to application threads (hint faults, sample interrupts), s.
+    pub app_overhead_s: f64,
+    /// Base pages migrated, all directions and reasons (the kernel's `pgmigrate_success`).
+    pub pages_migrated: u64,
+    /// (application overhead + mechanism CPU) per migrated page, us: seed B's figure of merit.
+    pub overhead_us_per_migrated_page: Option<f64>,
+    /// Time until the hot class was 50 / 90 / 95 % on the fast node, s (None: never).
+    pub time_to_hot: BTreeMap<String, Option<f64>>,
+    /// vmstat-like counters.
+    pub counters: BTreeMap<String, u64>,
+    /// Moves across a BIND / PREFERRED_MANY nodemask (must be 0).
+    pub mempolicy_violations: u64,
+    /// Published figures for comparison.
+    pub published: BTreeMap<String, f64>,
+    /// Time series.
+    pub series: Vec<Sample>,
+}
+
+/// A whole comparison.
+#[derive(Clone, Debug, Serialize)]
+pub struct CompareResult {
+    /// Scenario name.
+    pub scenario: String,
+    /// Scenario description.
+    pub description: String,
+    /// Seed.
+    pub seed: u64,
+    /// Scale applied.
+    pub scale: f64,
+    /// Simulated seconds.
+    pub duration_s: f64,
+    /// The node whose placement is reported.
+    pub fast_node: NodeId,
+    /// tierd's version.
+    pub version: String,
+    /// Rows.
+    pub configs: Vec<ConfigResult>,
+}
+
+/// A scenario turned into a machine, ready to run configurations on.
+#[derive(Debug, Clone)]
+pub struct World {
+    scenario: Scenario,
+    topo: Topology,
+    lat: LatencyTable,
+    mem: Memory,
+    procs: Vec<Process>,
+    proc_specs: Vec<ProcessToml>,
+    cgroups: BTreeMap<String, CgroupId>,
+    lows: CgroupLows,
+    highs: BTreeMap<CgroupId, Bytes>,
+    knobs: KernelKnobs,
+    hot_class: ClassId,
+    report_regions: Vec<RegionId>,
+    fast_node: NodeId,
+    next_vpn: BTreeMap<usize, u64>,
+}
+
+fn gib(x: f64) -> Bytes {
+    Bytes((x * Bytes::GIB as f64) as u64)
+}
+
+impl World {
+    /// Builds the machine and maps the memory of processes that start at time 0.
+    ///
+    /// # Errors
+    /// [`SimError`] if the machine or an allocation is impossible.
+    pub fn build(sc: &Scenario) -> Result<World, SimError> {
+        let topo_err = |source| SimError::Topology {
+            scenario: sc.name.clone(),
+            source,
+        };
+        // Latency per (initiator, target); HMAT perf from the nearest initiator.
+        let mut lat = LatencyTable::default();
+        let mut specs = Vec::new();
+        for n in &sc.machine.node {
+            for (k, v) in &n.latency_ns {
+                if let Ok(i) = k.parse::<u16>() {
+                    lat.ns.insert((NodeId(i), NodeId(n.id)), *v);
+                }
+            }
+            let best = n.latency_ns.values().copied().fold(f64::INFINITY, f64::min);
+            let perf = n
+                .bandwidth_gbps
+                .filter(|_| best.is_finite())
+                .map(|bw| NodePerf {
+                    read_latency_ns: best as u32,
+                    write_latency_ns: best as u32,
+                    read_bandwidth_mbps: (bw * 1000.0) as u32,
+                    write_bandwidth_mbps: (bw * 1000.0) as u32,
+                });
+            specs.push(NodeSpec {
+                id: NodeId(n.id),
+                has_cpus: n.cpus > 0,
+                capacity: gib(n.capacity_gib),
+                perf,
+                adistance: None,
+            });
+        }
+        let topo = Topology::new(specs, sc.machine.distance.clone()).map_err(topo_err)?;
+        let mut mem = Memory::new(topo.clone());
+        for n in &sc.machine.node {
+            mem.reserve(NodeId(n.id), gib(n.reserved_gib).pages());
+        }
+        let mut cgroups = BTreeMap::new();
+        let mut lows = CgroupLows::new();
+        let mut highs = BTreeMap::new();
+        for (i, c) in sc.cgroup.iter().enumerate() {
+            let id = CgroupId(u32::try_from(i + 1).unwrap_or(u32::MAX));
+            cgroups.insert(c.name.clone(), id);
+            lows.insert(id, gib(c.low_gib));
+            if c.high_gib > 0.0 {
+                highs.insert(id, gib(c.high_gib));
+            }
+        }
+        let fast_node = sc
+            .report
+            .fast_node
+            .map_or_else(|| topo.default_target(), NodeId);
+        let knobs = KernelKnobs {
+            demotion_enabled: sc.machine.demotion_enabled,
+            watermark_scale_factor: sc.machine.watermark_scale_factor,
+            tiering_kswapd: false,
+        };
+        let mut w = World {
+            scenario: sc.clone(),
+            topo,
+            lat,
+            mem,
+            procs: Vec::new(),
+            proc_specs: sc.process.clone(),
+            cgroups,
+            lows,
+            highs,
+            knobs,
+            hot_class: ClassId(0),
+            report_regions: Vec::new(),
+            fast_node,
+            next_vpn: BTreeMap::new(),
+        };
+        for (i, p) in sc.process.iter().enumerate() {
+            let cgroup = p
+                .cgroup
+                .as_ref()
+                .and_then(|c| w.cgroups.get(c).copied())
+                .unwrap_or(CgroupId::ROOT);
+            w.procs.push(Process {
+                name: p.name.clone(),
+                space: SpaceId(1000 + u32::try_from(i).unwrap_or(0)),
+                cgroup,
+                groups: p
+                    .threads
+                    .iter()
+                    .map(|t| ThreadGroup {
+                        node: NodeId(t.node),
+                        threads: t.count,
+                    })
+                    .collect(),
+                streams: Vec::new(),
+                compute_ns: p.compute_ns,
+                running: false,
+                regions: Vec::new(),
+            });
+        }
+        for i in 0..sc.process.len() {
+            if sc.process[i].start_s <= 0.0 {
+                w.start_process(i, None)?;
+            }
+        }
+        w.resolve_report();
+        Ok(w)
+    }
+
+    fn class_by_name(&self, name: &str) -> Option<ClassId> {
+        self.mem
+            .classes()
+            .iter()
+            .position(|c| c.name == name)
+            .map(|i| ClassId(i as u16))
+    }
+
+    fn resolve_report(&mut self) {
+        if let Some(c) = self.class_by_name(&self.scenario.report.hot) {
+            self.hot_class = c;
+        }
+        self.report_regions = self
+            .mem
+            .regions()
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                self.scenario.report.regions.is_empty()
+                    || self.scenario.report.regions.contains(&r.name)
+            })
+            .map(|(i, _)| RegionId(i as u32))
+            .collect();
+    }
+
+    /// Maps a process's regions and starts its threads. With a step context (a process
+    /// starting mid-run), room is made on full top-tier nodes by demotion when enabled.
+    fn start_process(
+        &mut self,
+        pi: usize,
+        mut ctx_mem: Option<(&Load, &mut SimRng, &mut Accounting)>,
+    ) -> Result<(), SimError> {
+        let spec = self.proc_specs[pi].clone();
+        let space = self.procs[pi].space;
+        let cgroup = self.procs[pi].cgroup;
+        let first_node = spec.threads.first().map_or(NodeId(0), |t| NodeId(t.node));
+        let seed = self.scenario.seed;
+        for (ri, r) in spec.region.iter().enumerate() {
+            let size = if r.huge {
+                PageSize::Huge2M
+            } else {
+                PageSize::Base
+            };
+            let units = units_for(gib(r.size_gib), size);
+            let units = u32::try_from(units).map_err(|_| SimError::Alloc {
+                scenario: self.scenario.name.clone(),
+                source: crate::memory::AllocError::TooManyUnits,
+            })?;
+            let name = format!("{}.{}", spec.name, r.name);
+            let policy = r.policy.as_ref().map_or(MemPolicy::DEFAULT, |p| MemPolicy {
+                mode: p.mode,
+                nodes: NodeMask::from_nodes(p.nodes.iter().map(|n| NodeId(*n))),
+                numa_balancing: p.numa_balancing,
+            });
+            let mut classes = Vec::new();
+            let spread = |s: SpreadToml| match s {
+                SpreadToml::Uniform => Spread::Uniform,
+                SpreadToml::Zipf { s } => Spread::Zipf { s },
+            };
+            if let Some(h) = &r.hot {
+                let unit_mib = size.nr_pages().bytes().0 as f64 / Bytes::MIB as f64;
+                let chunk = ((h.chunk_mib / unit_mib).round() as u32).max(1);
+                let nchunks = units.div_ceil(chunk);
+                let nhot = ((f64::from(nchunks) * h.fraction).round() as u32).min(nchunks);
+                let mut rng = SimRng::seed_from_u64(seed ^ (pi as u64) << 32 ^ ri as u64);
+                let mut hot: Vec<u32> = sample(&mut rng, nchunks as usize, nhot as usize)
+                    .into_iter()
+                    .map(|i| i as u32)
+                    .collect();
+                hot.sort_unstable();
+                let mut is_hot = vec![false; nchunks as usize];
+                for &c in &hot {
+                    is_hot[c as usize] = true;
+                }
+                let (mut hr, mut cr) = (Vec::new(), Vec::new());
+                for c in 0..nchunks {
+                    let s = c * chunk;
+                    let l = chunk.min(units - s);
+                    let v = if is_hot[c as usize] { &mut hr } else { &mut cr };
+                    match v.last_mut() {
+                        Some((ps, pl)) if *ps + *pl == s => *pl += l,
+                        _ => v.push((s, l)),
+                    }
+                }
+                classes.push(ClassSpec {
+                    name: format!("{name}.hot"),
+                    ranges: hr,
+                    spread: spread(h.spread),
+                });
+                classes.push(ClassSpec {
+                    name: format!("{name}.cold"),
+                    ranges: cr,
+                    spread: Spread::Uniform,
+                });
+            } else {
+                classes.push(ClassSpec {
+                    name: name.clone(),
+                    ranges: vec![(0, units)],
+                    spread: spread(r.spread),
+                });
+            }
+            let order = self.placement_order(r.place.map(NodeId), &policy, first_node);
+            // Make room by demotion (direct reclaim) on the nodes the allocation may use,
+            // in order, if they are full and the kernel may demote.
+            if let Some((load, rng, acct)) = ctx_mem.as_mut() {
+                let mut need = u64::from(units) * size.nr_pages().0;
+                for &n in &order {
+                    if need == 0 || !self.knobs.demotion_enabled || !self.topo.is_toptier(n) {
+                        continue;
+                    }
+                    let (free, cap) = self
+                        .mem
+                        .node(n)
+                        .map_or((0, 0), |m| (m.free().0, m.capacity.0));
+                    let wm = Watermarks::of(
+                        tierd_engine::types::Pages(cap),
+                        self.knobs.watermark_scale_factor,
+                    );
+                    let want = need.min(cap.saturating_sub(wm.high.0));
+                    if free < want + wm.high.0 {
+                        let mut ctx = Ctx {
+                            now: 0,
+                            dt: 0,
+                            mem: &mut self.mem,
+                            load,
+                            procs: &self.procs,
+                            rng,
+                            acct,
+                            kernel: &self.knobs,
+                        };
+                        demote_coldest(
+                            &mut ctx,
+                            n,
+                            tierd_engine::types::Pages(want + wm.high.0),
+                            None,
+                        );
+                    }
+                    let usable = self
+                        .mem
+                        .node(n)
+                        .map_or(0, |m| m.free().0.saturating_sub(wm.high.0));
+                    need = need.saturating_sub(usable);
+                }
+            }
+            let base = self.next_vpn.entry(pi).or_insert(1 << 28);
+            let start = align_vpn(*base, size);
+            *base = start + u64::from(units) * size.nr_pages().0 + 512;
+            let interleave = policy.mode == PolicyMode::Interleave
+                || policy.mode == PolicyMode::WeightedInterleave;
+            let mask: Vec<NodeId> = policy.nodes.iter().collect();
+            let rid = self
+                .mem
+                .map_region(
+                    &name,
+                    space,
+                    cgroup,
+                    Vpn(start),
+                    units,
+                    size,
+                    policy,
+                    classes,
+                    seed ^ ri as u64,
+                    |i| {
+                        if interleave && !mask.is_empty() && r.place.is_none() {
+                            let k = i as usize % mask.len();
+                            let mut o = vec![mask[k]];
+                            o.extend(order.iter().copied().filter(|n| *n != mask[k]));
+                            o
+                        } else {
+                            order.clone()
+                        }
+                    },
+                )
+                .map_err(|source| SimError::Alloc {
+                    scenario: self.scenario.name.clone(),
+                    source,
+                })?;
+            self.procs[pi].regions.push(rid);
+        }
+        // Streams.
+        let mut streams = Vec::new();
+        for a in &spec.access {
+            let own = format!("{}.{}", spec.name, a.class);
+            if let Some(c) = self
+                .class_by_name(&own)
+                .or_else(|| self.class_by_name(&a.class))
+            {
+                streams.push(Stream {
+                    class: c,
+                    share: a.share,
+                });
+            }
+        }
+        self.procs[pi].streams = streams;
+        self.procs[pi].running = spec.running;
+        self.resolve_report();
+        Ok(())
+    }
+
+    /// Nodes to try for a new page: `place` if given; else the policy's nodes (BIND: only
+    /// those); else the local node; each list continued by distance from the first thread.
+    fn placement_order(
+        &self,
+        place: Option<NodeId>,
+        pol: &MemPolicy,
+        local: NodeId,
+    ) -> Vec<NodeId> {
+        let mut all: Vec<NodeId> = self.topo.nodes().iter().map(|n| n.id).collect();
+        all.sort_by_key(|n| (self.topo.distance(local, *n).unwrap_or(u32::MAX), *n));
+        if let Some(p) = place {
+            let mut o = vec![p];
+            o.extend(all.into_iter().filter(|n| *n != p));
+            return o;
+        }
+        match pol.mode {
+            PolicyMode::Bind => all.into_iter().filter(|n| pol.nodes.contains(*n)).collect(),
+            PolicyMode::Preferred
+            | PolicyMode::PreferredMany
+            | PolicyMode::Interleave
+            | PolicyMode::WeightedInterleave => {
+                let (mut a, b): (Vec<NodeId>, Vec<NodeId>) =
+                    all.into_iter().partition(|n| pol.nodes.contains(*n));
+                a.extend(b);
+                a
+            }
+            PolicyMode::Default | PolicyMode::Local => all,
+        }
+    }
+
+    /// The topology.
+    #[must_use]
+    pub fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
+    /// The initial memory.
+    #[must_use]
+    pub fn memory(&self) -> &Memory {
+        &self.mem
+    }
+
+    fn mechanism(&self, c: &ConfigToml) -> Result<Box<dyn Mechanism>, SimError> {
+        Ok(match c.mechanism {
+            MechanismKind::Baseline => Box::new(Baseline),
+            MechanismKind::Numab => Box::new(Numab::new(
+                &c.numab.clone().unwrap_or_default(),
+                self.procs.len(),
+            )),
+            MechanismKind::Damon => Box::new(Damon::new(&c.damon.clone().unwrap_or_default())),
+            MechanismKind::Tierd => {
+                let t = c
+                    .tierd
+                    .clone()
+                    .unwrap_or_else(|| crate::scenario::TierdToml {
+                        sources: vec![tierd_engine::SourceKind::HwSample],
+                        sample_period: 10_000,
+                        l3miss_only: true,
+                        abit_interval_ms: 1000,
+                        numab: NumabParams::default(),
+                        kernel_numab: None,
+                        engine: tierd_engine::EngineConfig::default(),
+                    });
+                let tierd = Tierd::new(&t, self.topo.clone(), self.procs.len(), self.lows.clone())
+                    .map_err(|source| SimError::Config {
+                        scenario: self.scenario.name.clone(),
+                        config: c.id.clone(),
+                        source,
+                    })?;
+                Box::new(tierd)
+            }
+        })
+    }
+
+    fn report_gib(&self, mem: &Memory) -> BTreeMap<NodeId, f64> {
+        let mut out: BTreeMap<NodeId, f64> =
+            self.topo.nodes().iter().map(|n| (n.id, 0.0)).collect();
+        for r in &self.report_regions {
+            for (n, p) in mem.region_placement(*r) {
+                *out.entry(n).or_default() += p.bytes().0 as f64 / Bytes::GIB as f64;
+            }
+        }
+        out
+    }
+
+    /// Runs one configuration; `progress(fraction)` is called as it goes.
+    ///
+    /// # Errors
+    /// [`SimError`] if the configuration cannot be built or a mid-run allocation fails.
+    pub fn run(
+        &self,
+        c: &ConfigToml,
+        mut progress: impl FnMut(f64),
+    ) -> Result<ConfigResult, SimError> {
+        let mut w = self.clone();
+        if let Some(pairs) = c
+            .profile
+            .as_ref()
+            .and_then(|p| self.scenario.machine.profile.get(p))
+        {
+            for (k, v) in pairs {
+                if let Some((a, b)) = k
+                    .split_once('-')
+                    .and_then(|(a, b)| Some((a.parse::<u16>().ok()?, b.parse::<u16>().ok()?)))
+                {
+                    w.lat.ns.insert((NodeId(a), NodeId(b)), *v);
+                }
+            }
+        }
+        for cg in &c.cgroup {
+            if let Some(id) = w.cgroups.get(&cg.name).copied() {
+                w.lows.insert(id, gib(cg.low_gib));
+                if cg.high_gib > 0.0 {
+                    w.highs.insert(id, gib(cg.high_gib));
+                } else {
+                    w.highs.remove(&id);
+                }
+            }
+        }
+        for name in &c.skip {
+            if let Some(pi) = w.procs.iter().position(|p| &p.name == name) {
+                w.procs[pi].running = false;
+                w.procs[pi].streams.clear();
+                for r in w.procs[pi].regions.clone() {
+                    w.mem.unmap_region(r);
+                }
+            }
+        }
+        let mut mech = w.mechanism(c)?;
+        if c.mechanism == MechanismKind::Numab {
+            w.knobs.tiering_kswapd = c.numab.as_ref().is_none_or(|n| n.mode & 2 != 0);
+        }
+        let sc = &self.scenario;
+        let mut rng = SimRng::seed_from_u64(sc.seed);
+        let dt = sc.step_ms * 1_000_000;
+        let steps = (sc.duration_s * 1000.0 / sc.step_ms as f64).round() as u64;
+        let sample_every = (sc.sample_ms / sc.step_ms).max(1);
+        let mut acct = Accounting {
+            app_overhead_ns: vec![0.0; w.procs.len()],
+            ..Accounting::default()
+        };
+        let mut tax = vec![0.0; w.procs.len()];
+        let mut events: Vec<(f64, usize)> = sc
+            .event
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.at_s, i))
+            .collect();
+        events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut next_event = 0;
+        let mut started: Vec<bool> = sc
+            .process
+            .iter()
+            .map(|p| p.start_s <= 0.0 || c.skip.contains(&p.name))
+            .collect();
+        let measured: Vec<bool> = w
+            .procs
+            .iter()
+            .map(|p| sc.report.process.as_ref().is_none_or(|n| *n == p.name))
+            .collect();
+        let hot_len = f64::from(w.mem.class(w.hot_class).len);
+        let hot_gib = hot_len
+            * w.mem.regions()[w.mem.class(w.hot_class).region.0 as usize].unit_pages() as f64
+            * 4096.0
+            / Bytes::GIB as f64;
+        let mut series = Vec::new();
+        let (mut lat_acc, mut rate_acc) = (0.0, 0.0);
+        let mut time_to_hot: BTreeMap<String, Option<f64>> = ["50", "90", "95"]
+            .iter()
+            .map(|k| ((*k).to_string(), None))
+            .collect();
+        for step in 0..steps {
+            let now = step * dt;
+            let t_s = now as f64 / 1e9;
+            // Process starts and events due in this step.
+            for (pi, p) in sc.process.iter().enumerate() {
+                if !started[pi] && p.start_s <= t_s {
+                    started[pi] = true;
+                    let load = Load::compute(&w.procs, &w.mem, &w.lat, &tax);
+                    w.start_process(pi, Some((&load, &mut rng, &mut acct)))?;
+                }
+            }
+            while next_event < events.len() && events[next_event].0 <= t_s {
+                let e = &sc.event[events[next_event].1];
+                next_event += 1;
+                if c.skip.contains(&e.process) {
+                    continue;
+                }
+                let Some(pi) = w.procs.iter().position(|p| p.name == e.process) else {
+                    continue;
+                };
+                match e.action {
+                    EventAction::Pause => w.procs[pi].running = false,
+                    EventAction::Resume => w.procs[pi].running = true,
+                    EventAction::Exit => {
+                        w.procs[pi].running = false;
+                        for r in w.procs[pi].regions.clone() {
+                            w.mem.unmap_region(r);
+                        }
+                    }
+                    EventAction::Migratepages => {
+                        if let Some(to) = e.to {
+                            for r in w.procs[pi].regions.clone() {
+                                let reg = w.mem.regions()[r.0 as usize].clone();
+                                for u in reg.first_unit..reg.first_unit + reg.units {
+                                    // Pages that do not fit stay where they are, as with migratepages(8).
+                                    let _ = w.mem.migrate(crate::memory::UnitId(u), NodeId(to));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let load = Load::compute(&w.procs, &w.mem, &w.lat, &tax);
+            acct.app_overhead_ns.iter_mut().for_each(|x| *x = 0.0);
+            {
+                let mut ctx = Ctx {
+                    now,
+                    dt,
+                    mem: &mut w.mem,
+                    load: &load,
+                    procs: &w.procs,
+                    rng: &mut rng,
+                    acct: &mut acct,
+                    kernel: &w.knobs,
+                };
+                kswapd(&mut ctx);
+                World::cgroup_high(&w.highs, &mut ctx);
+                mech.step(&mut ctx);
+            }
+            // Time charged to a process's threads this step, spread over its accesses.
+            for (p, t) in tax.iter_mut().enumerate() {
+                let accesses = load.process_rate[p] * dt as f64 / 1e9;
+                *t = if accesses > 0.0 {
+                    acct.app_overhead_ns[p] / accesses
+                } else {
+                    0.0
+                };
+            }
+            for (p, r) in load.process_rate.iter().enumerate() {
+                if measured[p] {
+                    lat_acc += r * load.process_latency_ns[p];
+                    rate_acc += r;
+                }
+            }
+            let hot = w.mem.class(w.hot_class);
+            let hot_fast = if hot.len > 0 {
+                hot.units_on.get(&w.fast_node).copied().unwrap_or(0) as f64 / f64::from(hot.len)
+            } else {
+                0.0
+            };
+            for (k, thr) in [("50", 0.5), ("90", 0.9), ("95", 0.95)] {
+                if hot_fast >= thr {
+                    time_to_hot.entry(k.to_string()).and_modify(|v| {
+                        if v.is_none() {
+                            *v = Some(t_s + dt as f64 / 1e9);
+                        }
+                    });
+                }
+            }
+            if (step + 1) % sample_every == 0 || step + 1 == steps {
+                series.push(Sample {
+                    t_s: (now + dt) as f64 / 1e9,
+                    latency_ns: if rate_acc > 0.0 {
+                        lat_acc / rate_acc
+                    } else {
+                        0.0
+                    },
+                    accesses_per_s: rate_acc / sample_every as f64,
+                    node_gib: w.report_gib(&w.mem),
+                    hot_on_fast: hot_fast,
+                    promoted_gib: acct.promoted_pages as f64 * 4096.0 / Bytes::GIB as f64,
+                    demoted_gib: acct.demoted_pages as f64 * 4096.0 / Bytes::GIB as f64,
+                    promoter_cpu_s: acct.promoter_cpu_ns / 1e9,
+                });
+                lat_acc = 0.0;
+                rate_acc = 0.0;
+                progress((step + 1) as f64 / steps as f64);
+            }
+        }
+        if let Some(msg) = w.mem.check() {
+            // The model broke its own invariants: a bug, not a user error.
+            panic!("memory invariant violated in {} / {}: {msg}", sc.name, c.id);
+        }
+        let steady_n = ((series.len() as f64 * sc.report.steady_fraction).ceil() as usize)
+            .clamp(1, series.len().max(1));
+        let tail = &series[series.len().saturating_sub(steady_n)..];
+        let latency_ns = tail.iter().map(|s| s.latency_ns).sum::<f64>() / tail.len().max(1) as f64;
+        let throughput =
+            tail.iter().map(|s| s.accesses_per_s).sum::<f64>() / tail.len().max(1) as f64;
+        let node_gib = w.report_gib(&w.mem);
+        let fast_gib = node_gib.get(&w.fast_node).copied().unwrap_or(0.0);
+        let hot = w.mem.class(w.hot_class);
+        let hot_on_fast = if hot.len > 0 {
+            hot.units_on.get(&w.fast_node).copied().unwrap_or(0) as f64 / f64::from(hot.len)
+        } else {
+            0.0
+        };
+        let counters = acct.vmstat.clone();
+        let pages_migrated = w.mem.stats.pages_migrated;
+        let overhead_us_per_migrated_page = (pages_migrated > 0).then(|| {
+            (acct.app_overhead_total_ns + acct.promoter_cpu_ns) / 1e3 / pages_migrated as f64
+        });
+        Ok(ConfigResult {
+            id: c.id.clone(),
+            label: c.label.clone(),
+            mechanism: c.mechanism,
+            latency_ns,
+            throughput,
+            fast_gib,
+            node_gib,
+            hot_gib,
+            hot_on_fast,
+            over_promotion: if hot_gib > 0.0 {
+                (fast_gib - hot_gib) / hot_gib
+            } else {
+                0.0
+            },
+            promoted_gib: acct.promoted_pages as f64 * 4096.0 / Bytes::GIB as f64,
+            demoted_gib: acct.demoted_pages as f64 * 4096.0 / Bytes::GIB as f64,
+            promoter_cpu_s: acct.promoter_cpu_ns / 1e9,
+            promoter_cpu_pct: acct.promoter_cpu_ns / 1e9 / sc.duration_s * 100.0,
+            app_overhead_s: acct.app_overhead_total_ns / 1e9,
+            pages_migrated,
+            overhead_us_per_migrated_page,
+            time_to_hot,
+            counters,
+            mempolicy_violations: w.mem.stats.mempolicy_violations,
+            published: c.published.clone(),
+            series,
+        })
+    }
+
+    /// `memory.high`: a cgroup above it has its coldest top-tier pages demoted (reclaimed to
+    /// the lower tier) until it is back under.
+    fn cgroup_high(highs: &BTreeMap<CgroupId, Bytes>, ctx: &mut Ctx<'_>) {
+        if highs.is_empty() || !ctx.kernel.demotion_enabled {
+            return;
+        }
+        for (cg, high) in highs {
+            let usage: u64 = (0..ctx.mem.regions().len())
+                .filter(|i| ctx.mem.regions()[*i].alive && ctx.mem.regions()[*i].cgroup == *cg)
+                .map(|i| {
+                    ctx.mem
+                        .region_placement(RegionId(i as u32))
+                        .values()
+                        .map(|p| p.0)
+                        .sum::<u64>()
+                })
+                .sum();
+            let high_pages = high.pages().0;
+            if usage <= high_pages {
+                continue;
+            }
+            let mut over = usage - high_pages;
+            for n in ctx.mem.topology().toptier_mask().iter() {
+                let before = ctx.mem.free(n).pages().0;
+                demote_coldest(ctx, n, tierd_engine::types::Pages(before + over), Some(*cg));
+                over = over.saturating_sub(ctx.mem.free(n).pages().0 - before);
+                if over == 0 {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Runs every configuration of `sc` (or those whose id is in `only`).
+///
+/// # Errors
+/// [`SimError`] from building the world or a configuration.
+pub fn compare(
+    sc: &Scenario,
+    scale: f64,
+    only: &[String],
+    mut progress: impl FnMut(usize, &str, f64),
+) -> Result<CompareResult, SimError> {
+    let world = World::build(sc)?;
+    let mut configs = Vec::new();
+    for (i, c) in sc.config.iter().enumerate() {
+        if !only.is_empty() && !only.contains(&c.id) {
+            continue;
+        }
+        configs.push(world.run(c, |f| progress(i, &c.id, f))?);
+    }
+    Ok(CompareResult {
+        scenario: sc.name.clone(),
+        description: sc.description.clone(),
+        seed: sc.seed,
+        scale,
+        duration_s: sc.duration_s,
+        fast_node: world.fast_node,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        configs,
+    })
+}

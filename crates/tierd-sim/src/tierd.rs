@@ -1,0 +1,346 @@
+//! tierd's engine inside the simulator, unchanged, driven through the same
+//! [`tierd_engine::Backend`] trait and [`tierd_engine::step`] loop as the Linux daemon.
+//!
+//! [`SimBackend`] borrows the step's [`Ctx`] and turns the simulated machine into what the
+//! engine expects: observations from the configured sources, node and cgroup usage, and
+//! `move_pages`-like execution of batches with per-page outcomes.
+//!
+//! Sources:
+//! - **hardware samples** (IBS-like): `accesses x IBS_SAMPLES_PER_ACCESS / period` samples per
+//!   second, each an access drawn in proportion to the workload's access rates, with the
+//!   sampling CPU's node;
+//! - **hint faults** (pghot over NUMA balancing's faults): the NUMA-balancing scanner model,
+//!   whose faults are reported instead of migrated on;
+//! - **accessed-bit scans** (DAMON vaddr / idle page tracking): every `abit_interval_ms`, each
+//!   slow-tier page is found accessed with probability `1 - exp(-rate x interval)`; no
+//!   accessing node.
+
+use std::collections::BTreeMap;
+
+use rand::Rng;
+use tierd_engine::backend::{Backend, OwnerUpdate, StepBuffers};
+use tierd_engine::policy::Owner;
+use tierd_engine::sources::{Observation, SourceKind};
+use tierd_engine::topology::Topology;
+use tierd_engine::types::{Bytes, CgroupId, Nanos, PageRef, PageSize, SpaceId, Vpn};
+use tierd_engine::{
+    CgroupUsage, Engine, MigrationBatch, MigrationReport, MoveOutcome, NodeUsage, SystemUsage,
+};
+
+use crate::cost::{
+    ABIT_SCAN_NS_PER_PAGE, ENGINE_NS_PER_OBSERVATION, MIGRATE_NS_PER_PAGE, MOVE_PAGES_CALL_NS,
+};
+use crate::mechanism::{draw_samples, Ctx, Mechanism, Watermarks};
+use crate::memory::UnitId;
+use crate::numab::{HintFault, Scanner};
+use crate::scenario::TierdToml;
+
+/// A cgroup's `memory.low`, by id.
+pub type CgroupLows = BTreeMap<CgroupId, Bytes>;
+
+/// tierd as a simulated mechanism.
+#[derive(Debug)]
+pub struct Tierd {
+    engine: Engine,
+    params: TierdToml,
+    scanner: Option<Scanner>,
+    faults: Vec<HintFault>,
+    /// Classic NUMA balancing for top-tier pages alongside (pghot with `numa_balancing=3`).
+    kernel: Option<crate::numab::Numab>,
+    next_abit_ns: u64,
+    lows: CgroupLows,
+    owners_sent: bool,
+    bufs: StepBuffers,
+}
+
+impl Tierd {
+    /// tierd with `params` on a machine with `topo`, `nprocs` processes and cgroup lows.
+    ///
+    /// # Errors
+    /// The engine's configuration error.
+    pub fn new(
+        params: &TierdToml,
+        topo: Topology,
+        nprocs: usize,
+        lows: CgroupLows,
+    ) -> Result<Tierd, tierd_engine::ConfigError> {
+        let mut cfg = params.engine.clone();
+        cfg.sources = tierd_engine::SourceMask::of(&params.sources);
+        let engine = Engine::new(cfg, topo)?;
+        let scanner = params
+            .sources
+            .contains(&SourceKind::HintFault)
+            .then(|| Scanner::new(&params.numab, true, nprocs));
+        Ok(Tierd {
+            engine,
+            params: params.clone(),
+            scanner,
+            faults: Vec::new(),
+            kernel: params
+                .kernel_numab
+                .as_ref()
+                .map(|k| crate::numab::Numab::new(k, nprocs).toptier_only()),
+            next_abit_ns: 0,
+            lows,
+            owners_sent: false,
+            bufs: StepBuffers::default(),
+        })
+    }
+
+    /// The engine (for its stats).
+    #[must_use]
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+/// The simulated machine as the engine's backend, for one step.
+struct SimBackend<'c, 'm> {
+    ctx: &'c mut Ctx<'m>,
+    observations: Vec<Observation>,
+    updates: Vec<OwnerUpdate>,
+    lows: &'c CgroupLows,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the simulator backend does not fail")]
+struct NoError;
+
+fn page_ref(ctx: &Ctx<'_>, u: UnitId) -> PageRef {
+    let r = ctx.mem.region_of(u);
+    let vpn = r.vpn_of(u);
+    match r.page_size {
+        PageSize::Base => PageRef::base(r.space, vpn),
+        PageSize::Huge2M => PageRef::huge(r.space, vpn),
+    }
+}
+
+impl Backend for SimBackend<'_, '_> {
+    type Error = NoError;
+
+    fn drain_observations(
+        &mut self,
+        _now: Nanos,
+        out: &mut Vec<Observation>,
+    ) -> Result<(), NoError> {
+        out.append(&mut self.observations);
+        Ok(())
+    }
+
+    fn drain_owner_updates(&mut self, out: &mut Vec<OwnerUpdate>) -> Result<(), NoError> {
+        out.append(&mut self.updates);
+        Ok(())
+    }
+
+    fn usage(&mut self, _now: Nanos) -> Result<SystemUsage, NoError> {
+        let mut u = SystemUsage::default();
+        let wsf = self.ctx.kernel.watermark_scale_factor;
+        for (id, m) in self.ctx.mem.nodes() {
+            let promo = Watermarks::of(m.capacity, wsf).promo;
+            u.nodes.insert(
+                *id,
+                NodeUsage {
+                    free: m.free().bytes(),
+                    promo_watermark: Some(promo.bytes()),
+                },
+            );
+        }
+        // Fast-tier usage per cgroup, from the classes' placement.
+        let topo = self.ctx.mem.topology();
+        let mut fast: BTreeMap<CgroupId, u64> = BTreeMap::new();
+        for c in self.ctx.mem.classes() {
+            let r = &self.ctx.mem.regions()[c.region.0 as usize];
+            if !r.alive {
+                continue;
+            }
+            let on_fast: u64 = c
+                .units_on
+                .iter()
+                .filter(|(n, _)| topo.is_toptier(**n))
+                .map(|(_, k)| *k)
+                .sum();
+            *fast.entry(r.cgroup).or_default() += on_fast * r.unit_pages() * 4096;
+        }
+        for (cg, low) in self.lows {
+            u.cgroups.insert(
+                *cg,
+                CgroupUsage {
+                    low: *low,
+                    fast_usage: Bytes(fast.get(cg).copied().unwrap_or(0)),
+                },
+            );
+        }
+        Ok(u)
+    }
+
+    fn migrate(&mut self, _now: Nanos, batch: &MigrationBatch) -> Result<MigrationReport, NoError> {
+        // One move_pages(2) call per process in the batch.
+        let mut spaces: Vec<SpaceId> = batch.pages.iter().map(|m| m.page.space).collect();
+        spaces.sort_unstable();
+        spaces.dedup();
+        let mut cpu = MOVE_PAGES_CALL_NS * spaces.len() as f64;
+        let outcomes: Vec<MoveOutcome> = batch
+            .pages
+            .iter()
+            .map(|m| {
+                let Some(u) = self.ctx.mem.unit_at(m.page.space, m.page.vpn) else {
+                    return MoveOutcome::Failed(tierd_engine::MoveError::Fault);
+                };
+                let pages = self.ctx.mem.unit_pages(u);
+                cpu += MIGRATE_NS_PER_PAGE * pages as f64;
+                match self.ctx.migrate(u, batch.target) {
+                    Ok(()) => MoveOutcome::Moved(batch.target),
+                    Err(e) => MoveOutcome::Failed(e),
+                }
+            })
+            .collect();
+        self.ctx.charge_promoter(cpu);
+        Ok(MigrationReport::for_batch(batch, outcomes))
+    }
+}
+
+impl Tierd {
+    fn owner_updates(ctx: &Ctx<'_>) -> Vec<OwnerUpdate> {
+        let mut out = Vec::new();
+        for p in ctx.procs {
+            out.push(OwnerUpdate::Owner {
+                space: p.space,
+                owner: Owner {
+                    pid: p.space.0,
+                    cgroup: p.cgroup,
+                },
+            });
+            let ranges: Vec<(Vpn, Vpn, tierd_engine::policy::MemPolicy)> = ctx
+                .mem
+                .regions()
+                .iter()
+                .filter(|r| r.space == p.space && r.alive)
+                .map(|r| {
+                    (
+                        r.start_vpn,
+                        Vpn(r.start_vpn.0 + u64::from(r.units) * r.unit_pages()),
+                        r.policy,
+                    )
+                })
+                .collect();
+            out.push(OwnerUpdate::Policies {
+                space: p.space,
+                ranges,
+            });
+        }
+        out
+    }
+
+    fn hw_samples(&self, ctx: &mut Ctx<'_>, out: &mut Vec<Observation>) {
+        let mut samples = Vec::new();
+        draw_samples(ctx, self.params.sample_period, &mut samples);
+        for smp in samples {
+            out.push(Observation {
+                page: page_ref(ctx, smp.unit),
+                page_node: ctx.mem.node_of(smp.unit),
+                accessing_node: Some(smp.node),
+                source: SourceKind::HwSample,
+                time: Nanos(smp.time_ns),
+            });
+        }
+    }
+
+    fn abit_scan(&mut self, ctx: &mut Ctx<'_>, out: &mut Vec<Observation>) {
+        let end = ctx.now + ctx.dt;
+        let interval = self.params.abit_interval_ms.max(1) * 1_000_000;
+        while self.next_abit_ns < end {
+            let t = self.next_abit_ns.max(ctx.now);
+            self.next_abit_ns += interval;
+            let tau = interval as f64 / 1e9;
+            let mut scanned = 0u64;
+            for ci in 0..ctx.mem.classes().len() {
+                let class = ctx.mem.class(crate::memory::ClassId(ci as u16)).clone();
+                // Idle page tracking sees every node: the demoter needs the recency of fast
+                // pages as much as the promoter needs the slow ones.
+                let units = u64::from(class.len);
+                if units == 0 || !ctx.mem.regions()[class.region.0 as usize].alive {
+                    continue;
+                }
+                scanned += units;
+                let rate = ctx.load.class_rate[ci];
+                if rate <= 0.0 {
+                    continue;
+                }
+                // Each unit is found accessed at most once per scan, with probability
+                // 1 - exp(-its rate x interval).
+                for (idx, u) in class.iter_units() {
+                    let unit_rate = rate * class.weight(idx) / class.total_weight;
+                    let p = 1.0 - (-unit_rate * tau).exp();
+                    if ctx.rng.gen::<f64>() >= p {
+                        continue;
+                    }
+                    let node = ctx.mem.node_of(u);
+                    out.push(Observation {
+                        page: page_ref(ctx, u),
+                        page_node: node,
+                        accessing_node: None,
+                        source: SourceKind::AccessedBitScan,
+                        time: Nanos(t),
+                    });
+                }
+            }
+            ctx.acct.count("abit_pages_scanned", scanned);
+            ctx.charge_promoter(scanned as f64 * ABIT_SCAN_NS_PER_PAGE);
+        }
+    }
+}
+
+impl Mechanism for Tierd {
+    fn step(&mut self, ctx: &mut Ctx<'_>) {
+        let mut obs = Vec::new();
+        let mut updates = Vec::new();
+        if !self.owners_sent {
+            updates = Self::owner_updates(ctx);
+            self.owners_sent = true;
+        }
+        if self.params.sources.contains(&SourceKind::HwSample) {
+            self.hw_samples(ctx, &mut obs);
+        }
+        if let Some(scanner) = &mut self.scanner {
+            self.faults.clear();
+            scanner.step(ctx, &mut self.faults);
+            for f in &self.faults {
+                obs.push(Observation {
+                    page: page_ref(ctx, f.unit),
+                    page_node: ctx.mem.node_of(f.unit),
+                    accessing_node: Some(f.node),
+                    source: SourceKind::HintFault,
+                    time: Nanos(f.time_ns),
+                });
+            }
+        }
+        if self.params.sources.contains(&SourceKind::AccessedBitScan) {
+            self.abit_scan(ctx, &mut obs);
+        }
+        if let Some(k) = &mut self.kernel {
+            k.step(ctx);
+        }
+        obs.sort_by_key(|o| o.time);
+        ctx.charge_promoter(obs.len() as f64 * ENGINE_NS_PER_OBSERVATION);
+        let now = Nanos(ctx.now + ctx.dt);
+        let mut backend = SimBackend {
+            ctx,
+            observations: obs,
+            updates,
+            lows: &self.lows,
+        };
+        // The simulator backend never fails.
+        let _ = tierd_engine::step(&mut self.engine, &mut backend, now, &mut self.bufs);
+        // Mirror the engine's counters as vmstat-like counters.
+        for (d, v) in self.engine.stats().engine.values() {
+            if d.kind == tierd_engine::stats::StatKind::Counter && v > 0 {
+                match backend.ctx.acct.vmstat.get_mut(d.name) {
+                    Some(x) => *x = v,
+                    None => {
+                        backend.ctx.acct.vmstat.insert(d.name.to_string(), v);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! Properties of the simulator as a whole, on the shipped scenarios at reduced scale.
+// Integration tests are their own crate; the unit-test lint does not apply here.
+#![allow(clippy::tests_outside_test_module)]
+
+use tierd_sim::scenario::Scenario;
+use tierd_sim::sim::{compare, CompareResult};
+
+fn run(name: &str, scale: f64, only: &[&str]) -> CompareResult {
+    let sc = Scenario::find(name).expect("shipped scenario parses");
+    let only: Vec<String> = only.iter().map(|s| (*s).to_string()).collect();
+    compare(&sc.scaled(scale), scale, &only, |_, _, _| {}).expect("runs")
+}
+
+fn row<'a>(r: &'a CompareResult, id: &str) -> &'a tierd_sim::sim::ConfigResult {
+    r.configs
+        .iter()
+        .find(|c| c.id == id)
+        .expect("config present")
+}
+
+#[test]
+fn same_seed_same_output() {
+    let a = run("pointer-chase", 1.0 / 64.0, &["H10", "T1"]);
+    let b = run("pointer-chase", 1.0 / 64.0, &["H10", "T1"]);
+    let ja = serde_json::to_string(&a).unwrap();
+    let jb = serde_json::to_string(&b).unwrap();
+    assert_eq!(ja, jb);
+    // A different seed gives a different draw.
+    let mut sc = Scenario::find("pointer-chase").unwrap().scaled(1.0 / 64.0);
+    sc.seed = 7;
+    let c = compare(&sc, 1.0 / 64.0, &["H10".to_string()], |_, _, _| {}).unwrap();
+    assert_ne!(row(&a, "H10").counters, c.configs[0].counters);
+}
+
+#[test]
+fn halving_the_sample_period_raises_placement() {
+    let r = run("pointer-chase", 1.0 / 32.0, &["H10", "H5"]);
+    let (h10, h5) = (row(&r, "H10"), row(&r, "H5"));
+    assert!(
+        h5.hot_on_fast > h10.hot_on_fast * 1.3,
+        "H5 {} vs H10 {}",
+        h5.hot_on_fast,
+        h10.hot_on_fast
+    );
+    assert!(h5.counters["hwhint_total_events"] > 2 * h10.counters["hwhint_total_events"] * 9 / 10);
+    // More on the fast node means lower latency.
+    assert!(h5.latency_ns < h10.latency_ns);
+}
+
+#[test]
+fn pages_are_conserved_and_capacities_respected_in_every_scenario() {
+    // World::run checks every unit is on exactly one node, node usage adds up and no node is
+    // over capacity at the end (it panics otherwise); here we also check the time series.
+    for (name, _) in tierd_sim::scenario::SHIPPED {
+        let sc = Scenario::find(name).unwrap();
+        let scale = 1.0 / 64.0;
+        let r = compare(&sc.scaled(scale), scale, &[], |_, _, _| {}).unwrap();
+        let caps: Vec<(u16, f64)> = sc
+            .scaled(scale)
+            .machine
+            .node
+            .iter()
+            .map(|n| (n.id, n.capacity_gib))
+            .collect();
+        for c in &r.configs {
+            for s in &c.series {
+                for (id, cap) in &caps {
+                    let used = s
+                        .node_gib
+                        .get(&tierd_engine::types::NodeId(*id))
+                        .copied()
+                        .unwrap_or(0.0);
+                    assert!(
+                        used <= cap + 1e-9,
+                        "{name}/{}: node {id} holds {used} GiB of {cap}",
+                        c.id
+                    );
+                }
+            }
+            let total_start: f64 = c
+                .series
+                .first()
+                .map(|s| s.node_gib.values().sum())
+                .unwrap_or(0.0);
+            assert!(total_start >= 0.0);
+        }
+    }
+}
+
+#[test]
+fn no_mechanism_ever_crosses_a_nodemask() {
+    for (name, _) in tierd_sim::scenario::SHIPPED {
+        let r = run(name, 1.0 / 64.0, &[]);
+        for c in &r.configs {
+            assert_eq!(
+                c.mempolicy_violations, 0,
+                "{name}/{} crossed a BIND/PREFERRED_MANY mask",
+                c.id
+            );
+        }
+    }
+}
