@@ -358,6 +358,13 @@ impl Engine {
         Some((share, cg.fast_usage))
     }
 
+    /// Whether some enabled source can observe accesses to top-tier pages (hardware samples
+    /// and accessed-bit scans can; tiering-mode hint faults cannot).
+    fn sees_fast_tier(&self) -> bool {
+        self.config.sources.contains(SourceKind::HwSample)
+            || self.config.sources.contains(SourceKind::AccessedBitScan)
+    }
+
     /// The free bytes below which the demoter starts (low) and up to which it works (high).
     fn demotion_watermarks(&self, node: NodeId) -> (i128, i128) {
         let d = self.config.demotion;
@@ -399,6 +406,13 @@ impl Engine {
             // promotions: just pages idle for longer than the ping-pong window, so that a
             // page is never demoted to make way for one barely hotter than itself.
             let below_low = node_free < low;
+            if !below_low && !self.sees_fast_tier() {
+                // No enabled source observes top-tier pages (hint faults in tiering mode only
+                // fire on slow pages): the engine's idea of their recency is just when it
+                // promoted them, which is no evidence that they went cold. Leave room-making
+                // to the kernel's reclaim rather than demote blind (that ping-pongs).
+                continue;
+            }
             let mut need = if below_low {
                 high - node_free
             } else {

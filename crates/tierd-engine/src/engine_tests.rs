@@ -722,3 +722,42 @@ fn promotion_stops_at_the_high_watermark_and_room_is_made_from_idle_pages_only()
     let plan = e.tick(Nanos::from_millis(31_100), &u);
     assert!(planned(&plan, MigrationKind::Demote) > 0);
 }
+
+#[test]
+fn no_room_is_made_on_no_evidence_when_sources_cannot_see_the_fast_tier() {
+    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+    let cap = Bytes::gib(1).0;
+    let cfg = EngineConfig {
+        sources: SourceMask::of(&[SourceKind::HintFault]),
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(cfg, topo.clone()).unwrap();
+    // Promote 50 pages, then let time pass: they were never observed on the fast tier.
+    let hf = |vpn, t| Observation {
+        source: SourceKind::HintFault,
+        ..obs(1, vpn, N1, Some(N0), t)
+    };
+    e.observe(
+        &(0..50)
+            .flat_map(|v| [hf(v, 0), hf(v, 10)])
+            .collect::<Vec<_>>(),
+    );
+    let p = e.tick(Nanos::from_millis(100), &usage(&topo, Bytes(cap / 2)));
+    apply_all(&mut e, Nanos::from_millis(100), &p);
+    // At 60 s the node is just above high and more hot pages are refused.
+    let high = cap * 50 / 1000;
+    let u = usage(&topo, Bytes(high + 10 * 4096));
+    e.observe(
+        &(100..150)
+            .flat_map(|v| [hf(v, 59_900), hf(v, 59_910)])
+            .collect::<Vec<_>>(),
+    );
+    let _ = e.tick(Nanos::from_millis(60_000), &u);
+    assert!(e.stats().engine.pgpromote_no_room > 0);
+    let p = e.tick(Nanos::from_millis(61_100), &u);
+    assert_eq!(
+        planned(&p, MigrationKind::Demote),
+        0,
+        "promotion time is no evidence of coldness"
+    );
+}

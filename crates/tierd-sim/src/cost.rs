@@ -17,10 +17,18 @@ pub const SAMPLE_INTERRUPT_NS: f64 = 3_990.0;
 /// (5.91 M at period 5008) then checks it.
 pub const IBS_SAMPLES_PER_ACCESS: f64 = 0.32;
 
-/// CPU time to migrate one base page in the kernel (isolate, unmap, copy 4 KiB, remap, TLB
-/// shootdown), ns. Derived from seed A H5: kmigrated used 38 s to promote 3.15 M pages =
-/// 12.1 us per page (this includes walking the hot maps, which is small next to migration).
-pub const MIGRATE_NS_PER_PAGE: f64 = 12_000.0;
+/// kmigrated's CPU time per promoted page, ns, for configurations that model the kernel's
+/// pghot (`kernel_pghot = true`). Derived from seed A H5: kmigrated used 38 s to promote
+/// 3.15 M pages = 12.1 us per page. It includes walking every PFN of each section whose hot
+/// bit is set (`kmigrated_walk_zone()`), which is why it is six times DAMON's per-page cost.
+pub const KMIGRATED_NS_PER_PAGE: f64 = 12_000.0;
+
+/// CPU time `move_pages(2)` spends per base page (isolate, unmap, copy 4 KiB, remap, TLB
+/// shootdown), ns, for tierd's own configurations. The same kernel migration path that
+/// DAMON's `migrate_hot` uses, so the same figure as the DAMON model's migration cost
+/// (1.5 us per folio + 0.5 us copy per page, bounded above by seed A D3: 13 s of kdamond for
+/// 6 M pages allows at most 2.2 us per page).
+pub const MOVE_PAGES_NS_PER_PAGE: f64 = 2_000.0;
 
 /// Extra cost of one `move_pages(2)` call beyond its pages (syscall entry, per-call
 /// `lru_add_drain_all()`, mm lock), ns. Assumption: a few microseconds, as for any syscall
@@ -32,12 +40,14 @@ pub const MOVE_PAGES_CALL_NS: f64 = 5_000.0;
 /// engine's filtering around it, 10 ns is a conservative round figure.
 pub const ENGINE_NS_PER_OBSERVATION: f64 = 10.0;
 
-/// Cost of checking one page's accessed bit in a userspace scan (reading `/proc/PID/pagemap`
-/// and the idle-page bitmap, or a DAMON region sample: an rmap walk plus a PTE test-and-clear),
-/// ns. Assumption: DAMON's documentation puts its whole monitoring overhead at "0.x %" of one
-/// CPU for thousands of regions sampled every 5 ms, i.e. a few microseconds per check.
+/// Cost of checking one page's accessed bit the way DAMON samples a region: an rmap walk to
+/// the mapping PTEs, a test-and-clear of the accessed bit and a TLB flush of that page, ns.
+/// Assumption: one to two microseconds, the usual cost of an rmap walk plus a single-page
+/// shootdown; used by the DAMON model, not fitted.
 pub const ABIT_CHECK_NS: f64 = 2_000.0;
 
-/// Cost of a batched accessed-bit scan per page (idle page tracking walks the bitmap in
-/// 64-page words, no rmap walk per page), ns. Assumption.
-pub const ABIT_SCAN_NS_PER_PAGE: f64 = 50.0;
+/// Cost of one page of an accessed-bit scan by idle page tracking, ns: writing the idle
+/// bitmap clears the page's young bits through an rmap walk (mm/page_idle.c
+/// `page_idle_clear_pte_refs()`), and reading it back is cheap. Assumption: a quarter of a
+/// microsecond per page, an rmap walk of a singly-mapped anonymous page.
+pub const ABIT_SCAN_NS_PER_PAGE: f64 = 250.0;

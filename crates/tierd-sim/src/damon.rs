@@ -1,8 +1,153 @@
-//! DAMON with a DAMOS migrate_hot scheme — STUB, being implemented.
+//! DAMON (Data Access MONitor) driving one DAMOS `migrate_hot` scheme, as one kdamond runs it.
+//!
+//! The model follows `kdamond_fn()` in mm/damon/core.c sampling interval by sampling interval,
+//! with the `paddr` operations set of mm/damon/paddr.c. Accesses are never simulated one by
+//! one: a page with an access rate `λ` (from
+//! [`Load::unit_rate`](crate::workload::Load::unit_rate)) has its accessed bit found set `τ`
+//! after it was cleared with probability `1 - exp(-λτ)`.
+//!
+//! # Address space
+//!
+//! `paddr` monitors the physical range of `monitor_node`; the simulator's physical address is
+//! the node's slot index ([`NodeMem::slots`](crate::memory::NodeMem::slots)), one unit per
+//! slot, so a region is a range of slots and DAMON's `min_region_sz` is one slot. A free slot
+//! has no folio: `damon_get_folio()` returns NULL, so it is never found accessed and never
+//! migrated. `vaddr` is modelled as one target whose addresses are unit ids (every process's
+//! pages in allocation order); the kernel's `vaddr` keeps one target per process and starts
+//! from three regions around the two largest unmapped gaps (mm/damon/vaddr.c), which this
+//! model does not reproduce.
+//!
+//! # One pass of `kdamond_fn()`
+//!
+//! 1. **Sample.** For every region pick a random address and clear its accessed bit
+//!    (`__damon_pa_prepare_access_check()`, `damon_pa_mkold()`); sleep one sampling interval;
+//!    check the bit (`__damon_pa_check_access()`) and count a hit in `nr_accesses`
+//!    (`damon_update_region_access_rate()`). Both are evaluated at the end of the pass here,
+//!    with `τ` = the sampling interval plus the prepare/check work between a region's two
+//!    visits, because nothing in between changes the regions.
+//! 2. Every aggregation interval (`aggr_us / sample_us` passes):
+//!    1. **Merge** adjacent regions whose `nr_accesses` differ by at most
+//!       `max_nr_accesses / 10`, keeping each merged region within `total / min_nr_regions`,
+//!       updating `age` on the way; while more than `max_nr_regions` remain, double the
+//!       threshold and repeat (`kdamond_merge_regions()`, `damon_merge_regions_of()`). Then
+//!       split any region above that size (`damon_apply_min_nr_regions()`).
+//!    2. **Apply the scheme** (`kdamond_apply_schemes()`): open a new quota window if due,
+//!       rank the matching regions by `damon_hot_score()` and set the minimum score that fits
+//!       the quota (`damos_adjust_quota()`), then walk the regions in address order, skip the
+//!       part already charged in the previous window (`damos_skip_charged_region()`), cut a
+//!       region to the quota left (`damos_apply_scheme()`) and migrate every page of it that is
+//!       on `monitor_node` (`damon_pa_migrate()`), hot or not: the source of DAMON's
+//!       over-promotion.
+//!    3. **Reset** `nr_accesses` (`kdamond_reset_aggregated()`) and **split** every region
+//!       into two (three when the count did not change) random pieces while at most
+//!       `max_nr_regions / 2` exist (`kdamond_split_regions()`).
+//! 3. The pass's work delays the next one: kdamond sleeps a full sampling interval after
+//!    working (`kdamond_usleep()`), so a slow pass stretches every interval counted in passes
+//!    (aggregation, ops update), while the quota window stays in wall time (jiffies).
+//!
+//! # Cost
+//!
+//! kdamond's CPU time, charged with [`Ctx::charge_promoter`], is per pass
+//! [`SAMPLE_REGION_NS`] per region whose sampled slot holds a page ([`SAMPLE_FREE_NS`] if
+//! free), per aggregation [`AGGR_REGION_NS`] per region, and per applied region
+//! [`APPLY_FRAME_NS`] per slot walked, [`YOUNG_CHECK_NS`] per `young` check and
+//! [`MIGRATE_FOLIO_NS`] + [`MIGRATE_COPY_NS_PER_PAGE`] per base page for each folio
+//! migrated. The same time feeds the time quota's throughput (`quota->total_charged_ns`).
+//!
+//! # Calibration (seed A D3, `tests::calibration_seed_a_d3`)
+//!
+//! At 1/16 scale (4 threads, 4 GiB buffer of base pages, 1 GiB hot, 8 MiB/s quota, 240 s),
+//! hot chunks of 1-4 MiB (16-64 MiB at full scale) give +40 % to +51 % over-promotion with
+//! 99-100 % of the hot set on node 0, 203-217 quota windows exceeded and 22-45 regions at the
+//! end (published: +49 %, 229, 21-71). Coarser chunks over-promote less (16-64 MiB: +31 % to
+//! +40 %, 256 MiB: +8 % to +16 %); finer ones (4-64 KiB) give +56 % to +61 % but leave half
+//! the hot set behind within 240 s. Most of the excess moves late: once few hot pages remain
+//! on the slow node they keep large cold regions at `nr_accesses >= 1`, and each window takes
+//! another quota's worth of them. kdamond's CPU time does not match: 110-119 s against the
+//! published 13 s. While hot pages remain on the slow node a sampled page is found accessed
+//! about one time in five, the merge threshold (`max_nr_accesses / 10` = 1) cannot undo the
+//! splits, and regions grow to about 25,000 until the hot set has moved. With 2 MiB pages
+//! (THP) a hot folio is found accessed at every sample, regions stay at about 30 and kdamond
+//! uses 3-29 s, but chunks must then be 2 MiB (32 MiB at full scale) for +34 %.
+//!
+//! # Where it departs from the kernel
+//!
+//! - mempolicy: `__damon_migrate_folio_list()` (mm/damon/ops-common.c) "ignores all cpuset
+//!   and mempolicy settings". tierd's simulator holds every mechanism to BIND and
+//!   PREFERRED_MANY masks, so pages whose mask excludes `target_nid` are skipped and counted
+//!   in `damos_mpol_skipped`.
+//! - Region sizes are slots times the size of the unit found in the first occupied slot
+//!   (4 KiB or 2 MiB). A node that mixes base and huge pages gets approximate byte sizes for
+//!   the quota and the region size limit; the bytes migrated (`damos_sz_applied`) are exact.
+//! - `pgpromote_success` is not counted: the kernel counts it only in
+//!   `migrate_misplaced_folio()` (NUMA balancing), and vmlab.md 5.4 saw DAMON migrations only
+//!   in `pgmigrate_success` on a 6.12 guest. Promotions still reach
+//!   [`Accounting::promoted_pages`](crate::mechanism::Accounting) through [`Ctx::migrate`].
+//! - `nr_accesses` is read at the end of the aggregation interval, where the kernel's moving
+//!   sum (`nr_accesses_bp`, `damon_moving_sum()`) equals it. No watermarks, quota goals, core
+//!   filters, region size pattern, `fail_charge_*` or `apply_interval_us` other than the
+//!   aggregation interval are modelled.
 
+use rand::Rng;
 use serde::{Deserialize, Serialize};
+use tierd_engine::types::{NodeId, PAGE_SIZE};
 
-use crate::mechanism::{Ctx, Mechanism};
+use crate::mechanism::{Ctx, Mechanism, Watermarks};
+use crate::memory::{Memory, NodeMem, UnitId};
+
+/// kdamond CPU time to sample one region whose sampled address holds a page, ns. One sampling
+/// interval costs `damon_pa_mkold()` then `damon_pa_young()` (mm/damon/paddr.c): each is a
+/// `damon_get_folio()` and an rmap walk under `folio_trylock()` (mm/damon/ops-common.c
+/// `damon_folio_mkold()`, `damon_folio_young()`) down to a PTE that is rarely in cache for a
+/// random page of a large buffer. The simulator's one accessed-bit check cost,
+/// [`cost::ABIT_CHECK_NS`](crate::cost::ABIT_CHECK_NS) (an assumption), so that DAMON and
+/// tierd's own accessed-bit source pay alike.
+pub const SAMPLE_REGION_NS: f64 = crate::cost::ABIT_CHECK_NS;
+
+/// kdamond CPU time to sample one region whose sampled address is a free frame, ns:
+/// `damon_get_folio()` fails (`!folio_test_lru`) and no rmap walk follows. Assumption.
+pub const SAMPLE_FREE_NS: f64 = 50.0;
+
+/// kdamond CPU time per region per aggregation interval for merging, scoring, resetting and
+/// splitting (list walks in mm/damon/core.c), ns. Assumption.
+pub const AGGR_REGION_NS: f64 = 100.0;
+
+/// kdamond CPU time per frame that `damon_pa_migrate()` visits when applying the action
+/// (`damon_get_folio()`, filters, `folio_isolate_lru()`), ns. Assumption.
+pub const APPLY_FRAME_NS: f64 = 100.0;
+
+/// kdamond CPU time of one `young` filter check, ns: `damon_folio_young()` and, when young,
+/// `damon_folio_mkold()` (mm/damon/ops-common.c `damos_folio_filter_match()`): an
+/// accessed-bit check like a sample, [`SAMPLE_REGION_NS`].
+pub const YOUNG_CHECK_NS: f64 = SAMPLE_REGION_NS;
+
+/// kdamond CPU time to migrate one folio apart from copying it, ns: isolation, unmap, its
+/// share of the batched TLB flush, remap and LRU putback when `damon_migrate_pages()` hands a
+/// region's whole folio list to `migrate_pages(MIGRATE_ASYNC)` (mm/damon/ops-common.c,
+/// mm/migrate.c). Assumption, bounded by seed A D3: kdamond used 13 s in all while migrating
+/// 24.7 GB (6.0 M base pages), so its cost per page cannot exceed 2.2 us. (The 12 us of
+/// [`cost::MIGRATE_NS_PER_PAGE`](crate::cost::MIGRATE_NS_PER_PAGE), derived from kmigrated,
+/// would alone make D3's kdamond 72 s.)
+pub const MIGRATE_FOLIO_NS: f64 = 1_500.0;
+
+/// kdamond CPU time to copy one base page during migration, ns: 4 KiB read from the slow node
+/// at about 8 GB/s. Assumption. A 4 KiB page costs [`MIGRATE_FOLIO_NS`] + this = 2 us, within
+/// D3's bound; a 2 MiB folio 258 us.
+pub const MIGRATE_COPY_NS_PER_PAGE: f64 = 500.0;
+
+/// `DAMOS_MAX_SCORE` (include/linux/damon.h).
+const DAMOS_MAX_SCORE: i64 = 99;
+/// `DAMON_MAX_SUBSCORE` (mm/damon/ops-common.c).
+const DAMON_MAX_SUBSCORE: i64 = 100;
+/// `DAMON_MAX_AGE_IN_LOG` (mm/damon/ops-common.c).
+const DAMON_MAX_AGE_IN_LOG: i64 = 32;
+/// Throughput `damos_set_effective_quota()` assumes before anything was charged:
+/// `PAGE_SIZE * 1024` bytes per ms.
+const DEFAULT_QUOTA_THROUGHPUT_BYTES_PER_MS: u64 = PAGE_SIZE * 1024;
+/// Marks a page whose accessed bit is known to be set (for the `young` filter).
+const KNOWN_YOUNG: u32 = u32::MAX;
+/// How far [`Damon`] looks for an occupied slot to learn the monitored unit size.
+const UNIT_SIZE_PROBE: u32 = 4096;
 
 /// DAMON/DAMOS knobs (kernel.md section 3; defaults from mm/damon/sysfs.c).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -12,6 +157,11 @@ pub struct DamonParams {
     pub ops: DamonOps,
     /// The node whose physical range `paddr` monitors (the slow node).
     pub monitor_node: u16,
+    /// `paddr` only: monitor the node's whole capacity, as a target region written from
+    /// `/sys/devices/system/node/nodeN/memory*` does (vmlab.md 5.4), instead of only the slots
+    /// that have held a page. Never-used frames are free: never accessed, never migrated, but
+    /// they count in region sizes and in `total / min_nr_regions`.
+    pub monitor_whole_node: bool,
     /// `sample_us` (5000).
     pub sample_us: u64,
     /// `aggr_us` (100000).
@@ -38,7 +188,8 @@ pub struct DamonParams {
     pub quota_ms: u64,
     /// `quotas/reset_interval_ms`.
     pub quota_reset_interval_ms: u64,
-    /// `quotas/weights/sz_permil`.
+    /// `quotas/weights/sz_permil`. Accepted but, as in the kernel, unused: `migrate_hot`
+    /// ranks regions with `damon_hot_score()`, which reads only the other two weights.
     pub weight_sz_permil: u32,
     /// `quotas/weights/nr_accesses_permil`.
     pub weight_nr_accesses_permil: u32,
@@ -64,6 +215,7 @@ impl Default for DamonParams {
         DamonParams {
             ops: DamonOps::Paddr,
             monitor_node: 1,
+            monitor_whole_node: false,
             sample_us: 5000,
             aggr_us: 100_000,
             update_us: 60_000_000,
@@ -100,18 +252,1550 @@ impl DamonParams {
     }
 }
 
-/// DAMON + DAMOS as a mechanism (STUB).
+/// One DAMON region (`struct damon_region`): a range of the monitored address space and what
+/// sampling found in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct DamonRegion {
+    /// First address: a slot of `monitor_node` (`paddr`) or a unit id (`vaddr`).
+    pub start: u32,
+    /// One past the last address.
+    pub end: u32,
+    /// Samples of the current aggregation interval that found the sampled page accessed.
+    pub nr_accesses: u32,
+    /// `nr_accesses` of the last completed aggregation interval (what `tried_regions` shows).
+    pub last_nr_accesses: u32,
+    /// Aggregation intervals since the region's access frequency last changed much, or since
+    /// the scheme's action was applied to it.
+    pub age: u32,
+}
+
+impl DamonRegion {
+    fn new(start: u32, end: u32) -> Self {
+        DamonRegion {
+            start,
+            end,
+            nr_accesses: 0,
+            last_nr_accesses: 0,
+            age: 0,
+        }
+    }
+    /// Addresses in the region.
+    #[must_use]
+    pub fn len(&self) -> u32 {
+        self.end - self.start
+    }
+    /// Whether the region is empty (never, for a region DAMON keeps).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.end <= self.start
+    }
+}
+
+/// The scheme's statistics (`schemes/<S>/stats/`, `struct damos_stat`), bytes and counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DamosStats {
+    /// Regions the action was tried on.
+    pub nr_tried: u64,
+    /// Bytes of those regions.
+    pub sz_tried: u64,
+    /// Regions where the action applied to at least one page.
+    pub nr_applied: u64,
+    /// Bytes the action applied to (migrated).
+    pub sz_applied: u64,
+    /// Bytes that passed the ops filters (`young`), or every page found when there are none.
+    pub sz_ops_filter_passed: u64,
+    /// Quota windows that ended with the quota used up.
+    pub qt_exceeds: u64,
+}
+
+/// `struct damos_quota`'s run-time state.
+#[derive(Clone, Copy, Debug, Default)]
+struct Quota {
+    /// Effective size quota of the window, bytes (`esz`).
+    esz: u64,
+    /// Bytes charged in the window.
+    charged_sz: u64,
+    /// Start of the window, ns (`charged_from`); `None` before the first.
+    charged_from: Option<u64>,
+    /// Bytes charged in all finished windows.
+    total_charged_sz: u64,
+    /// Time spent applying the action, ns.
+    total_charged_ns: f64,
+    /// Where the next window resumes after a full one (`charge_addr_from`).
+    charge_addr_from: Option<u32>,
+    /// Lowest `damon_hot_score()` the scheme applies to in this pass.
+    min_score: i64,
+}
+
+/// DAMON + one DAMOS `migrate_hot` scheme as a mechanism.
+///
+/// Counters (in [`Accounting::vmstat`](crate::mechanism::Accounting)): `damos_nr_tried`,
+/// `damos_sz_tried`, `damos_nr_applied`, `damos_sz_applied`, `damos_sz_ops_filter_passed`,
+/// `damos_qt_exceeds` (bytes or counts, as sysfs shows them), `damos_mpol_skipped` (base pages
+/// kept in place by their mempolicy), `pgmigrate_success`, `pgmigrate_fail` (base pages), and
+/// the gauge `damon_nr_regions` (the latest count, overwritten every step).
 #[derive(Debug)]
-pub struct Damon;
+pub struct Damon {
+    p: DamonParams,
+    regions: Vec<DamonRegion>,
+    /// Addresses covered by `regions`, `[0, span)`.
+    span: u32,
+    /// Bytes per address (learnt from the first occupied slot).
+    unit_bytes: u64,
+    /// The next sampling instant, ns.
+    next_sample_ns: Option<u64>,
+    passed_sample_intervals: u64,
+    next_aggregation_sis: u64,
+    next_ops_update_sis: u64,
+    /// Region size limit of the last `damon_apply_min_nr_regions()`, bytes.
+    sz_limit: u64,
+    /// `kdamond_split_regions()`'s `last_nr_regions` (a function static in the kernel).
+    last_nr_regions: usize,
+    quota: Quota,
+    stats: DamosStats,
+    /// Per unit: when its accessed bit was last known clear, ms, or [`KNOWN_YOUNG`]. Kept
+    /// only with the `young` filter.
+    last_clear_ms: Vec<u32>,
+}
 
 impl Damon {
-    /// DAMON with `params`.
+    /// DAMON with `params`. Regions are set up on the first step, over the span then known.
     #[must_use]
-    pub fn new(_params: &DamonParams) -> Self {
-        Damon
+    pub fn new(params: &DamonParams) -> Self {
+        let mut d = Damon {
+            p: params.clone(),
+            regions: Vec::new(),
+            span: 0,
+            unit_bytes: PAGE_SIZE,
+            next_sample_ns: None,
+            passed_sample_intervals: 0,
+            next_aggregation_sis: 0,
+            next_ops_update_sis: 0,
+            sz_limit: 0,
+            last_nr_regions: 0,
+            quota: Quota::default(),
+            stats: DamosStats::default(),
+            last_clear_ms: Vec::new(),
+        };
+        // kdamond_init_ctx(): the first aggregation and ops update are one interval away.
+        d.next_aggregation_sis = d.aggr_samples();
+        d.next_ops_update_sis = d.update_samples();
+        d
+    }
+
+    /// The knobs.
+    #[must_use]
+    pub fn params(&self) -> &DamonParams {
+        &self.p
+    }
+
+    /// The regions, in address order, contiguous over the monitored span.
+    #[must_use]
+    pub fn regions(&self) -> &[DamonRegion] {
+        &self.regions
+    }
+
+    /// The scheme's statistics.
+    #[must_use]
+    pub fn stats(&self) -> &DamosStats {
+        &self.stats
+    }
+
+    /// The effective size quota of the current window, bytes (`quotas/effective_bytes`);
+    /// 0 when no quota is set.
+    #[must_use]
+    pub fn effective_quota_bytes(&self) -> u64 {
+        self.quota.esz
+    }
+
+    /// Bytes per monitored address (the size of one slot's unit).
+    #[must_use]
+    pub fn unit_bytes(&self) -> u64 {
+        self.unit_bytes
+    }
+
+    fn sample_ns(&self) -> u64 {
+        self.p.sample_us.max(1) * 1000
+    }
+
+    /// `damon_max_nr_accesses()`: samples per aggregation interval.
+    fn aggr_samples(&self) -> u64 {
+        (self.p.aggr_us / self.p.sample_us.max(1)).max(1)
+    }
+
+    /// Samples per ops update interval (`update_us`).
+    fn update_samples(&self) -> u64 {
+        (self.p.update_us / self.p.sample_us.max(1)).max(1)
+    }
+
+    fn min_nr_regions(&self) -> u64 {
+        u64::from(self.p.min_nr_regions.max(1))
+    }
+
+    fn max_nr_regions(&self) -> usize {
+        self.p.max_nr_regions.max(self.p.min_nr_regions).max(1) as usize
+    }
+
+    fn bytes(&self, r: &DamonRegion) -> u64 {
+        u64::from(r.len()) * self.unit_bytes
+    }
+
+    /// The size of the address space to monitor now.
+    fn current_span(&self, mem: &Memory) -> u32 {
+        match self.p.ops {
+            DamonOps::Paddr => {
+                let Some(node) = mem.node(NodeId(self.p.monitor_node)) else {
+                    return 0;
+                };
+                let used = node.slots();
+                if self.p.monitor_whole_node {
+                    let per = (self.unit_bytes / PAGE_SIZE).max(1);
+                    used.max(u32::try_from(node.capacity.0 / per).unwrap_or(u32::MAX))
+                } else {
+                    used
+                }
+            }
+            DamonOps::Vaddr => mem.units(),
+        }
+    }
+
+    /// Extends the regions over a grown span the way `damon_set_regions()` fits a target to a
+    /// new range: the last region is stretched, then `damon_apply_min_nr_regions()` cuts it.
+    fn sync_span(&mut self, mem: &Memory) {
+        if self.regions.is_empty() {
+            self.unit_bytes = learn_unit_bytes(&self.p, mem);
+        }
+        let span = self.current_span(mem);
+        if span <= self.span {
+            return;
+        }
+        match self.regions.last_mut() {
+            Some(last) => last.end = span,
+            None => self.regions.push(DamonRegion::new(0, span)),
+        }
+        self.span = span;
+        self.sz_limit = self.apply_min_nr_regions();
+    }
+
+    /// `damon_region_sz_limit()`: total size / `min_nr_regions`, at least one address.
+    fn region_sz_limit(&self) -> u64 {
+        let total = u64::from(self.span) * self.unit_bytes;
+        (total / self.min_nr_regions()).max(self.unit_bytes)
+    }
+
+    /// `damon_apply_min_nr_regions()`: cuts every region larger than the size limit into
+    /// pieces of the limit; returns the limit, bytes.
+    fn apply_min_nr_regions(&mut self) -> u64 {
+        let max_sz = self.region_sz_limit().div_ceil(self.unit_bytes) * self.unit_bytes;
+        let max_len = u32::try_from(max_sz / self.unit_bytes)
+            .unwrap_or(u32::MAX)
+            .max(1);
+        if self.regions.iter().any(|r| r.len() > max_len) {
+            let mut out = Vec::with_capacity(self.regions.len() + 1);
+            for r in &self.regions {
+                let mut left = *r;
+                while left.len() > max_len {
+                    let mut piece = left;
+                    piece.end = left.start + max_len;
+                    out.push(piece);
+                    left.start = piece.end;
+                }
+                out.push(left);
+            }
+            self.regions = out;
+        }
+        max_sz
+    }
+
+    /// One sampling interval ending at `t`; returns kdamond's CPU time for it, ns.
+    fn sample(&mut self, ctx: &mut Ctx<'_>, t: u64) -> f64 {
+        if self.p.ops == DamonOps::Paddr || self.regions.is_empty() {
+            // paddr's range is the whole node from the start (the slots in use are the part
+            // that ever held pages); vaddr picks up new mappings at `update_us`.
+            self.sync_span(ctx.mem);
+        }
+        let mut cost = 0.0;
+        // A region's page is made old during the prepare pass and checked during the check
+        // pass: between the two lie the rest of the prepares, the sleep and the checks before
+        // it, i.e. the sampling interval plus half a region's sampling work per region.
+        let gap_ns = self.sample_ns() as f64 + self.regions.len() as f64 * SAMPLE_REGION_NS / 2.0;
+        let tau_s = gap_ns * 1e-9;
+        let track_young = self.p.young_filter;
+        let t_ms = ms_of(t);
+        let mut max_nr_accesses = 0;
+        let space = Space::of(&self.p, ctx.mem);
+        // One draw from the run's ChaCha seeds a SplitMix64 stream for the pass: a ChaCha
+        // draw per region would take most of the simulator's time with thousands of regions.
+        let mut stream = SplitMix64(ctx.rng.gen());
+        for r in &mut self.regions {
+            // One 64-bit draw per region: the high half picks the page
+            // (__damon_pa_prepare_access_check(): damon_rand(r->ar.start, r->ar.end)), the
+            // low half decides whether it was accessed.
+            let x = stream.next_u64();
+            let addr = r.start + (((x >> 32) * u64::from(r.len())) >> 32) as u32;
+            let Some(u) = space.unit_at(addr) else {
+                cost += SAMPLE_FREE_NS;
+                max_nr_accesses = max_nr_accesses.max(r.nr_accesses);
+                continue;
+            };
+            cost += SAMPLE_REGION_NS;
+            let rate = ctx.load.unit_rate(ctx.mem, u);
+            let coin = (x & 0xFFFF_FFFF) as f64 / 4_294_967_296.0;
+            let accessed = rate > 0.0 && coin < -(-rate * tau_s).exp_m1();
+            if accessed {
+                r.nr_accesses += 1;
+            }
+            if track_young {
+                // mkold at the start of the interval; a miss at the end means still clear.
+                set_last_clear(
+                    &mut self.last_clear_ms,
+                    u,
+                    if accessed { KNOWN_YOUNG } else { t_ms },
+                );
+            }
+            max_nr_accesses = max_nr_accesses.max(r.nr_accesses);
+        }
+        self.passed_sample_intervals += 1;
+
+        let aggregating = self.passed_sample_intervals >= self.next_aggregation_sis;
+        if aggregating && !self.regions.is_empty() {
+            self.merge_regions(max_nr_accesses / 10, self.sz_limit);
+            self.sz_limit = self.apply_min_nr_regions();
+            cost += self.regions.len() as f64 * AGGR_REGION_NS;
+            // apply_interval_us = 0: schemes apply once per aggregation interval.
+            cost += self.apply_schemes(ctx, t);
+        }
+        if aggregating {
+            self.next_aggregation_sis = self.passed_sample_intervals + self.aggr_samples();
+            for r in &mut self.regions {
+                // kdamond_reset_aggregated()
+                r.last_nr_accesses = r.nr_accesses;
+                r.nr_accesses = 0;
+            }
+            self.split_regions(ctx);
+        }
+        if self.passed_sample_intervals >= self.next_ops_update_sis {
+            self.next_ops_update_sis = self.passed_sample_intervals + self.update_samples();
+            if self.p.ops == DamonOps::Vaddr {
+                // damon_va_update(): new mappings join the target.
+                self.sync_span(ctx.mem);
+            }
+        }
+        cost
+    }
+
+    /// `kdamond_merge_regions()`: merge with `threshold`, doubling it while more than
+    /// `max_nr_regions` remain, up to `aggr / sample`.
+    fn merge_regions(&mut self, threshold: u32, sz_limit: u64) {
+        let max_thres = u32::try_from(self.aggr_samples()).unwrap_or(u32::MAX);
+        let mut thres = threshold;
+        loop {
+            self.merge_regions_of(thres, sz_limit);
+            thres = thres.saturating_mul(2).max(1);
+            if !(self.regions.len() > self.max_nr_regions() && thres / 2 < max_thres) {
+                break;
+            }
+        }
+    }
+
+    /// `damon_merge_regions_of()`: update ages, merge adjacent regions with similar
+    /// `nr_accesses` whose combined size stays within `sz_limit`.
+    fn merge_regions_of(&mut self, thres: u32, sz_limit: u64) {
+        let unit_bytes = self.unit_bytes;
+        let mut out: Vec<DamonRegion> = Vec::with_capacity(self.regions.len());
+        for mut r in self.regions.drain(..) {
+            if r.nr_accesses.abs_diff(r.last_nr_accesses) > thres
+                || (r.nr_accesses == 0) != (r.last_nr_accesses == 0)
+            {
+                r.age = 0;
+            } else {
+                r.age = r.age.saturating_add(1);
+            }
+            if let Some(prev) = out.last_mut() {
+                let size = u64::from(prev.len() + r.len()) * unit_bytes;
+                if prev.end == r.start
+                    && prev.nr_accesses.abs_diff(r.nr_accesses) <= thres
+                    && size <= sz_limit
+                {
+                    merge_two(prev, &r);
+                    continue;
+                }
+            }
+            out.push(r);
+        }
+        self.regions = out;
+    }
+
+    /// `kdamond_split_regions()` / `damon_split_regions_of()`.
+    fn split_regions(&mut self, ctx: &mut Ctx<'_>) {
+        let nr = self.regions.len();
+        let max = self.max_nr_regions();
+        if nr > max / 2 {
+            return;
+        }
+        // "Maybe the middle of the region has different access frequency".
+        let nr_subs = if self.last_nr_regions == nr && nr < max / 3 {
+            3
+        } else {
+            2
+        };
+        let mut out = Vec::with_capacity(nr * nr_subs);
+        let mut rights: Vec<DamonRegion> = Vec::with_capacity(nr_subs);
+        for r in &self.regions {
+            let mut left = *r;
+            let mut sz = left.len();
+            rights.clear();
+            let mut i = 0;
+            while i < nr_subs - 1 && sz > 2 {
+                i += 1;
+                // Left piece 10 % .. 90 % of the region: damon_rand(1, 10) * sz / 10.
+                let sub =
+                    u32::try_from(u64::from(ctx.rng.gen_range(1..10u32)) * u64::from(sz) / 10)
+                        .unwrap_or(0);
+                if sub == 0 || sub >= sz {
+                    continue;
+                }
+                let mut right = left;
+                right.start = left.start + sub;
+                left.end = right.start;
+                rights.push(right);
+                sz = sub;
+            }
+            out.push(left);
+            // Each new right piece went in just after the piece it was cut from.
+            out.extend(rights.iter().rev());
+        }
+        self.regions = out;
+        self.last_nr_regions = nr;
+    }
+
+    fn quota_is_set(&self) -> bool {
+        self.quota.esz > 0 || self.p.quota_bytes > 0 || self.p.quota_ms > 0
+    }
+
+    /// `damos_quota_is_full()`.
+    fn quota_is_full(&self) -> bool {
+        if !self.quota_is_set() {
+            return false;
+        }
+        let q = &self.quota;
+        q.charged_sz >= q.esz || q.esz - q.charged_sz < self.unit_bytes
+    }
+
+    /// `damos_set_effective_quota()`: the size quota, or the time quota turned into bytes at
+    /// the throughput measured so far, whichever is smaller.
+    fn set_effective_quota(&mut self) {
+        let q = &mut self.quota;
+        if self.p.quota_ms == 0 {
+            q.esz = self.p.quota_bytes;
+            return;
+        }
+        let throughput = if q.total_charged_ns > 0.0 {
+            (q.total_charged_sz as f64 * 1e6 / q.total_charged_ns) as u64
+        } else {
+            DEFAULT_QUOTA_THROUGHPUT_BYTES_PER_MS
+        };
+        let mut esz = throughput
+            .saturating_mul(self.p.quota_ms)
+            .max(self.unit_bytes);
+        if self.p.quota_bytes > 0 && self.p.quota_bytes < esz {
+            esz = self.p.quota_bytes;
+        }
+        q.esz = esz;
+    }
+
+    /// `damos_adjust_quota()`: charge windows and the minimum score that fits the quota.
+    fn adjust_quota(&mut self, ctx: &mut Ctx<'_>, t: u64) {
+        if self.p.quota_ms == 0 && self.p.quota_bytes == 0 {
+            return;
+        }
+        let reset_ns = self.p.quota_reset_interval_ms.saturating_mul(1_000_000);
+        match self.quota.charged_from {
+            None => {
+                self.quota.charged_from = Some(t);
+                self.set_effective_quota();
+            }
+            Some(from) if t >= from.saturating_add(reset_ns) => {
+                if self.quota_is_full() {
+                    self.stats.qt_exceeds += 1;
+                    ctx.acct.count("damos_qt_exceeds", 1);
+                }
+                self.quota.total_charged_sz += self.quota.charged_sz;
+                self.quota.charged_from = Some(t);
+                self.quota.charged_sz = 0;
+                self.set_effective_quota();
+            }
+            Some(_) => {}
+        }
+        // The score histogram: the hottest regions that together fill the quota.
+        let mut hist = [0u64; DAMOS_MAX_SCORE as usize + 1];
+        let mut max_score = 0;
+        for r in &self.regions {
+            if !self.pattern_matches(r) {
+                continue;
+            }
+            let s = self.hot_score(r);
+            hist[s as usize] += self.bytes(r);
+            max_score = max_score.max(s);
+        }
+        let mut score = max_score;
+        let mut cumulated = 0;
+        loop {
+            cumulated += hist[score as usize];
+            if cumulated >= self.quota.esz || score == 0 {
+                break;
+            }
+            score -= 1;
+        }
+        self.quota.min_score = score;
+    }
+
+    /// `__damos_valid_target()` without the size range (not among the knobs).
+    fn pattern_matches(&self, r: &DamonRegion) -> bool {
+        (self.p.nr_accesses_min..=self.p.nr_accesses_max).contains(&r.nr_accesses)
+            && (self.p.age_min..=self.p.age_max).contains(&r.age)
+    }
+
+    /// `damos_valid_target()`: the pattern, and the score cut when a quota is set.
+    fn valid_target(&self, r: &DamonRegion) -> bool {
+        self.pattern_matches(r)
+            && (!self.quota_is_set() || self.hot_score(r) >= self.quota.min_score)
+    }
+
+    /// `damon_hot_score()` (mm/damon/ops-common.c), which `damon_pa_scheme_score()` uses for
+    /// `migrate_hot`: access frequency and age, weighted, in `0..=DAMOS_MAX_SCORE`.
+    fn hot_score(&self, r: &DamonRegion) -> i64 {
+        let freq_w = i64::from(self.p.weight_nr_accesses_permil);
+        let age_w = i64::from(self.p.weight_age_permil);
+        let samples = i64::try_from(self.aggr_samples()).unwrap_or(i64::MAX);
+        let freq_subscore = i64::from(r.nr_accesses) * DAMON_MAX_SUBSCORE / samples;
+        let age_in_sec = u64::from(r.age) * self.p.aggr_us / 1_000_000;
+        let mut age_in_log = if age_in_sec > 0 {
+            (i64::from(age_in_sec.ilog2()) + 1).min(DAMON_MAX_AGE_IN_LOG)
+        } else {
+            0
+        };
+        // "If frequency is 0, higher age means it's colder".
+        if freq_subscore == 0 {
+            age_in_log = -age_in_log;
+        }
+        age_in_log += DAMON_MAX_AGE_IN_LOG;
+        let age_subscore = age_in_log * DAMON_MAX_SUBSCORE / DAMON_MAX_AGE_IN_LOG / 2;
+        let mut hotness = freq_w * freq_subscore + age_w * age_subscore;
+        if freq_w + age_w > 0 {
+            hotness /= freq_w + age_w;
+        }
+        (hotness * DAMOS_MAX_SCORE / DAMON_MAX_SUBSCORE).clamp(0, DAMOS_MAX_SCORE)
+    }
+
+    /// Splits region `i` after `len` addresses (`damon_split_region_at()`).
+    fn split_at(&mut self, i: usize, len: u32) {
+        let mut right = self.regions[i];
+        right.start += len;
+        self.regions[i].end = right.start;
+        self.regions.insert(i + 1, right);
+    }
+
+    /// `damos_skip_charged_region()`: after a full window, the next one resumes where the
+    /// last charge ended instead of charging the same regions again.
+    fn skip_charged_region(&mut self, i: usize) -> bool {
+        let Some(from) = self.quota.charge_addr_from else {
+            return false;
+        };
+        let r = self.regions[i];
+        if i + 1 == self.regions.len() {
+            self.quota.charge_addr_from = None;
+            return true;
+        }
+        if from > 0 && r.end <= from {
+            return true;
+        }
+        if from > 0 && r.start < from {
+            let skip = from - r.start;
+            self.split_at(i, skip);
+            return true;
+        }
+        self.quota.charge_addr_from = None;
+        false
+    }
+
+    /// `kdamond_apply_schemes()` / `damos_apply_target()`; returns kdamond's CPU time, ns.
+    fn apply_schemes(&mut self, ctx: &mut Ctx<'_>, t: u64) -> f64 {
+        self.adjust_quota(ctx, t);
+        let max_len = u32::try_from(self.region_sz_limit() / self.unit_bytes).unwrap_or(u32::MAX);
+        let mut cost = 0.0;
+        let mut i = 0;
+        while i < self.regions.len() {
+            // damon_do_apply_schemes() for the one scheme.
+            if !self.quota_is_full()
+                && !self.skip_charged_region(i)
+                && self.valid_target(&self.regions[i])
+            {
+                cost += self.apply_scheme(ctx, i, t);
+            }
+            // Merge a slice cut for the quota back when that loses nothing.
+            if i > 0 {
+                let (p, r) = (self.regions[i - 1], self.regions[i]);
+                if p.end == r.start
+                    && p.age == r.age
+                    && p.last_nr_accesses == r.last_nr_accesses
+                    && p.nr_accesses == r.nr_accesses
+                    && r.end - p.start <= max_len
+                {
+                    self.regions[i - 1].end = r.end;
+                    self.regions.remove(i);
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        cost
+    }
+
+    /// `damos_apply_scheme()`: cut the region to the quota left, migrate it, charge the quota,
+    /// update the stats. Returns kdamond's CPU time, ns.
+    fn apply_scheme(&mut self, ctx: &mut Ctx<'_>, i: usize, t: u64) -> f64 {
+        let mut sz = self.bytes(&self.regions[i]);
+        if self.quota_is_set() && self.quota.charged_sz + sz > self.quota.esz {
+            let left = self.quota.esz.saturating_sub(self.quota.charged_sz) / self.unit_bytes;
+            if left == 0 {
+                self.update_stat(ctx, 0, 0, 0);
+                return 0.0;
+            }
+            self.split_at(i, u32::try_from(left).unwrap_or(u32::MAX));
+            sz = left * self.unit_bytes;
+        }
+        let (applied, passed, cost) = self.migrate_region(ctx, i, t);
+        self.quota.total_charged_ns += cost;
+        // damos_charge_quota() with fail_charge_denom = 0: the whole region is charged.
+        self.quota.charged_sz += sz;
+        if self.quota_is_full() {
+            self.quota.charge_addr_from = Some(self.regions[i].end);
+        }
+        self.regions[i].age = 0;
+        self.update_stat(ctx, sz, applied, passed);
+        cost
+    }
+
+    /// `damos_update_stat()`.
+    fn update_stat(&mut self, ctx: &mut Ctx<'_>, sz_tried: u64, sz_applied: u64, passed: u64) {
+        self.stats.nr_tried += 1;
+        self.stats.sz_tried += sz_tried;
+        ctx.acct.count("damos_nr_tried", 1);
+        ctx.acct.count("damos_sz_tried", sz_tried);
+        if sz_applied > 0 {
+            self.stats.nr_applied += 1;
+            ctx.acct.count("damos_nr_applied", 1);
+        }
+        self.stats.sz_applied += sz_applied;
+        self.stats.sz_ops_filter_passed += passed;
+        ctx.acct.count("damos_sz_applied", sz_applied);
+        ctx.acct.count("damos_sz_ops_filter_passed", passed);
+    }
+
+    /// `damon_pa_migrate()` then `damon_migrate_pages()`: every page in the region goes to
+    /// `target_nid`, in address order. Returns (bytes migrated, bytes that passed the filters,
+    /// CPU time in ns).
+    fn migrate_region(&mut self, ctx: &mut Ctx<'_>, i: usize, t: u64) -> (u64, u64, f64) {
+        let r = self.regions[i];
+        let target = NodeId(self.p.target_nid);
+        let t_ms = ms_of(t);
+        let mut cost = 0.0;
+        let mut passed = 0;
+        let mut isolated: Vec<UnitId> = Vec::new();
+        let mut mpol_skipped = 0;
+        for addr in r.start..r.end {
+            cost += APPLY_FRAME_NS;
+            let Some(u) = unit_at(&self.p, ctx.mem, addr) else {
+                continue;
+            };
+            let bytes = ctx.mem.unit_pages(u) * PAGE_SIZE;
+            if self.p.young_filter {
+                cost += YOUNG_CHECK_NS;
+                let young = self.is_young(ctx, u, t_ms);
+                // A young page is made old by the filter; an old one stays old.
+                set_last_clear(&mut self.last_clear_ms, u, t_ms);
+                if !young {
+                    continue;
+                }
+            }
+            passed += bytes;
+            if ctx.mem.node_of(u) == target {
+                // vaddr: already there (__damon_migrate_folio_list() returns 0).
+                continue;
+            }
+            if !ctx.mem.region_of(u).policy.allows(target) {
+                mpol_skipped += ctx.mem.unit_pages(u);
+                continue;
+            }
+            isolated.push(u);
+        }
+        if mpol_skipped > 0 {
+            ctx.acct.count("damos_mpol_skipped", mpol_skipped);
+        }
+        let Some(capacity) = ctx.mem.node(target).map(|n| n.capacity) else {
+            // damon_migrate_pages(): an invalid target puts everything back.
+            return (0, passed, cost);
+        };
+        // The destination is allocated with __GFP_THISNODE | GFP_NOWAIT | __GFP_NOMEMALLOC
+        // and no reclaim (ops-common.c __damon_migrate_folio_list()): it fails below the
+        // node's min watermark, and migrate_pages() stops at the first -ENOMEM.
+        let wmark_min = Watermarks::of(capacity, ctx.kernel.watermark_scale_factor).min;
+        let mut applied = 0;
+        for u in isolated {
+            let pages = ctx.mem.unit_pages(u);
+            if ctx.mem.free(target).pages().0 < pages + wmark_min.0 {
+                ctx.acct.count("pgmigrate_fail", pages);
+                break;
+            }
+            match ctx.migrate(u, target) {
+                Ok(()) => {
+                    applied += pages * PAGE_SIZE;
+                    ctx.acct.count("pgmigrate_success", pages);
+                    cost += MIGRATE_FOLIO_NS + MIGRATE_COPY_NS_PER_PAGE * pages as f64;
+                }
+                Err(_) => ctx.acct.count("pgmigrate_fail", pages),
+            }
+        }
+        (applied, passed, cost)
+    }
+
+    /// The `young` filter's `damon_folio_young()`: is the page's accessed bit set now?
+    fn is_young(&self, ctx: &mut Ctx<'_>, u: UnitId, t_ms: u32) -> bool {
+        let since = self.last_clear_ms.get(u.idx()).copied().unwrap_or(0);
+        if since == KNOWN_YOUNG {
+            return true;
+        }
+        let rate = ctx.load.unit_rate(ctx.mem, u);
+        let dt_s = f64::from(t_ms.saturating_sub(since)) * 1e-3;
+        rate > 0.0 && ctx.rng.gen::<f64>() < -(-rate * dt_s).exp_m1()
     }
 }
 
 impl Mechanism for Damon {
-    fn step(&mut self, _ctx: &mut Ctx<'_>) {}
+    fn step(&mut self, ctx: &mut Ctx<'_>) {
+        let end = ctx.now.saturating_add(ctx.dt);
+        let tau = self.sample_ns();
+        let mut next = *self
+            .next_sample_ns
+            .get_or_insert(ctx.now.saturating_add(tau));
+        let mut cpu = 0.0;
+        while next <= end {
+            let cost = self.sample(ctx, next);
+            cpu += cost;
+            // kdamond_fn() sleeps a full sampling interval after its work
+            // (kdamond_usleep()), so the work stretches the interval.
+            next += tau + cost as u64;
+        }
+        self.next_sample_ns = Some(next);
+        ctx.charge_promoter(cpu);
+        ctx.acct
+            .vmstat
+            .insert("damon_nr_regions".to_string(), self.regions.len() as u64);
+    }
+}
+
+/// The monitored address space, looked up once per pass.
+enum Space<'a> {
+    /// The slots of `monitor_node` (none if the node does not exist).
+    Paddr(Option<&'a NodeMem>),
+    /// Unit ids.
+    Vaddr(&'a Memory),
+}
+
+impl<'a> Space<'a> {
+    fn of(p: &DamonParams, mem: &'a Memory) -> Self {
+        match p.ops {
+            DamonOps::Paddr => Space::Paddr(mem.node(NodeId(p.monitor_node))),
+            DamonOps::Vaddr => Space::Vaddr(mem),
+        }
+    }
+
+    /// The unit at a monitored address, if any (`damon_get_folio()` returning a folio).
+    fn unit_at(&self, addr: u32) -> Option<UnitId> {
+        match self {
+            Space::Paddr(node) => node.and_then(|n| n.unit_in(addr)),
+            Space::Vaddr(mem) => {
+                let u = UnitId(addr);
+                (addr < mem.units() && mem.region_of(u).alive).then_some(u)
+            }
+        }
+    }
+}
+
+/// The unit at a monitored address, if any.
+fn unit_at(p: &DamonParams, mem: &Memory, addr: u32) -> Option<UnitId> {
+    Space::of(p, mem).unit_at(addr)
+}
+
+/// The size of one monitored address: the unit in the first occupied slot (paddr) or the
+/// first unit (vaddr); a base page when there is none yet.
+fn learn_unit_bytes(p: &DamonParams, mem: &Memory) -> u64 {
+    let span = match p.ops {
+        DamonOps::Paddr => mem.node(NodeId(p.monitor_node)).map_or(0, |n| n.slots()),
+        DamonOps::Vaddr => mem.units(),
+    };
+    (0..span.min(UNIT_SIZE_PROBE))
+        .find_map(|a| unit_at(p, mem, a))
+        .map_or(PAGE_SIZE, |u| mem.unit_pages(u) * PAGE_SIZE)
+}
+
+/// SplitMix64 (Steele, Lea, Flood 2014): a fast, well-mixed stream of 64-bit values from a
+/// seed, for the per-region draws of one sampling pass.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// `damon_merge_two_regions()`: size-weighted `nr_accesses` and `age`.
+fn merge_two(l: &mut DamonRegion, r: &DamonRegion) {
+    let (sl, sr) = (u64::from(l.len()), u64::from(r.len()));
+    let avg = |a: u32, b: u32| {
+        u32::try_from((u64::from(a) * sl + u64::from(b) * sr) / (sl + sr)).unwrap_or(u32::MAX)
+    };
+    l.nr_accesses = avg(l.nr_accesses, r.nr_accesses);
+    l.age = avg(l.age, r.age);
+    l.end = r.end;
+}
+
+fn set_last_clear(v: &mut Vec<u32>, u: UnitId, value: u32) {
+    if v.len() <= u.idx() {
+        v.resize(u.idx() + 1, 0);
+    }
+    v[u.idx()] = value;
+}
+
+/// Milliseconds since the start of the run, saturating below [`KNOWN_YOUNG`].
+fn ms_of(t_ns: u64) -> u32 {
+    u32::try_from(t_ns / 1_000_000)
+        .unwrap_or(KNOWN_YOUNG - 1)
+        .min(KNOWN_YOUNG - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
+    use tierd_engine::policy::{MemPolicy, PolicyMode};
+    use tierd_engine::topology::{NodePerf, NodeSpec, Topology};
+    use tierd_engine::types::{Bytes, CgroupId, NodeMask, PageSize, SpaceId, Vpn};
+
+    use super::*;
+    use crate::mechanism::{Accounting, KernelKnobs, SimRng};
+    use crate::memory::{ClassId, ClassSpec, RegionId, Spread};
+    use crate::workload::{LatencyTable, Load, Process, Stream, ThreadGroup};
+
+    const FAST: NodeId = NodeId(0);
+    const SLOW: NodeId = NodeId(1);
+    const STEP_NS: u64 = 10_000_000;
+
+    /// Node 0: DRAM with the CPUs; node 1: CPU-less CXL-like memory (the perf numbers of
+    /// tierd_engine::topology::two_tier, without needing its `testutils` feature).
+    fn topology(fast: Bytes, slow: Bytes) -> Topology {
+        let perf = |lat, bw| NodePerf {
+            read_latency_ns: lat,
+            write_latency_ns: lat,
+            read_bandwidth_mbps: bw,
+            write_bandwidth_mbps: bw,
+        };
+        Topology::new(
+            vec![
+                NodeSpec {
+                    id: FAST,
+                    has_cpus: true,
+                    capacity: fast,
+                    perf: Some(perf(100, 20_000)),
+                    adistance: None,
+                },
+                NodeSpec {
+                    id: SLOW,
+                    has_cpus: false,
+                    capacity: slow,
+                    perf: Some(perf(250, 10_000)),
+                    adistance: None,
+                },
+            ],
+            vec![vec![10, 20], vec![20, 10]],
+        )
+        .unwrap()
+    }
+
+    /// A machine, its processes and everything a step needs.
+    struct Sim {
+        mem: Memory,
+        procs: Vec<Process>,
+        lat: LatencyTable,
+        acct: Accounting,
+        rng: SimRng,
+        knobs: KernelKnobs,
+        now: u64,
+    }
+
+    impl Sim {
+        fn new(fast: Bytes, slow: Bytes, seed: u64) -> Sim {
+            let mut lat = LatencyTable::default();
+            lat.ns.insert((FAST, FAST), 100.0);
+            lat.ns.insert((FAST, SLOW), 320.0);
+            Sim {
+                mem: Memory::new(topology(fast, slow)),
+                procs: Vec::new(),
+                lat,
+                acct: Accounting::default(),
+                rng: SimRng::seed_from_u64(seed),
+                knobs: KernelKnobs::default(),
+                now: 0,
+            }
+        }
+
+        /// Maps `units` base pages on the slow node for a new process with `threads` threads
+        /// on node 0 chasing pointers through the units in `hot` (unit ranges).
+        fn add_process(
+            &mut self,
+            units: u32,
+            hot: Vec<(u32, u32)>,
+            policy: MemPolicy,
+            threads: u32,
+            compute_ns: f64,
+        ) -> (RegionId, ClassId) {
+            self.add_process_sized(units, PageSize::Base, hot, policy, threads, compute_ns)
+        }
+
+        /// As [`Sim::add_process`], with units of `page_size`.
+        fn add_process_sized(
+            &mut self,
+            units: u32,
+            page_size: PageSize,
+            hot: Vec<(u32, u32)>,
+            policy: MemPolicy,
+            threads: u32,
+            compute_ns: f64,
+        ) -> (RegionId, ClassId) {
+            let space = SpaceId(u32::try_from(self.procs.len()).unwrap() + 1);
+            let rid = self
+                .mem
+                .map_region(
+                    "buf",
+                    space,
+                    CgroupId::ROOT,
+                    Vpn(0),
+                    units,
+                    page_size,
+                    policy,
+                    vec![ClassSpec {
+                        name: "hot".into(),
+                        ranges: hot,
+                        spread: Spread::Uniform,
+                    }],
+                    7,
+                    |_| vec![SLOW],
+                )
+                .unwrap();
+            let hot = self
+                .mem
+                .classes()
+                .iter()
+                .position(|c| c.region == rid && c.name == "hot")
+                .unwrap();
+            let hot = ClassId(u16::try_from(hot).unwrap());
+            self.procs.push(Process {
+                name: format!("p{}", space.0),
+                space,
+                cgroup: CgroupId::ROOT,
+                groups: vec![ThreadGroup {
+                    node: FAST,
+                    threads,
+                }],
+                streams: vec![Stream {
+                    class: hot,
+                    share: 1.0,
+                }],
+                compute_ns,
+                running: true,
+                regions: vec![rid],
+            });
+            (rid, hot)
+        }
+
+        /// Runs `damon` for `secs`, calling `check` after every step.
+        fn run(&mut self, damon: &mut Damon, secs: f64, mut check: impl FnMut(&Damon, &Sim)) {
+            let steps = (secs * 1e9 / STEP_NS as f64).round() as u64;
+            for _ in 0..steps {
+                let load = Load::compute(&self.procs, &self.mem, &self.lat, &[]);
+                let mut ctx = Ctx {
+                    now: self.now,
+                    dt: STEP_NS,
+                    mem: &mut self.mem,
+                    load: &load,
+                    procs: &self.procs,
+                    rng: &mut self.rng,
+                    acct: &mut self.acct,
+                    kernel: &self.knobs,
+                };
+                damon.step(&mut ctx);
+                self.now += STEP_NS;
+                check(damon, self);
+            }
+        }
+
+        /// Units of `class` on `node`.
+        fn on(&self, class: ClassId, node: NodeId) -> u64 {
+            self.mem
+                .class(class)
+                .units_on
+                .get(&node)
+                .copied()
+                .unwrap_or(0)
+        }
+
+        /// Units of region `rid` outside `class` on `node`.
+        fn rest_on(&self, rid: RegionId, class: ClassId, node: NodeId) -> u64 {
+            self.mem.region_placement(rid).get(&node).map_or(0, |p| p.0) - self.on(class, node)
+        }
+    }
+
+    /// Every `stride`-th unit of `units` hot: the finest scatter.
+    fn every(stride: u32, units: u32) -> Vec<(u32, u32)> {
+        (0..units / stride).map(|i| (i * stride, 1)).collect()
+    }
+
+    fn params() -> DamonParams {
+        DamonParams {
+            max_nr_regions: 1000,
+            ..DamonParams::default()
+        }
+    }
+
+    /// A scheme that never applies: DAMON only monitors.
+    fn monitor_only() -> DamonParams {
+        DamonParams {
+            nr_accesses_min: 1000,
+            ..params()
+        }
+    }
+
+    #[test]
+    fn hot_units_are_promoted() {
+        let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 1);
+        let (rid, hot) = sim.add_process(16384, vec![(4096, 4096)], MemPolicy::DEFAULT, 1, 0.0);
+        let mut damon = Damon::new(&params());
+        sim.run(&mut damon, 5.0, |_, _| {});
+        assert_eq!(sim.on(hot, FAST), 4096, "every hot unit promoted");
+        let cold_promoted = sim.rest_on(rid, hot, FAST);
+        assert!(
+            cold_promoted < 12288 / 2,
+            "{cold_promoted} cold units promoted"
+        );
+        let migrated = sim.acct.get("pgmigrate_success");
+        assert_eq!(migrated, 4096 + cold_promoted);
+        assert_eq!(sim.acct.promoted_pages, migrated);
+        assert_eq!(sim.acct.get("damos_sz_applied"), migrated * PAGE_SIZE);
+        assert_eq!(damon.stats().sz_applied, migrated * PAGE_SIZE);
+        assert!(sim.acct.get("damos_nr_applied") >= 1);
+        assert!(sim.acct.get("damos_sz_tried") >= migrated * PAGE_SIZE);
+        // Only NUMA balancing counts pgpromote_success (vmlab.md 5.4).
+        assert_eq!(sim.acct.get("pgpromote_success"), 0);
+        assert_eq!(sim.mem.check(), None);
+    }
+
+    #[test]
+    fn finely_scattered_hot_units_drag_cold_ones_along() {
+        let promoted_cold = |hot: Vec<(u32, u32)>| {
+            let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 2);
+            let (rid, class) = sim.add_process(16384, hot, MemPolicy::DEFAULT, 1, 0.0);
+            let mut damon = Damon::new(&params());
+            sim.run(&mut damon, 5.0, |_, _| {});
+            assert_eq!(sim.on(class, FAST), 4096, "every hot unit promoted");
+            sim.rest_on(rid, class, FAST)
+        };
+        // Every fourth page hot: each region's sampled page is hot a quarter of the time, so
+        // every region qualifies and all of it moves (DAMON paddr migrates physical ranges).
+        let fine = promoted_cold(every(4, 16384));
+        assert!(
+            fine > 12288 * 9 / 10,
+            "fine scatter: {fine} cold units promoted"
+        );
+        // One 16 MiB chunk: regions adapt around it; only coarse early regions spill over.
+        let coarse = promoted_cold(vec![(4096, 4096)]);
+        assert!(coarse * 2 < fine, "coarse {coarse} vs fine {fine}");
+    }
+
+    #[test]
+    fn quota_caps_bytes_per_reset_interval() {
+        let quota = Bytes::mib(1).0;
+        let mut p = params();
+        p.quota_bytes = quota;
+        p.quota_reset_interval_ms = 1000;
+        let mut damon = Damon::new(&p);
+        let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 3);
+        sim.add_process(16384, every(4, 16384), MemPolicy::DEFAULT, 1, 0.0);
+        // The first window opens at the first aggregation (about 100 ms in) and each lasts at
+        // least 1 s, so by time t at most (t - t0) / 1 s + 1 windows have opened.
+        let mut t0 = None;
+        sim.run(&mut damon, 8.0, |d, s| {
+            if d.effective_quota_bytes() == 0 {
+                assert_eq!(s.acct.get("damos_sz_tried"), 0);
+                return;
+            }
+            assert_eq!(d.effective_quota_bytes(), quota);
+            let t0 = *t0.get_or_insert(s.now - STEP_NS);
+            let windows = (s.now - t0) / 1_000_000_000 + 1;
+            let applied = s.acct.get("damos_sz_applied");
+            assert!(
+                applied <= quota * windows,
+                "{applied} B in {windows} windows"
+            );
+            assert!(d.stats().sz_tried <= quota * windows);
+        });
+        // 8 s: windows close at 1.1, 2.1, ... 7.1 s, each with the quota used up.
+        assert_eq!(sim.acct.get("damos_qt_exceeds"), 7);
+        assert_eq!(damon.stats().qt_exceeds, 7);
+        let applied = sim.acct.get("damos_sz_applied");
+        assert!(applied >= quota * 7, "quota not used: {applied}");
+    }
+
+    #[test]
+    fn time_quota_follows_the_measured_throughput() {
+        let mut p = params();
+        p.quota_ms = 1;
+        let mut damon = Damon::new(&p);
+        let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 4);
+        sim.add_process(16384, every(4, 16384), MemPolicy::DEFAULT, 1, 0.0);
+        sim.run(&mut damon, 0.15, |_, _| {});
+        // Before anything was charged: PAGE_SIZE * 1024 bytes per ms.
+        assert_eq!(damon.effective_quota_bytes(), 4 << 20);
+        sim.run(&mut damon, 3.0, |_, _| {});
+        // Then 1 ms at the modelled cost: every frame walked, every page migrated.
+        let ns_per_page = APPLY_FRAME_NS + MIGRATE_FOLIO_NS + MIGRATE_COPY_NS_PER_PAGE;
+        let expect = 1e6 / ns_per_page * PAGE_SIZE as f64;
+        let esz = damon.effective_quota_bytes() as f64;
+        assert!((esz / expect - 1.0).abs() < 0.05, "esz {esz} vs {expect}");
+    }
+
+    #[test]
+    fn nr_regions_stay_within_bounds() {
+        let mut p = monitor_only();
+        p.min_nr_regions = 10;
+        p.max_nr_regions = 60;
+        let mut damon = Damon::new(&p);
+        let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 5);
+        // Everything warm with noisy samples (p ~ 0.3 per sample): splits keep finding
+        // differences, so only max_nr_regions holds the count down.
+        sim.add_process(16384, vec![(0, 16384)], MemPolicy::DEFAULT, 1, 500.0);
+        let mut max_seen = 0;
+        sim.run(&mut damon, 20.0, |d, s| {
+            let n = d.regions().len();
+            assert!((10..=60).contains(&n), "{n} regions");
+            assert_eq!(s.acct.get("damon_nr_regions"), n as u64);
+            max_seen = max_seen.max(n);
+            // Contiguous over the whole span.
+            assert_eq!(d.regions()[0].start, 0);
+            assert!(d.regions().windows(2).all(|w| w[0].end == w[1].start));
+            assert_eq!(d.regions().last().unwrap().end, 16384);
+        });
+        assert!(
+            max_seen > 30,
+            "the upper bound was never tested: {max_seen}"
+        );
+    }
+
+    #[test]
+    fn regions_isolate_a_contiguous_hot_range() {
+        let mut damon = Damon::new(&monitor_only());
+        let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 6);
+        let (lo, hi) = (6000u32, 9000u32);
+        sim.add_process(16384, vec![(lo, hi - lo)], MemPolicy::DEFAULT, 1, 0.0);
+        sim.run(&mut damon, 20.0, |_, _| {});
+        let overlap = |r: &DamonRegion| r.end.min(hi).saturating_sub(r.start.max(lo));
+        let (mut hot_in, mut hot_out, mut cold_in, mut cold_total) = (0, 0, 0, 0);
+        for r in damon.regions() {
+            if r.last_nr_accesses >= 10 {
+                hot_in += overlap(r);
+                hot_out += r.len() - overlap(r);
+            } else if r.last_nr_accesses == 0 {
+                cold_in += overlap(r);
+                cold_total += r.len() - overlap(r);
+            }
+        }
+        let hot = hi - lo;
+        assert!(
+            hot_in >= hot * 9 / 10,
+            "hot regions cover {hot_in} of {hot}"
+        );
+        assert!(
+            hot_out <= hot / 10,
+            "hot regions spill {hot_out} cold units"
+        );
+        assert!(cold_in <= hot / 20, "cold regions hide {cold_in} hot units");
+        assert!(
+            cold_total >= (16384 - hot) * 9 / 10,
+            "cold regions cover {cold_total}"
+        );
+        assert!(
+            damon.regions().len() < 100,
+            "{} regions",
+            damon.regions().len()
+        );
+    }
+
+    #[test]
+    fn mempolicy_masks_are_never_crossed() {
+        let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 7);
+        let bind = MemPolicy::new(PolicyMode::Bind, NodeMask::from_nodes([SLOW]));
+        let (_, bound) = sim.add_process(4096, vec![(0, 4096)], bind, 1, 0.0);
+        let many = MemPolicy::new(PolicyMode::PreferredMany, NodeMask::from_nodes([SLOW]));
+        let (_, preferred) = sim.add_process(4096, vec![(0, 4096)], many, 1, 0.0);
+        let (_, free) = sim.add_process(4096, vec![(0, 4096)], MemPolicy::DEFAULT, 1, 0.0);
+        let mut damon = Damon::new(&params());
+        sim.run(&mut damon, 5.0, |_, _| {});
+        assert_eq!(sim.on(bound, FAST), 0);
+        assert_eq!(sim.on(preferred, FAST), 0);
+        assert_eq!(sim.on(free, FAST), 4096);
+        assert_eq!(sim.mem.stats.mempolicy_violations, 0);
+        assert!(sim.acct.get("damos_mpol_skipped") >= 8192);
+    }
+
+    #[test]
+    fn migration_gives_up_when_the_target_is_full() {
+        // 8 MiB of DRAM for 16 MiB of hot pages.
+        let mut sim = Sim::new(Bytes::mib(8), Bytes::mib(256), 8);
+        let (_, hot) = sim.add_process(8192, vec![(0, 4096)], MemPolicy::DEFAULT, 1, 0.0);
+        let mut damon = Damon::new(&params());
+        sim.run(&mut damon, 3.0, |_, _| {});
+        let m = sim.mem.node(FAST).unwrap();
+        let wm = Watermarks::of(m.capacity, sim.knobs.watermark_scale_factor);
+        assert!(m.free() >= wm.min, "DAMON dipped below the min watermark");
+        assert!(sim.on(hot, FAST) > 1000);
+        assert!(sim.acct.get("pgmigrate_fail") > 0);
+        assert_eq!(sim.mem.check(), None);
+    }
+
+    #[test]
+    fn young_filter_keeps_cold_pages_in_place() {
+        let run = |young_filter| {
+            let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 9);
+            let (rid, hot) = sim.add_process(16384, every(4, 16384), MemPolicy::DEFAULT, 1, 0.0);
+            let mut damon = Damon::new(&DamonParams {
+                young_filter,
+                ..params()
+            });
+            sim.run(&mut damon, 5.0, |_, _| {});
+            (sim.on(hot, FAST), sim.rest_on(rid, hot, FAST), sim.acct)
+        };
+        let (hot, cold, acct) = run(true);
+        assert!(hot >= 4096 * 9 / 10, "{hot} hot units promoted");
+        assert_eq!(cold, 0, "never-accessed pages are never young");
+        assert!(acct.get("damos_sz_ops_filter_passed") < acct.get("damos_sz_tried") / 2);
+        let (_, cold, _) = run(false);
+        assert!(cold > 12288 * 9 / 10);
+    }
+
+    #[test]
+    fn kdamond_cost_is_charged_per_sample_and_per_page() {
+        let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 10);
+        sim.add_process(16384, vec![(4096, 4096)], MemPolicy::DEFAULT, 1, 0.0);
+        let mut damon = Damon::new(&params());
+        let mut region_samples = 0.0;
+        sim.run(&mut damon, 4.0, |d, _| {
+            region_samples += d.regions().len() as f64 * 2.0; // two samples per 10 ms step
+        });
+        let pages = sim.acct.get("pgmigrate_success") as f64;
+        let migrate = pages * (MIGRATE_FOLIO_NS + MIGRATE_COPY_NS_PER_PAGE + APPLY_FRAME_NS);
+        let cpu = sim.acct.promoter_cpu_ns;
+        assert!(cpu >= migrate + 800.0 * 10.0 * SAMPLE_FREE_NS, "{cpu} ns");
+        assert!(
+            cpu <= migrate * 2.0 + region_samples * (SAMPLE_REGION_NS + AGGR_REGION_NS),
+            "{cpu} ns"
+        );
+    }
+
+    #[test]
+    fn regions_follow_a_growing_span() {
+        let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 11);
+        let mut damon = Damon::new(&params());
+        sim.run(&mut damon, 0.5, |d, _| assert!(d.regions().is_empty()));
+        sim.add_process(4096, vec![], MemPolicy::DEFAULT, 1, 0.0);
+        sim.run(&mut damon, 1.0, |_, _| {});
+        let (_, hot) = sim.add_process(4096, vec![(0, 4096)], MemPolicy::DEFAULT, 1, 0.0);
+        sim.run(&mut damon, 3.0, |d, s| {
+            let r = d.regions();
+            assert_eq!(r[0].start, 0);
+            assert!(r.windows(2).all(|w| w[0].end == w[1].start));
+            assert_eq!(r.last().unwrap().end, s.mem.node(SLOW).unwrap().slots());
+        });
+        assert_eq!(
+            sim.on(hot, FAST),
+            4096,
+            "pages in the new slots were promoted"
+        );
+    }
+
+    #[test]
+    fn whole_node_monitoring_covers_free_frames() {
+        let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(64), 12);
+        let (_, hot) = sim.add_process(4096, vec![(0, 1024)], MemPolicy::DEFAULT, 1, 0.0);
+        let mut damon = Damon::new(&DamonParams {
+            monitor_whole_node: true,
+            ..params()
+        });
+        sim.run(&mut damon, 3.0, |_, _| {});
+        assert_eq!(damon.regions().last().unwrap().end, 16384);
+        assert_eq!(sim.on(hot, FAST), 1024);
+    }
+
+    #[test]
+    fn hot_score_matches_the_kernel_formula() {
+        let damon = Damon::new(&params());
+        let r = |nr_accesses, age| DamonRegion {
+            nr_accesses,
+            age,
+            ..DamonRegion::new(0, 1)
+        };
+        // nr_accesses only: nr_accesses * 100 / 20, then * 99 / 100.
+        assert_eq!(damon.hot_score(&r(20, 0)), 99);
+        assert_eq!(damon.hot_score(&r(10, 0)), 49);
+        assert_eq!(damon.hot_score(&r(1, 0)), 4);
+        assert_eq!(damon.hot_score(&r(0, 500)), 0);
+        let aged = Damon::new(&DamonParams {
+            weight_nr_accesses_permil: 0,
+            weight_age_permil: 1000,
+            ..params()
+        });
+        // Age 0: age_in_log 32 -> subscore 50 -> 49. 50 s idle: -(ilog2(5) + 1 + ...) colder.
+        assert_eq!(aged.hot_score(&r(0, 0)), 49);
+        // age 500 x 100 ms = 50 s: age_in_log = ilog2(50) + 1 = 6; idle -> 32 - 6 = 26.
+        assert_eq!(aged.hot_score(&r(0, 500)), 26 * 100 / 32 / 2 * 99 / 100);
+        assert_eq!(aged.hot_score(&r(5, 500)), 38 * 100 / 32 / 2 * 99 / 100);
+    }
+
+    #[test]
+    fn quota_serves_the_hottest_regions_first() {
+        // Two hot chunks, one accessed 20x as often; a quota too small for both.
+        let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 13);
+        let (_, warm) = sim.add_process(8192, vec![(0, 2048)], MemPolicy::DEFAULT, 1, 20_000.0);
+        let (_, hot) = sim.add_process(8192, vec![(4096, 2048)], MemPolicy::DEFAULT, 1, 0.0);
+        let mut damon = Damon::new(&DamonParams {
+            quota_bytes: Bytes::mib(2).0,
+            ..params()
+        });
+        sim.run(&mut damon, 4.0, |_, _| {});
+        assert!(sim.on(hot, FAST) >= 1536, "hot {}", sim.on(hot, FAST));
+        assert!(
+            sim.on(warm, FAST) < sim.on(hot, FAST) / 2,
+            "warm {}",
+            sim.on(warm, FAST)
+        );
+    }
+
+    #[test]
+    fn a_new_window_resumes_after_the_last_charge() {
+        let mut damon = Damon::new(&params());
+        damon.regions = (0..4)
+            .map(|k| DamonRegion::new(k * 100, k * 100 + 100))
+            .collect();
+        damon.quota.charge_addr_from = Some(150);
+        assert!(damon.skip_charged_region(0), "wholly before the mark");
+        assert!(
+            damon.skip_charged_region(1),
+            "straddles the mark: cut and skipped"
+        );
+        assert_eq!(damon.regions[1].end, 150);
+        assert_eq!(damon.regions[2].start, 150);
+        assert!(!damon.skip_charged_region(2), "starts at the mark");
+        assert_eq!(damon.quota.charge_addr_from, None);
+        // A mark past everything but the last region: the walk wraps around.
+        damon.quota.charge_addr_from = Some(1000);
+        assert!(damon.skip_charged_region(3));
+        assert!(
+            damon.skip_charged_region(4),
+            "the last region resets the mark"
+        );
+        assert_eq!(damon.quota.charge_addr_from, None);
+    }
+
+    #[test]
+    fn merging_averages_by_size_and_ages_stable_regions() {
+        let mut damon = Damon::new(&params());
+        let r = |start, end, nr_accesses, last_nr_accesses, age| DamonRegion {
+            nr_accesses,
+            last_nr_accesses,
+            age,
+            ..DamonRegion::new(start, end)
+        };
+        damon.regions = vec![
+            r(0, 100, 10, 10, 4),  // stable: age 5
+            r(100, 400, 11, 3, 9), // changed by 8 > 1: age 0; merges (|10 - 11| <= 1)
+            r(400, 500, 0, 0, 2),  // idle both times: age 3; too far from 10
+            r(500, 600, 1, 0, 7),  // zero <-> non-zero: age 0; merges with the idle one
+        ];
+        damon.merge_regions_of(1, u64::MAX);
+        assert_eq!(
+            damon.regions,
+            vec![
+                // (10 * 100 + 11 * 300) / 400 = 10; age (5 * 100 + 0 * 300) / 400 = 1.
+                r(0, 400, 10, 10, 1),
+                // (0 * 100 + 1 * 100) / 200 = 0; age (3 * 100 + 0) / 200 = 1.
+                r(400, 600, 0, 0, 1),
+            ]
+        );
+        // The size limit keeps regions apart.
+        damon.merge_regions_of(100, 399 * PAGE_SIZE);
+        assert_eq!(damon.regions.len(), 2);
+    }
+
+    #[test]
+    fn splitting_cuts_each_region_into_two_or_three_pieces() {
+        let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 14);
+        let load = Load::compute(&sim.procs, &sim.mem, &sim.lat, &[]);
+        let mut ctx = Ctx {
+            now: 0,
+            dt: STEP_NS,
+            mem: &mut sim.mem,
+            load: &load,
+            procs: &sim.procs,
+            rng: &mut sim.rng,
+            acct: &mut sim.acct,
+            kernel: &sim.knobs,
+        };
+        let mut damon = Damon::new(&params());
+        let before: Vec<DamonRegion> = (0..10)
+            .map(|k| DamonRegion::new(k * 1000, k * 1000 + 1000))
+            .collect();
+        damon.regions = before.clone();
+        damon.split_regions(&mut ctx);
+        assert_eq!(damon.regions.len(), 20, "two pieces each the first time");
+        for (r, pieces) in before.iter().zip(damon.regions.chunks(2)) {
+            assert_eq!((pieces[0].start, pieces[1].end), (r.start, r.end));
+            assert_eq!(pieces[0].end, pieces[1].start);
+            assert!((100..=900).contains(&pieces[0].len()), "{pieces:?}");
+        }
+        // Same count as last time: three pieces.
+        damon.regions = before.clone();
+        damon.last_nr_regions = 10;
+        damon.split_regions(&mut ctx);
+        assert_eq!(damon.regions.len(), 30);
+        assert!(damon.regions.windows(2).all(|w| w[0].end == w[1].start));
+        // Above max_nr_regions / 2: no split.
+        damon.split_regions(&mut ctx);
+        damon.split_regions(&mut ctx);
+        let n = damon.regions.len();
+        assert!(n <= 1000, "{n}");
+        damon.regions = (0..501)
+            .map(|k| DamonRegion::new(k * 10, k * 10 + 10))
+            .collect();
+        damon.split_regions(&mut ctx);
+        assert_eq!(damon.regions.len(), 501);
+    }
+
+    #[test]
+    fn same_seed_same_run() {
+        let run = |seed| {
+            let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), seed);
+            sim.add_process(16384, every(3, 16384), MemPolicy::DEFAULT, 1, 300.0);
+            let mut damon = Damon::new(&DamonParams {
+                quota_bytes: Bytes::mib(4).0,
+                young_filter: true,
+                ..params()
+            });
+            sim.run(&mut damon, 3.0, |_, _| {});
+            (
+                sim.acct.vmstat,
+                sim.acct.promoter_cpu_ns,
+                damon.regions().to_vec(),
+            )
+        };
+        let a = run(42);
+        assert_eq!(a, run(42));
+        assert_ne!(a.2, run(43).2);
+    }
+
+    /// Seed A's D3 (seed-results.md section A) at 1/16 scale: 4 threads on node 0, a 4 GiB
+    /// buffer on the slow node with a 1 GiB hot set in chunks at random (seeded) places, the
+    /// pointer chase touching only the hot set, 100 ns / 320 ns latencies, quota 128 MiB/s
+    /// scaled to 8 MiB/s, 240 s. Prints node0, over-promotion, the counters and kdamond's CPU
+    /// time for a range of chunk sizes (a 1/16-scale chunk stands for one 16x larger at full
+    /// scale). Published at full scale: node0 23.9 GB, +49 %, sz_applied 24.7 GB, 229 quota
+    /// windows exceeded, regions 21-71, kdamond 13 s. Run with
+    /// `cargo test -p tierd-sim --release -- --ignored --nocapture calibration`; env
+    /// `D3_SECS` (duration), `D3_THP` (2 MiB pages), `D3_WHOLE_NODE` (monitor all 16 GiB).
+    #[test]
+    #[ignore = "calibration report, ~2 min in release"]
+    fn calibration_seed_a_d3() {
+        let thp = std::env::var("D3_THP").is_ok();
+        let (page, unit_kib, chunks): (PageSize, u32, &[u32]) = if thp {
+            (PageSize::Huge2M, 2048, &[1, 2, 8, 32, 128])
+        } else {
+            (
+                PageSize::Base,
+                4,
+                &[1, 16, 64, 256, 1024, 4096, 16384, 65536],
+            )
+        };
+        let units = (4u32 << 20) / unit_kib; // 4 GiB
+        let hot_units = units / 4;
+        let secs: f64 = std::env::var("D3_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(240.0);
+        let whole = std::env::var("D3_WHOLE_NODE").is_ok();
+        println!(
+            "chunk (1/16) | node0 GiB | over | hot on node0 | sz_applied GiB | qt_exceeds | \
+             regions (last 40 s) | kdamond s | lat ns"
+        );
+        for &chunk in chunks {
+            for seed in [1u64, 2] {
+                let mut rng = SimRng::seed_from_u64(seed);
+                let mut slots: Vec<u32> = (0..units / chunk).collect();
+                slots.shuffle(&mut rng);
+                let mut hot: Vec<(u32, u32)> = slots[..(hot_units / chunk) as usize]
+                    .iter()
+                    .map(|&c| (c * chunk, chunk))
+                    .collect();
+                hot.sort_unstable();
+                let mut sim = Sim::new(Bytes::gib(16), Bytes::gib(16), seed);
+                let (rid, hot_class) =
+                    sim.add_process_sized(units, page, hot, MemPolicy::DEFAULT, 4, 0.0);
+                let mut damon = Damon::new(&DamonParams {
+                    monitor_whole_node: whole,
+                    max_nr_regions: 100_000,
+                    min_nr_regions: 10,
+                    nr_accesses_min: 1,
+                    quota_bytes: Bytes::mib(8).0,
+                    quota_reset_interval_ms: 1000,
+                    weight_nr_accesses_permil: 1000,
+                    ..DamonParams::default()
+                });
+                let (mut lo, mut hi) = (usize::MAX, 0);
+                sim.run(&mut damon, secs, |d, s| {
+                    if s.now as f64 > (secs - 40.0).max(0.0) * 1e9 {
+                        lo = lo.min(d.regions().len());
+                        hi = hi.max(d.regions().len());
+                    }
+                });
+                let gib = |units: u64| units as f64 * f64::from(unit_kib) / f64::from(1u32 << 20);
+                let node0 = sim.mem.region_placement(rid).get(&FAST).map_or(0, |p| p.0);
+                let node0 = node0 as f64 * 4096.0 / f64::from(1u32 << 30);
+                let hot_gib = gib(u64::from(hot_units));
+                println!(
+                    "{:>7} KiB seed {seed} | {:.3} | {:+.0}% | {:.0}% | {:.3} | {} | {}-{} | {:.1} | {:.0}",
+                    chunk * unit_kib,
+                    node0,
+                    (node0 - hot_gib) / hot_gib * 100.0,
+                    sim.on(hot_class, FAST) as f64 / f64::from(hot_units) * 100.0,
+                    sim.acct.get("damos_sz_applied") as f64 / f64::from(1u32 << 30),
+                    sim.acct.get("damos_qt_exceeds"),
+                    lo,
+                    hi,
+                    sim.acct.promoter_cpu_ns * 1e-9,
+                    Load::compute(&sim.procs, &sim.mem, &sim.lat, &[]).process_latency_ns[0]
+                );
+            }
+        }
+    }
 }

@@ -167,7 +167,7 @@ impl Class {
         (self.perm.0 * u64::from(idx) + self.perm.1) % u64::from(self.len.max(1))
     }
 
-    /// The class index holding rank `rank` (inverse of [`Class::rank`]).
+    /// The class index holding rank `rank` (inverse of `Class::rank`).
     #[must_use]
     pub fn index_of_rank(&self, rank: u64) -> u32 {
         let n = i128::from(self.len.max(1));

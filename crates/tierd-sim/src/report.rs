@@ -51,7 +51,8 @@ pub fn table(r: &CompareResult) -> String {
         r.seed, r.scale, r.duration_s, r.fast_node
     );
     let node = format!("n{} GiB", r.fast_node.0);
-    let headers = [
+    let show_wrong = r.configs.iter().any(|c| c.wrong_node_gib > 0.0);
+    let mut headers = vec![
         "id",
         "config",
         "lat ns",
@@ -64,6 +65,9 @@ pub fn table(r: &CompareResult) -> String {
         "us/migrated",
         "t90 s",
     ];
+    if show_wrong {
+        headers.push("wrong-node GiB");
+    }
     let mut rows: Vec<Vec<String>> = Vec::new();
     for c in &r.configs {
         let p = |k: &str| c.published.get(k);
@@ -73,7 +77,7 @@ pub fn table(r: &CompareResult) -> String {
             .copied()
             .flatten()
             .map_or("-".to_string(), |t| format!("{t:.1}"));
-        rows.push(vec![
+        let mut row = vec![
             c.id.clone(),
             c.label.clone(),
             with_pub(c.latency_ns, p("latency_ns"), 0),
@@ -92,7 +96,11 @@ pub fn table(r: &CompareResult) -> String {
                     with_pub(v, p("overhead_us_per_migrated_page"), 0)
                 }),
             t90,
-        ]);
+        ];
+        if show_wrong {
+            row.push(format!("{:.1}", c.wrong_node_gib));
+        }
+        rows.push(row);
     }
     let widths: Vec<usize> = (0..headers.len())
         .map(|i| {
@@ -115,7 +123,7 @@ pub fn table(r: &CompareResult) -> String {
         }
         s.trim_end().to_string()
     };
-    let _ = writeln!(out, "{}", line(headers.to_vec()));
+    let _ = writeln!(out, "{}", line(headers.clone()));
     let _ = writeln!(
         out,
         "{}",

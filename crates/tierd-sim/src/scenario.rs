@@ -303,6 +303,10 @@ pub struct TierdToml {
     /// NUMA-balancing scanner knobs for the hint-fault source.
     #[serde(default)]
     pub numab: NumabParams,
+    /// Model the kernel's pghot rather than tierd's userspace daemon: migration costs are
+    /// kmigrated's (a walk of hot sections, no syscall) instead of `move_pages(2)`'s.
+    #[serde(default)]
+    pub kernel_pghot: bool,
     /// The kernel's classic NUMA balancing running alongside for top-tier pages only
     /// (`mode = 1`: pghot with `numa_balancing=3` moves misplaced pages between fast nodes).
     #[serde(default)]
@@ -785,8 +789,12 @@ impl Scenario {
         }
         for c in &mut s.config {
             for (k, v) in &mut c.published {
-                // Sizes, counts and CPU seconds shrink with the machine; latencies do not.
-                if !k.contains("latency") {
+                // Sizes, page and event counts shrink with the machine; latencies, per-page
+                // costs, CPU seconds and per-window counts (quota windows exceeded) do not.
+                if !["latency", "qt_exceeds", "us_per", "_cpu_s"]
+                    .iter()
+                    .any(|x| k.contains(x))
+                {
                     *v *= scale;
                 }
             }

@@ -110,6 +110,10 @@ pub struct ConfigResult {
     pub promoter_cpu_pct: f64,
     /// Time charged to application threads (hint faults, sample interrupts), s.
     pub app_overhead_s: f64,
+    /// GiB of processes' memory on a top-tier node other than the one their threads run on
+    /// (seed C: promotions that landed on the wrong fast node). Processes whose threads span
+    /// several nodes are not counted.
+    pub wrong_node_gib: f64,
     /// Base pages migrated, all directions and reasons (the kernel's `pgmigrate_success`).
     pub pages_migrated: u64,
     /// (application overhead + mechanism CPU) per migrated page, us: seed B's figure of merit.
@@ -541,6 +545,7 @@ impl World {
                         abit_interval_ms: 1000,
                         numab: NumabParams::default(),
                         kernel_numab: None,
+                        kernel_pghot: false,
                         engine: tierd_engine::EngineConfig::default(),
                     });
                 let tierd = Tierd::new(&t, self.topo.clone(), self.procs.len(), self.lows.clone())
@@ -779,6 +784,22 @@ impl World {
             0.0
         };
         let counters = acct.vmstat.clone();
+        let mut wrong_pages = 0u64;
+        for p in &w.procs {
+            let Some(home) = p.groups.first().map(|g| g.node) else {
+                continue;
+            };
+            if p.groups.iter().any(|g| g.node != home) {
+                continue;
+            }
+            for r in &p.regions {
+                for (n, pages) in w.mem.region_placement(*r) {
+                    if n != home && w.topo.is_toptier(n) {
+                        wrong_pages += pages.0;
+                    }
+                }
+            }
+        }
         let pages_migrated = w.mem.stats.pages_migrated;
         let overhead_us_per_migrated_page = (pages_migrated > 0).then(|| {
             (acct.app_overhead_total_ns + acct.promoter_cpu_ns) / 1e3 / pages_migrated as f64
@@ -803,6 +824,7 @@ impl World {
             promoter_cpu_s: acct.promoter_cpu_ns / 1e9,
             promoter_cpu_pct: acct.promoter_cpu_ns / 1e9 / sc.duration_s * 100.0,
             app_overhead_s: acct.app_overhead_total_ns / 1e9,
+            wrong_node_gib: wrong_pages as f64 * 4096.0 / Bytes::GIB as f64,
             pages_migrated,
             overhead_us_per_migrated_page,
             time_to_hot,

@@ -1,7 +1,7 @@
 //! tierd's engine inside the simulator, unchanged, driven through the same
 //! [`tierd_engine::Backend`] trait and [`tierd_engine::step`] loop as the Linux daemon.
 //!
-//! [`SimBackend`] borrows the step's [`Ctx`] and turns the simulated machine into what the
+//! `SimBackend` borrows the step's [`Ctx`] and turns the simulated machine into what the
 //! engine expects: observations from the configured sources, node and cgroup usage, and
 //! `move_pages`-like execution of batches with per-page outcomes.
 //!
@@ -28,7 +28,8 @@ use tierd_engine::{
 };
 
 use crate::cost::{
-    ABIT_SCAN_NS_PER_PAGE, ENGINE_NS_PER_OBSERVATION, MIGRATE_NS_PER_PAGE, MOVE_PAGES_CALL_NS,
+    ABIT_SCAN_NS_PER_PAGE, ENGINE_NS_PER_OBSERVATION, KMIGRATED_NS_PER_PAGE, MOVE_PAGES_CALL_NS,
+    MOVE_PAGES_NS_PER_PAGE,
 };
 use crate::mechanism::{draw_samples, Ctx, Mechanism, Watermarks};
 use crate::memory::UnitId;
@@ -80,7 +81,9 @@ impl Tierd {
                 .kernel_numab
                 .as_ref()
                 .map(|k| crate::numab::Numab::new(k, nprocs).toptier_only()),
-            next_abit_ns: 0,
+            // Idle page tracking marks pages idle at the start and reads them one interval
+            // later: the first report comes after one interval.
+            next_abit_ns: params.abit_interval_ms.max(1) * 1_000_000,
             lows,
             owners_sent: false,
             bufs: StepBuffers::default(),
@@ -100,6 +103,7 @@ struct SimBackend<'c, 'm> {
     observations: Vec<Observation>,
     updates: Vec<OwnerUpdate>,
     lows: &'c CgroupLows,
+    kernel_pghot: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -178,7 +182,14 @@ impl Backend for SimBackend<'_, '_> {
         let mut spaces: Vec<SpaceId> = batch.pages.iter().map(|m| m.page.space).collect();
         spaces.sort_unstable();
         spaces.dedup();
-        let mut cpu = MOVE_PAGES_CALL_NS * spaces.len() as f64;
+        // pghot's kmigrated has no syscall per batch but walks hot sections; tierd pays one
+        // move_pages(2) call per process in the batch.
+        let (per_call, per_page) = if self.kernel_pghot {
+            (0.0, KMIGRATED_NS_PER_PAGE)
+        } else {
+            (MOVE_PAGES_CALL_NS, MOVE_PAGES_NS_PER_PAGE)
+        };
+        let mut cpu = per_call * spaces.len() as f64;
         let outcomes: Vec<MoveOutcome> = batch
             .pages
             .iter()
@@ -187,7 +198,7 @@ impl Backend for SimBackend<'_, '_> {
                     return MoveOutcome::Failed(tierd_engine::MoveError::Fault);
                 };
                 let pages = self.ctx.mem.unit_pages(u);
-                cpu += MIGRATE_NS_PER_PAGE * pages as f64;
+                cpu += per_page * pages as f64;
                 match self.ctx.migrate(u, batch.target) {
                     Ok(()) => MoveOutcome::Moved(batch.target),
                     Err(e) => MoveOutcome::Failed(e),
@@ -328,6 +339,7 @@ impl Mechanism for Tierd {
             observations: obs,
             updates,
             lows: &self.lows,
+            kernel_pghot: self.params.kernel_pghot,
         };
         // The simulator backend never fails.
         let _ = tierd_engine::step(&mut self.engine, &mut backend, now, &mut self.bufs);

@@ -189,9 +189,13 @@ impl Load {
         if rate == 0.0 || class.total_weight <= 0.0 {
             return 0.0;
         }
-        class
-            .index_of(u)
-            .map_or(0.0, |i| rate * class.weight(i) / class.total_weight)
+        match class.spread {
+            // Uniform classes need no lookup of the unit's position.
+            Spread::Uniform => rate / class.total_weight,
+            Spread::Zipf { .. } => class
+                .index_of(u)
+                .map_or(0.0, |i| rate * class.weight(i) / class.total_weight),
+        }
     }
 
     /// Draws one unit of `class` in proportion to the class's access weights.

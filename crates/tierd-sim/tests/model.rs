@@ -100,3 +100,54 @@ fn no_mechanism_ever_crosses_a_nodemask() {
         }
     }
 }
+
+#[test]
+fn hint_faults_cost_at_least_ten_times_more_per_migrated_page_than_samples() {
+    let r = run("hint-vs-samples", 1.0 / 16.0, &[]);
+    let hf = row(&r, "HF")
+        .overhead_us_per_migrated_page
+        .expect("HF migrated pages");
+    let ibs = row(&r, "IBS")
+        .overhead_us_per_migrated_page
+        .expect("IBS migrated pages");
+    assert!(
+        hf >= 10.0 * ibs,
+        "hint faults {hf:.0} us vs samples {ibs:.0} us per migrated page"
+    );
+    // Both sources move group B's chunk toward its threads.
+    assert!(row(&r, "HF").hot_on_fast > 0.9);
+    assert!(row(&r, "IBS").hot_on_fast > 0.1);
+}
+
+#[test]
+fn damon_over_promotes_relative_to_numab2_in_a() {
+    let r = run("pointer-chase", 1.0 / 16.0, &["N2", "D3"]);
+    let (n2, d3) = (row(&r, "N2"), row(&r, "D3"));
+    assert!(
+        n2.over_promotion.abs() < 0.05,
+        "NUMAB2 places the hot set: {:+.2}",
+        n2.over_promotion
+    );
+    assert!(
+        d3.over_promotion > n2.over_promotion + 0.2,
+        "DAMON {:+.2} vs NUMAB2 {:+.2}",
+        d3.over_promotion,
+        n2.over_promotion
+    );
+}
+
+#[test]
+fn placement_is_conserved_over_time_in_a() {
+    let r = run("pointer-chase", 1.0 / 64.0, &["H5", "N2"]);
+    for c in &r.configs {
+        for s in &c.series {
+            let total: f64 = s.node_gib.values().sum();
+            assert!(
+                (total - 1.0).abs() < 1e-6,
+                "{} at {} s: {total} GiB of the 1 GiB buffer",
+                c.id,
+                s.t_s
+            );
+        }
+    }
+}
