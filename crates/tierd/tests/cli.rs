@@ -39,3 +39,115 @@ fn bad_arguments_give_a_one_line_error() {
     assert!(!ok);
     assert!(err.contains("invalid value 'lots'"), "{err}");
 }
+
+#[test]
+fn compare_prints_the_seed_table_with_published_figures() {
+    let (ok, out, err) = tierd(&[
+        "compare",
+        "pointer-chase",
+        "--scale",
+        "0.015625",
+        "--only",
+        "B0,H10",
+        "--no-progress",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("pointer-chase: Seed A"), "{out}");
+    // B0's published latency in parentheses beside the simulated one.
+    assert!(out.contains("320 (320)"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("H10 ")), "{out}");
+    assert!(
+        !out.lines().any(|l| l.starts_with("N2 ")),
+        "--only filters rows: {out}"
+    );
+}
+
+#[test]
+fn compare_writes_json_and_csv() {
+    let dir = std::env::temp_dir().join(format!("tierd-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, csv) = (dir.join("a.json"), dir.join("a.csv"));
+    let (ok, _, err) = tierd(&[
+        "compare",
+        "pointer-chase",
+        "--scale",
+        "0.015625",
+        "--only",
+        "H5",
+        "--no-progress",
+        "--json",
+        json.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["configs"][0]["id"], "H5");
+    assert_eq!(v["configs"][0]["series"].as_array().unwrap().len(), 240);
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    assert!(
+        csv.starts_with("config,t_s,latency_ns,hot_on_fast,node0_gib,node1_gib,node2_gib"),
+        "{csv}"
+    );
+    assert_eq!(csv.lines().count(), 241);
+}
+
+#[test]
+fn scenario_errors_name_file_line_and_field() {
+    let dir = std::env::temp_dir().join(format!("tierd-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = include_str!("../../../scenarios/a-pointer-chase.toml");
+    // A wrong type on line 9.
+    let bad = dir.join("bad-type.toml");
+    std::fs::write(
+        &bad,
+        good.replacen("duration_s = 240", "duration_s = \"long\"", 1),
+    )
+    .unwrap();
+    let (ok, _, err) = tierd(&["sim", bad.to_str().unwrap()]);
+    assert!(!ok);
+    let line = good
+        .lines()
+        .position(|l| l.starts_with("duration_s"))
+        .unwrap()
+        + 1;
+    assert!(err.contains(&format!("bad-type.toml:{line}:")), "{err}");
+    assert!(err.contains("duration_s"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    // An unknown key.
+    let bad = dir.join("bad-key.toml");
+    std::fs::write(
+        &bad,
+        good.replacen("step_ms = 10", "step_ms = 10\nstep_us = 3", 1),
+    )
+    .unwrap();
+    let (ok, _, err) = tierd(&["sim", bad.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("bad-key.toml:") && err.contains("step_us"),
+        "{err}"
+    );
+    // A class that does not exist.
+    let bad = dir.join("bad-class.toml");
+    std::fs::write(
+        &bad,
+        good.replacen("class = \"buffer.hot\"", "class = \"buffer.warm\"", 1),
+    )
+    .unwrap();
+    let (ok, _, err) = tierd(&["sim", bad.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("bad-class.toml:") && err.contains("process[0].access[0].class"),
+        "{err}"
+    );
+    // A configuration id that is not there.
+    let (ok, _, err) = tierd(&[
+        "sim",
+        "../../scenarios/a-pointer-chase.toml",
+        "--config",
+        "X9",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("no configuration \"X9\""), "{err}");
+}
