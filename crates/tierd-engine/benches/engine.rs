@@ -9,43 +9,12 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use tierd_engine::topology::{NodePerf, NodeSpec, Topology};
+use tierd_engine::topology::{dram_cxl, Topology};
 use tierd_engine::types::{Bytes, Nanos, NodeId, PageRef, SpaceId, Vpn};
 use tierd_engine::{Engine, EngineConfig, NodeUsage, Observation, SourceKind, SystemUsage};
 
 fn topology() -> Topology {
-    let dram = NodePerf {
-        read_latency_ns: 100,
-        write_latency_ns: 100,
-        read_bandwidth_mbps: 20_000,
-        write_bandwidth_mbps: 20_000,
-    };
-    let cxl = NodePerf {
-        read_latency_ns: 250,
-        write_latency_ns: 250,
-        read_bandwidth_mbps: 10_000,
-        write_bandwidth_mbps: 10_000,
-    };
-    Topology::new(
-        vec![
-            NodeSpec {
-                id: NodeId(0),
-                has_cpus: true,
-                capacity: Bytes::gib(256),
-                perf: Some(dram),
-                adistance: None,
-            },
-            NodeSpec {
-                id: NodeId(1),
-                has_cpus: false,
-                capacity: Bytes::gib(1024),
-                perf: Some(cxl),
-                adistance: None,
-            },
-        ],
-        vec![vec![10, 20], vec![20, 10]],
-    )
-    .expect("valid topology")
+    dram_cxl(Bytes::gib(256), Bytes::gib(1024)).expect("valid topology")
 }
 
 fn engine_with(tracked: u64) -> Engine {

@@ -756,16 +756,15 @@ fn demotion_tables(
     (demotion, lower)
 }
 
-/// A two-node machine: node 0 with CPUs and `fast` of DRAM, node 1 CPU-less with `slow` of
-/// CXL-like memory (2.5x the latency, half the bandwidth, HMAT adist 2880, `memory_tier22`);
-/// SLIT distances 10/20.
+/// A two-node DRAM + CXL machine: node 0 with CPUs and `fast` of DRAM, node 1 CPU-less with
+/// `slow` of CXL-like memory (2.5x the latency, half the bandwidth, HMAT adist 2880,
+/// `memory_tier22`); SLIT distances 10/20. The shape of most single-socket CXL systems, used
+/// by `tierd info` and the benchmarks.
 ///
-/// # Panics
+/// # Errors
 ///
-/// If `fast` or `slow` is zero.
-#[cfg(any(test, feature = "testutils"))]
-#[must_use]
-pub fn two_tier(fast: Bytes, slow: Bytes) -> Topology {
+/// [`TopologyError::ZeroCapacity`] if `fast` or `slow` is zero.
+pub fn dram_cxl(fast: Bytes, slow: Bytes) -> Result<Topology, TopologyError> {
     let dram = NodePerf {
         read_latency_ns: 100,
         write_latency_ns: 100,
@@ -797,7 +796,17 @@ pub fn two_tier(fast: Bytes, slow: Bytes) -> Topology {
         ],
         vec![vec![10, 20], vec![20, 10]],
     )
-    .expect("two_tier: capacities must be non-zero")
+}
+
+/// [`dram_cxl`] for tests.
+///
+/// # Panics
+///
+/// If `fast` or `slow` is zero.
+#[cfg(any(test, feature = "testutils"))]
+#[must_use]
+pub fn two_tier(fast: Bytes, slow: Bytes) -> Topology {
+    dram_cxl(fast, slow).expect("two_tier: capacities must be non-zero")
 }
 
 /// Seed scenario C: nodes 0 and 1 with CPUs (DRAM), node 2 CPU-less without HMAT data; SLIT

@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use tierd_engine::topology::{NodePerf, NodeSpec, Topology};
-use tierd_engine::types::{Bytes, NodeId};
+use tierd_engine::topology::dram_cxl;
+use tierd_engine::types::Bytes;
 use tierd_engine::{Engine, EngineConfig};
 use tierd_sim::scenario::{Scenario, SHIPPED};
 use tierd_sim::sim::CompareResult;
@@ -92,40 +92,6 @@ enum Command {
         #[arg(long, default_value_t = 256)]
         slow_gib: u64,
     },
-}
-
-fn demo_topology(fast_gib: u64, slow_gib: u64) -> Result<Topology> {
-    // Latency/bandwidth of a typical DDR5 node and a CXL Type-3 expander (2.5x latency,
-    // half the bandwidth), the ratio the seed results' machines report.
-    let dram = NodePerf {
-        read_latency_ns: 100,
-        write_latency_ns: 100,
-        read_bandwidth_mbps: 200_000,
-        write_bandwidth_mbps: 200_000,
-    };
-    let cxl = NodePerf {
-        read_latency_ns: 250,
-        write_latency_ns: 250,
-        read_bandwidth_mbps: 100_000,
-        write_bandwidth_mbps: 100_000,
-    };
-    let nodes = vec![
-        NodeSpec {
-            id: NodeId(0),
-            has_cpus: true,
-            capacity: Bytes::gib(fast_gib),
-            perf: Some(dram),
-            adistance: None,
-        },
-        NodeSpec {
-            id: NodeId(1),
-            has_cpus: false,
-            capacity: Bytes::gib(slow_gib),
-            perf: Some(cxl),
-            adistance: None,
-        },
-    ];
-    Topology::new(nodes, vec![vec![10, 20], vec![20, 10]]).context("building the demo topology")
 }
 
 fn write_out(path: &PathBuf, text: &str) -> Result<()> {
@@ -223,7 +189,8 @@ fn real_main() -> Result<()> {
             }
         }
         Command::Info { fast_gib, slow_gib } => {
-            let topo = demo_topology(fast_gib, slow_gib)?;
+            let topo = dram_cxl(Bytes::gib(fast_gib), Bytes::gib(slow_gib))
+                .context("building a DRAM + CXL topology")?;
             for t in topo.tiers() {
                 println!(
                     "memory_tier{:<3} nodes {:<6} {}",
