@@ -71,6 +71,28 @@ impl FastIndex {
         }
     }
 
+    /// Records an access to a fast page: one hash lookup (this runs per observation).
+    fn touch(&mut self, key: PageKey, node: NodeId, size: PageSize, time: Nanos) {
+        use std::collections::hash_map::Entry;
+        match self.map.entry(key) {
+            Entry::Occupied(mut e) => {
+                let f = e.get_mut();
+                self.pages = self.pages - f.size.nr_pages().0 + size.nr_pages().0;
+                f.node = node;
+                f.size = size;
+                f.last_access = f.last_access.max(time);
+            }
+            Entry::Vacant(e) => {
+                self.pages += size.nr_pages().0;
+                e.insert(FastPage {
+                    node,
+                    size,
+                    last_access: time,
+                });
+            }
+        }
+    }
+
     fn remove(&mut self, key: &PageKey) {
         if let Some(old) = self.map.remove(key) {
             self.pages -= old.size.nr_pages().0;
@@ -258,19 +280,7 @@ impl Engine {
         if self.topo.is_toptier(obs.page_node) {
             // pghot ignores top-tier pages; the demoter needs their recency.
             e.fast_observed += 1;
-            let last_access = self
-                .fast
-                .map
-                .get(&key)
-                .map_or(obs.time, |f| f.last_access.max(obs.time));
-            self.fast.insert(
-                key,
-                FastPage {
-                    node: obs.page_node,
-                    size: obs.page.size,
-                    last_access,
-                },
-            );
+            self.fast.touch(key, obs.page_node, obs.page.size, obs.time);
             return;
         }
         if obs.accessing_node == Some(obs.page_node) {

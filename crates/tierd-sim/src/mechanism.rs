@@ -202,17 +202,17 @@ pub fn draw_samples(ctx: &mut Ctx<'_>, period: u64, out: &mut Vec<Sampled>) {
     }
     let n = Poisson::new(expected).map_or(0, |d| d.sample(ctx.rng) as u64);
     let start = out.len();
+    let (mut dram, mut ext) = (0, 0);
     for _ in 0..n {
         let Some((unit, node, process)) = ctx.load.sample_access(ctx.mem, ctx.rng) else {
             break;
         };
         let time_ns = ctx.now + ctx.rng.gen_range(0..ctx.dt.max(1));
         ctx.charge_app(process, crate::cost::SAMPLE_INTERRUPT_NS);
-        ctx.acct.count("hwhint_total_events", 1);
         if ctx.mem.topology().is_toptier(ctx.mem.node_of(unit)) {
-            ctx.acct.count("hwhint_dram_accesses", 1);
+            dram += 1;
         } else {
-            ctx.acct.count("hwhint_extmem_accesses", 1);
+            ext += 1;
         }
         out.push(Sampled {
             unit,
@@ -221,6 +221,10 @@ pub fn draw_samples(ctx: &mut Ctx<'_>, period: u64, out: &mut Vec<Sampled>) {
             time_ns,
         });
     }
+    // Counted once per step: the counters are keyed by name.
+    ctx.acct.count("hwhint_total_events", dram + ext);
+    ctx.acct.count("hwhint_dram_accesses", dram);
+    ctx.acct.count("hwhint_extmem_accesses", ext);
     out[start..].sort_by_key(|s| s.time_ns);
 }
 
