@@ -173,6 +173,17 @@ pub fn table(r: &CompareResult) -> String {
     out
 }
 
+/// Counters given a column of their own in the CSV time series (all of them are in the JSON).
+pub const CSV_COUNTERS: &[&str] = &[
+    "numa_pte_updates",
+    "numa_hint_faults",
+    "pgpromote_success",
+    "pgdemote_kswapd",
+    "pgdemote_success",
+    "hwhint_total_events",
+    "damos_sz_applied",
+];
+
 /// The time series of every configuration as CSV, one row per (configuration, sample).
 #[must_use]
 pub fn csv(r: &CompareResult) -> String {
@@ -185,7 +196,11 @@ pub fn csv(r: &CompareResult) -> String {
     for n in &nodes {
         let _ = write!(out, ",node{}_gib", n.0);
     }
-    out.push_str(",promoted_gib,demoted_gib,promoter_cpu_s\n");
+    out.push_str(",promoted_gib,demoted_gib,promoter_cpu_s");
+    for k in CSV_COUNTERS {
+        let _ = write!(out, ",{k}");
+    }
+    out.push('\n');
     for c in &r.configs {
         for s in &c.series {
             let _ = write!(
@@ -196,11 +211,15 @@ pub fn csv(r: &CompareResult) -> String {
             for n in &nodes {
                 let _ = write!(out, ",{:.4}", s.node_gib.get(n).copied().unwrap_or(0.0));
             }
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 ",{:.4},{:.4},{:.4}",
                 s.promoted_gib, s.demoted_gib, s.promoter_cpu_s
             );
+            for k in CSV_COUNTERS {
+                let _ = write!(out, ",{}", s.counters.get(*k).copied().unwrap_or(0));
+            }
+            out.push('\n');
         }
     }
     out

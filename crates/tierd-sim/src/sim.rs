@@ -75,6 +75,8 @@ pub struct Sample {
     pub demoted_gib: f64,
     /// Mechanism CPU so far, s.
     pub promoter_cpu_s: f64,
+    /// vmstat-like counters so far.
+    pub counters: BTreeMap<String, u64>,
 }
 
 /// One configuration's outcome.
@@ -759,6 +761,7 @@ impl World {
                     promoted_gib: acct.promoted_pages as f64 * 4096.0 / Bytes::GIB as f64,
                     demoted_gib: acct.demoted_pages as f64 * 4096.0 / Bytes::GIB as f64,
                     promoter_cpu_s: acct.promoter_cpu_ns / 1e9,
+                    counters: acct.vmstat.clone(),
                 });
                 lat_acc = 0.0;
                 rate_acc = 0.0;
