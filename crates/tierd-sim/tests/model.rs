@@ -151,3 +151,74 @@ fn placement_is_conserved_over_time_in_a() {
         }
     }
 }
+
+/// Seed C: precise promotion puts pages on the node that uses them; default mode promotes
+/// everything to node 0, so node 1's ranks end up with memory on the wrong fast node.
+#[test]
+fn precise_target_beats_default_on_two_dram_nodes_in_c() {
+    let r = run("three-node", 1.0 / 32.0, &["PD", "PP", "PD3"]);
+    let (pd, pp, pd3) = (row(&r, "PD"), row(&r, "PP"), row(&r, "PD3"));
+    assert!(
+        pp.wrong_node_gib < 0.2 * pd.wrong_node_gib,
+        "PP {} vs PD {}",
+        pp.wrong_node_gib,
+        pd.wrong_node_gib
+    );
+    assert!(pp.latency_ns < pd.latency_ns);
+    // numa_balancing=3 moves the misplaced pages between the DRAM nodes.
+    assert!(pd3.wrong_node_gib < 0.2 * pd.wrong_node_gib);
+    assert!(pd3.counters["numa_pages_migrated"] > 0);
+}
+
+/// Seed D: memory.low protects the small tenant's share of DRAM under tierd; the stock
+/// kernel ignores it for tiering.
+#[test]
+fn memory_low_protects_the_small_tenant_in_d() {
+    let r = run(
+        "cgroup-fairness",
+        1.0 / 32.0,
+        &["alone", "K-stack", "K-low", "T-stack", "T-low"],
+    );
+    let lat = |id: &str| row(&r, id).latency_ns;
+    assert!(
+        lat("alone") < lat("K-stack"),
+        "the aggressor hurts: {} vs {}",
+        lat("alone"),
+        lat("K-stack")
+    );
+    assert!(
+        (lat("K-low") - lat("K-stack")).abs() < 1e-9,
+        "stock NUMAB2 ignores memory.low for tiering"
+    );
+    assert!(
+        lat("T-low") < lat("T-stack"),
+        "memory.low helps under tierd: {} vs {}",
+        lat("T-low"),
+        lat("T-stack")
+    );
+    assert!(row(&r, "T-low").hot_on_fast >= row(&r, "T-stack").hot_on_fast);
+}
+
+/// Seed E: before 6.10 NUMA balancing never promoted a PREFERRED_MANY page; after, it
+/// promotes to the faulting node when it is in the mask; tierd's precise mode does too.
+#[test]
+fn preferred_many_pages_are_promoted_only_after_the_change_in_e() {
+    let r = run("memcached-preferred-many", 1.0 / 32.0, &[]);
+    let on = |id: &str| row(&r, id).hot_on_fast;
+    assert_eq!(
+        row(&r, "N2-6.9")
+            .counters
+            .get("pgpromote_success")
+            .copied()
+            .unwrap_or(0),
+        0
+    );
+    assert!(
+        on("N2") > on("N2-6.9") + 0.3,
+        "N2 {} vs 6.9 {}",
+        on("N2"),
+        on("N2-6.9")
+    );
+    assert!(on("TP") > on("N2-6.9") + 0.3);
+    assert!(row(&r, "TP").latency_ns < row(&r, "N2-6.9").latency_ns);
+}
