@@ -707,6 +707,11 @@ impl Scanner {
             if st != NOT_ARMED && self.armed_node[u.idx()] == node.0 as u8 {
                 // Already PROT_NONE: no update, but a unit with no queued fault may get one.
                 if st & PENDING == 0 {
+                    // An idle page of a class nobody accesses stays idle: skip the draw (the
+                    // common case, cold memory walked on every pass).
+                    if st & IDLE != 0 && load.class_rate[usize::from(mem.class_of(u).0)] <= 0.0 {
+                        continue;
+                    }
                     let quiet_for = t_ms.wrapping_sub(st & TIME_MASK) & TIME_MASK;
                     if st & IDLE != 0 || u64::from(quiet_for) >= horizon_ms {
                         self.schedule(load, mem, ctx.rng, u, t);
