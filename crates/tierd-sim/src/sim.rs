@@ -43,6 +43,17 @@ pub enum SimError {
         #[source]
         source: crate::memory::AllocError,
     },
+    /// The simulation broke one of its own invariants (a page on no node, a node over
+    /// capacity): a bug in the simulator, reported rather than ignored.
+    #[error("scenario {scenario}: config {config}: simulator invariant violated: {message}")]
+    Invariant {
+        /// The scenario.
+        scenario: String,
+        /// The configuration id.
+        config: String,
+        /// What broke.
+        message: String,
+    },
     /// A tierd configuration is invalid.
     #[error("scenario {scenario}: config {config}")]
     Config {
@@ -768,9 +779,13 @@ impl World {
                 progress((step + 1) as f64 / steps as f64);
             }
         }
-        if let Some(msg) = w.mem.check() {
-            // The model broke its own invariants: a bug, not a user error.
-            panic!("memory invariant violated in {} / {}: {msg}", sc.name, c.id);
+        if let Some(message) = w.mem.check() {
+            // The model broke its own invariants: a bug in the simulator, not a user error.
+            return Err(SimError::Invariant {
+                scenario: sc.name.clone(),
+                config: c.id.clone(),
+                message,
+            });
         }
         let steady_n = ((series.len() as f64 * sc.report.steady_fraction).ceil() as usize)
             .clamp(1, series.len().max(1));
