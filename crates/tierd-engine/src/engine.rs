@@ -594,6 +594,11 @@ impl Engine {
                 + i128::from(free_space_margin(cap).0);
         let owner = self.owners.owner(rp.key.space);
         let (_, high) = self.demotion_watermarks(target);
+        let cg_share = if self.config.cgroup_fairness {
+            self.over_share(owner.cgroup, usage)
+        } else {
+            None
+        };
         let e = &mut self.stats.engine;
         let Some(ts) = self.targets.get_mut(&target) else {
             return;
@@ -619,23 +624,16 @@ impl Engine {
                 e.pgpromote_cold += nr.0;
                 return;
             }
-            if self.config.cgroup_fairness {
-                if let Some(cg) = usage.cgroups.get(&owner.cgroup) {
-                    let share = fast_tier_share(
-                        cg.low,
-                        self.topo.toptier_capacity(),
-                        self.topo.total_capacity(),
-                    );
-                    let scale = cgroup_promotion_scale(share, cg.fast_usage, true);
-                    if scale < 1.0 {
-                        let credit = self.cgroup_credit.entry(owner.cgroup).or_insert(0.0);
-                        *credit += scale;
-                        if *credit < 1.0 {
-                            e.pgpromote_cgroup_throttled += nr.0;
-                            return;
-                        }
-                        *credit -= 1.0;
+            if let Some((share, used)) = cg_share {
+                let scale = cgroup_promotion_scale(share, used, true);
+                if scale < 1.0 {
+                    let credit = self.cgroup_credit.entry(owner.cgroup).or_insert(0.0);
+                    *credit += scale;
+                    if *credit < 1.0 {
+                        e.pgpromote_cgroup_throttled += nr.0;
+                        return;
                     }
+                    *credit -= 1.0;
                 }
             }
             e.pgpromote_candidate += nr.0;

@@ -17,7 +17,7 @@ use crate::mechanism::{
     demote_coldest, kswapd, Accounting, Baseline, Ctx, KernelKnobs, Mechanism, SimRng, Watermarks,
 };
 use crate::memory::{align_vpn, units_for, ClassId, ClassSpec, Memory, RegionId, Spread};
-use crate::numab::{Numab, NumabParams};
+use crate::numab::Numab;
 use crate::scenario::{ConfigToml, EventAction, MechanismKind, ProcessToml, Scenario, SpreadToml};
 use crate::tierd::{CgroupLows, Tierd};
 use crate::workload::{LatencyTable, Load, Process, Stream, ThreadGroup};
@@ -53,6 +53,16 @@ pub enum SimError {
         config: String,
         /// What broke.
         message: String,
+    },
+    /// A configuration with `mechanism = "tierd"` has no `[config.tierd]` table.
+    #[error(
+        "scenario {scenario}: config {config}: mechanism \"tierd\" needs a [config.tierd] table"
+    )]
+    MissingTable {
+        /// The scenario.
+        scenario: String,
+        /// The configuration id.
+        config: String,
     },
     /// A tierd configuration is invalid.
     #[error("scenario {scenario}: config {config}")]
@@ -548,25 +558,20 @@ impl World {
             )),
             MechanismKind::Damon => Box::new(Damon::new(&c.damon.clone().unwrap_or_default())),
             MechanismKind::Tierd => {
-                let t = c
-                    .tierd
-                    .clone()
-                    .unwrap_or_else(|| crate::scenario::TierdToml {
-                        sources: vec![tierd_engine::SourceKind::HwSample],
-                        sample_period: 10_000,
-                        l3miss_only: true,
-                        abit_interval_ms: 1000,
-                        numab: NumabParams::default(),
-                        kernel_numab: None,
-                        kernel_pghot: false,
-                        engine: tierd_engine::EngineConfig::default(),
-                    });
-                let tierd = Tierd::new(&t, self.topo.clone(), self.procs.len(), self.lows.clone())
-                    .map_err(|source| SimError::Config {
+                let Some(t) = &c.tierd else {
+                    // Scenario::validate refuses this too; a config built in code gets the same
+                    // answer instead of invented defaults.
+                    return Err(SimError::MissingTable {
                         scenario: self.scenario.name.clone(),
                         config: c.id.clone(),
-                        source,
-                    })?;
+                    });
+                };
+                let tierd = Tierd::new(t, self.topo.clone(), self.procs.len(), self.lows.clone())
+                    .map_err(|source| SimError::Config {
+                    scenario: self.scenario.name.clone(),
+                    config: c.id.clone(),
+                    source,
+                })?;
                 Box::new(tierd)
             }
         })
