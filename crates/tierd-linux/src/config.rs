@@ -1,0 +1,639 @@
+//! The daemon's configuration file (`tierd run --config FILE`).
+//!
+//! TOML, every table refusing unknown keys. Every error names the file, the line and the key,
+//! and says why, e.g. `/etc/tierd/tierd.toml:7:19: engine.freq_threshold: invalid type: string
+//! "two", expected u8` or `/etc/tierd/tierd.toml:3: scope: nothing in scope: give pids,
+//! cgroups, or all = true`. `deploy/tierd.toml` is the annotated example.
+//!
+//! ```toml
+//! [scope]                 # what may be moved: pids, cgroups (v2 paths), or all
+//! pids = [1234]
+//! [sources]
+//! enabled = ["damon"]     # damon | idle | perf
+//! [sources.damon]
+//! sample_us = 5000
+//! [engine]                # tierd_engine::EngineConfig: mode, threshold, window, rate limit ...
+//! mode = "default"
+//! promote_rate_limit_mbps = 256
+//! [daemon]
+//! metrics_listen = "127.0.0.1:9464"
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tierd_engine::config::ConfigError as EngineConfigError;
+use tierd_engine::sources::{SourceKind, SourceMask};
+use tierd_engine::EngineConfig;
+
+/// What is wrong with a configuration file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    /// The file could not be read.
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Malformed TOML, an unknown key, or a value of the wrong type.
+    #[error("{path}:{line}:{column}: {key}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// Dotted key (`-` when the parser could not tell).
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Well-formed, but it does not make sense.
+    #[error("{path}:{line}: {key}: {reason}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line where the key is set (0 when it is not set: a missing key).
+        line: usize,
+        /// Dotted key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The processes tierd may move pages of.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScopeConfig {
+    /// Process ids.
+    pub pids: Vec<u32>,
+    /// cgroup v2 paths relative to the cgroup mount (`/workload.slice`): their processes and
+    /// those of their descendants.
+    pub cgroups: Vec<String>,
+    /// Every user process (kernel threads and tierd itself excepted).
+    pub all: bool,
+}
+
+/// A hotness source of the Linux backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceName {
+    /// DAMON virtual-address monitoring through `/sys/kernel/mm/damon/admin`.
+    Damon,
+    /// Idle page tracking (`/sys/kernel/mm/page_idle/bitmap`).
+    Idle,
+    /// Hardware sampling of memory accesses (AMD IBS, Intel PEBS, ARM SPE) through perf.
+    Perf,
+}
+
+impl SourceName {
+    /// The engine's kind of observation this source produces: DAMON and idle tracking read
+    /// accessed bits; perf delivers hardware samples.
+    #[must_use]
+    pub fn kind(self) -> SourceKind {
+        match self {
+            SourceName::Damon | SourceName::Idle => SourceKind::AccessedBitScan,
+            SourceName::Perf => SourceKind::HwSample,
+        }
+    }
+
+    /// The name used in the file and in messages.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceName::Damon => "damon",
+            SourceName::Idle => "idle",
+            SourceName::Perf => "perf",
+        }
+    }
+}
+
+/// DAMON source settings (Documentation/admin-guide/mm/damon/usage.rst).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DamonSourceConfig {
+    /// `monitoring_attrs/intervals/sample_us`.
+    pub sample_us: u64,
+    /// `monitoring_attrs/intervals/aggr_us`.
+    pub aggr_us: u64,
+    /// `monitoring_attrs/intervals/update_us` (how often vaddr re-reads the targets' VMAs).
+    pub update_us: u64,
+    /// `monitoring_attrs/nr_regions/min` (the kernel requires at least 3).
+    pub min_nr_regions: u64,
+    /// `monitoring_attrs/nr_regions/max`.
+    pub max_nr_regions: u64,
+    /// Regions whose `nr_accesses` reach this feed observations.
+    pub min_nr_accesses: u32,
+    /// At most this many page observations per read-back, so one huge hot region cannot
+    /// flood the engine.
+    pub max_pages_per_pass: u64,
+}
+
+impl Default for DamonSourceConfig {
+    fn default() -> Self {
+        // DAMON's own defaults (mm/damon/core.c damon_new_ctx) for the intervals, with more
+        // regions than its default 1000 so that a hot subset can be told from its
+        // neighbourhood.
+        DamonSourceConfig {
+            sample_us: 5_000,
+            aggr_us: 100_000,
+            update_us: 1_000_000,
+            min_nr_regions: 10,
+            max_nr_regions: 10_000,
+            min_nr_accesses: 1,
+            max_pages_per_pass: 262_144,
+        }
+    }
+}
+
+/// Idle page tracking settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IdleSourceConfig {
+    /// How often the scope's pages are read back and marked idle again.
+    pub interval_ms: u64,
+}
+
+impl Default for IdleSourceConfig {
+    fn default() -> Self {
+        IdleSourceConfig { interval_ms: 5_000 }
+    }
+}
+
+/// Hardware sampling settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PerfSourceConfig {
+    /// One sample per this many eligible operations (IBS op count, PEBS period).
+    pub period: u64,
+    /// Keep only samples that missed the last-level cache (IBS `l3missonly`): the others say
+    /// nothing about memory placement.
+    pub l3_miss_only: bool,
+}
+
+impl Default for PerfSourceConfig {
+    fn default() -> Self {
+        PerfSourceConfig {
+            period: 10_000,
+            l3_miss_only: true,
+        }
+    }
+}
+
+/// The `[sources]` table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SourcesConfig {
+    /// Sources to start, in order of preference.
+    pub enabled: Vec<SourceName>,
+    /// DAMON settings.
+    pub damon: DamonSourceConfig,
+    /// Idle page tracking settings.
+    pub idle: IdleSourceConfig,
+    /// perf sampling settings.
+    pub perf: PerfSourceConfig,
+}
+
+impl Default for SourcesConfig {
+    fn default() -> Self {
+        SourcesConfig {
+            enabled: vec![SourceName::Damon],
+            damon: DamonSourceConfig::default(),
+            idle: IdleSourceConfig::default(),
+            perf: PerfSourceConfig::default(),
+        }
+    }
+}
+
+/// The `[daemon]` table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DaemonSection {
+    /// Where the Prometheus text endpoint (`/metrics`) and the JSON status (`/status`) listen.
+    pub metrics_listen: SocketAddr,
+    /// Allow a non-loopback `metrics_listen` (the endpoint has no authentication).
+    pub allow_public_metrics: bool,
+    /// How often the scope, owners and mempolicies (`numa_maps`) are re-read.
+    pub refresh_ms: u64,
+}
+
+impl Default for DaemonSection {
+    fn default() -> Self {
+        DaemonSection {
+            metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            allow_public_metrics: false,
+            refresh_ms: 1_000,
+        }
+    }
+}
+
+/// Where `/proc` and `/sys` are (tests and containers point them elsewhere).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SystemRoots {
+    /// The proc mount.
+    pub proc_root: PathBuf,
+    /// The sysfs mount.
+    pub sys_root: PathBuf,
+    /// The cgroup v2 mount.
+    pub cgroup_root: PathBuf,
+}
+
+impl Default for SystemRoots {
+    fn default() -> Self {
+        SystemRoots {
+            proc_root: PathBuf::from(crate::DEFAULT_PROC_ROOT),
+            sys_root: PathBuf::from(crate::DEFAULT_SYS_ROOT),
+            cgroup_root: PathBuf::from("/sys/fs/cgroup"),
+        }
+    }
+}
+
+/// A whole daemon configuration.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DaemonConfig {
+    /// What may be moved.
+    pub scope: ScopeConfig,
+    /// Where hotness comes from.
+    pub sources: SourcesConfig,
+    /// The engine's settings; `sources` there is derived from `[sources]`.
+    pub engine: EngineConfig,
+    /// Endpoint and refresh.
+    pub daemon: DaemonSection,
+    /// Filesystem roots.
+    pub system: SystemRoots,
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rfind('\n')
+        .map_or(before.len(), |i| before.len() - i - 1)
+        + 1;
+    (line, col)
+}
+
+/// The line where `key` (the last part of a dotted key) is set inside `[table]`, or 0.
+fn line_of_key(text: &str, dotted: &str) -> usize {
+    let (table, key) = dotted.rsplit_once('.').unwrap_or(("", dotted));
+    let mut current = String::new();
+    for (i, raw) in text.lines().enumerate() {
+        let l = raw.trim();
+        if let Some(name) = l.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+            current = name.trim_matches(['[', ']']).trim().to_string();
+            if current == dotted {
+                return i + 1;
+            }
+            continue;
+        }
+        let set_here = l
+            .split_once('=')
+            .is_some_and(|(k, _)| k.trim() == key || k.trim() == dotted);
+        if set_here && (current == table || table.is_empty() || dotted.starts_with(&current)) {
+            return i + 1;
+        }
+    }
+    0
+}
+
+impl DaemonConfig {
+    /// Parses configuration text; `path` names it in errors.
+    ///
+    /// # Errors
+    /// [`ConfigFileError::Parse`] for TOML and type errors, [`ConfigFileError::Invalid`] for
+    /// values that do not make sense together.
+    pub fn parse(text: &str, path: &Path) -> Result<DaemonConfig, ConfigFileError> {
+        let de = toml::Deserializer::new(text);
+        let cfg: DaemonConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            let (line, column) = inner.span().map_or((0, 0), |s| line_col(text, s.start));
+            ConfigFileError::Parse {
+                path: path.to_path_buf(),
+                line,
+                column,
+                key: if key.is_empty() || key == "." {
+                    "-".into()
+                } else {
+                    key
+                },
+                message: inner.message().trim().to_string(),
+            }
+        })?;
+        cfg.validate(text, path)?;
+        Ok(cfg)
+    }
+
+    /// Reads and parses a configuration file.
+    ///
+    /// # Errors
+    /// As [`DaemonConfig::parse`], or [`ConfigFileError::Read`].
+    pub fn load(path: &Path) -> Result<DaemonConfig, ConfigFileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        DaemonConfig::parse(&text, path)
+    }
+
+    /// The engine configuration with its source mask taken from `[sources]`.
+    #[must_use]
+    pub fn engine_config(&self) -> EngineConfig {
+        let kinds: Vec<SourceKind> = self.sources.enabled.iter().map(|s| s.kind()).collect();
+        EngineConfig {
+            sources: SourceMask::of(&kinds),
+            ..self.engine.clone()
+        }
+    }
+
+    fn validate(&self, text: &str, path: &Path) -> Result<(), ConfigFileError> {
+        let invalid = |key: &str, reason: String| ConfigFileError::Invalid {
+            path: path.to_path_buf(),
+            line: line_of_key(text, key),
+            key: key.to_string(),
+            reason,
+        };
+        let s = &self.scope;
+        if s.pids.is_empty() && s.cgroups.is_empty() && !s.all {
+            return Err(invalid(
+                "scope",
+                "nothing in scope: give pids, cgroups, or all = true".into(),
+            ));
+        }
+        if s.all && (!s.pids.is_empty() || !s.cgroups.is_empty()) {
+            return Err(invalid(
+                "scope.all",
+                "all = true already covers every process: drop pids and cgroups".into(),
+            ));
+        }
+        if s.pids.contains(&0) {
+            return Err(invalid("scope.pids", "0 is not a process id".into()));
+        }
+        for cg in &s.cgroups {
+            if !cg.starts_with('/') || cg.split('/').any(|c| c == "..") {
+                return Err(invalid(
+                    "scope.cgroups",
+                    format!(
+                        "{cg:?} must be an absolute path under the cgroup mount, without \"..\""
+                    ),
+                ));
+            }
+        }
+        let src = &self.sources;
+        if src.enabled.is_empty() {
+            return Err(invalid(
+                "sources.enabled",
+                "no source enabled: tierd would never see an access (use damon, idle or perf)"
+                    .into(),
+            ));
+        }
+        let mut seen = src.enabled.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.len() != src.enabled.len() {
+            return Err(invalid(
+                "sources.enabled",
+                "a source is listed twice".into(),
+            ));
+        }
+        let d = src.damon;
+        if d.sample_us == 0 || d.aggr_us < d.sample_us {
+            return Err(invalid(
+                "sources.damon.aggr_us",
+                format!(
+                    "aggr_us ({}) must be at least sample_us ({}), and sample_us above 0",
+                    d.aggr_us, d.sample_us
+                ),
+            ));
+        }
+        if d.update_us < d.aggr_us {
+            return Err(invalid(
+                "sources.damon.update_us",
+                format!(
+                    "update_us ({}) must be at least aggr_us ({})",
+                    d.update_us, d.aggr_us
+                ),
+            ));
+        }
+        // mm/damon/core.c damon_set_attrs(): min_nr_regions < 3 or min > max is -EINVAL.
+        if d.min_nr_regions < 3 || d.max_nr_regions < d.min_nr_regions {
+            return Err(invalid(
+                "sources.damon.min_nr_regions",
+                format!(
+                    "need 3 <= min_nr_regions ({}) <= max_nr_regions ({}), as the kernel does",
+                    d.min_nr_regions, d.max_nr_regions
+                ),
+            ));
+        }
+        let max_acc = d.aggr_us / d.sample_us;
+        if u64::from(d.min_nr_accesses) > max_acc {
+            return Err(invalid(
+                "sources.damon.min_nr_accesses",
+                format!(
+                    "{} can never be reached: a region is checked at most aggr_us / sample_us = \
+                     {max_acc} times per aggregation",
+                    d.min_nr_accesses
+                ),
+            ));
+        }
+        if d.max_pages_per_pass == 0 {
+            return Err(invalid(
+                "sources.damon.max_pages_per_pass",
+                "must be above 0".into(),
+            ));
+        }
+        if !(100..=3_600_000).contains(&src.idle.interval_ms) {
+            return Err(invalid(
+                "sources.idle.interval_ms",
+                format!("{} is outside 100..=3600000", src.idle.interval_ms),
+            ));
+        }
+        // IBS op counts are 16-op granular with a 27-bit maximum (arch/x86/events/amd/ibs.c).
+        if !(1_000..=(1 << 27)).contains(&src.perf.period) {
+            return Err(invalid(
+                "sources.perf.period",
+                format!("{} is outside 1000..=134217728", src.perf.period),
+            ));
+        }
+        if text_sets_key(text, "engine", "sources") {
+            return Err(invalid(
+                "engine.sources",
+                "set by [sources] enabled = [...]; remove it here".into(),
+            ));
+        }
+        self.engine.validate().map_err(|e| {
+            let key = match &e {
+                EngineConfigError::OutOfRange { key, .. } => format!("engine.{key}"),
+                EngineConfigError::Watermarks { .. } => "engine.demotion".to_string(),
+                EngineConfigError::TargetNotToptier(_) => "engine.target_nid".to_string(),
+            };
+            invalid(&key, e.to_string())
+        })?;
+        let daemon = &self.daemon;
+        if !daemon.metrics_listen.ip().is_loopback() && !daemon.allow_public_metrics {
+            return Err(invalid(
+                "daemon.metrics_listen",
+                format!(
+                    "{} is not a loopback address; the endpoint has no authentication \
+                     (set allow_public_metrics = true to expose it)",
+                    daemon.metrics_listen
+                ),
+            ));
+        }
+        if !(100..=600_000).contains(&daemon.refresh_ms) {
+            return Err(invalid(
+                "daemon.refresh_ms",
+                format!("{} is outside 100..=600000", daemon.refresh_ms),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether `key` is set inside `[table]` (the typed config cannot tell a default from a
+/// value the user wrote).
+fn text_sets_key(text: &str, table: &str, key: &str) -> bool {
+    let Ok(value) = text.parse::<toml::Table>() else {
+        return false;
+    };
+    value
+        .get(table)
+        .and_then(toml::Value::as_table)
+        .is_some_and(|t| t.contains_key(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<DaemonConfig, ConfigFileError> {
+        DaemonConfig::parse(text, Path::new("t.toml"))
+    }
+
+    fn err(text: &str) -> String {
+        match parse(text) {
+            Ok(c) => panic!("accepted: {c:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn minimal_file_gets_defaults() {
+        let c = parse("[scope]\npids = [42]\n").expect("valid");
+        assert_eq!(c.scope.pids, vec![42]);
+        assert_eq!(c.sources.enabled, vec![SourceName::Damon]);
+        assert!(c.daemon.metrics_listen.ip().is_loopback());
+        let e = c.engine_config();
+        assert_eq!(e.sources, SourceMask::of(&[SourceKind::AccessedBitScan]));
+        assert_eq!(e.freq_threshold, EngineConfig::default().freq_threshold);
+    }
+
+    #[test]
+    fn engine_keys_reach_the_engine() {
+        let c = parse(
+            "[scope]\nall = true\n[sources]\nenabled = [\"perf\", \"damon\"]\n\
+             [engine]\nmode = \"precise\"\nfreq_threshold = 3\npromote_rate_limit_mbps = 128\n\
+             batch_nr = 256\n[engine.demotion]\nlow_free_permille = 10\nhigh_free_permille = 30\n",
+        )
+        .expect("valid");
+        let e = c.engine_config();
+        assert_eq!(e.mode, tierd_engine::hotness::HotnessMode::Precise);
+        assert_eq!(e.freq_threshold, 3);
+        assert_eq!(e.promote_rate_limit_mbps, 128);
+        assert_eq!(e.batch_nr, 256);
+        assert_eq!(e.demotion.high_free_permille, 30);
+        assert!(e.sources.contains(SourceKind::HwSample));
+        assert!(e.sources.contains(SourceKind::AccessedBitScan));
+        assert!(!e.sources.contains(SourceKind::HintFault));
+    }
+
+    #[test]
+    fn type_error_names_file_line_column_and_key() {
+        let m = err("[scope]\npids = [1]\n[engine]\nfreq_threshold = \"two\"\n");
+        assert!(m.starts_with("t.toml:4:"), "{m}");
+        assert!(m.contains("engine.freq_threshold"), "{m}");
+    }
+
+    #[test]
+    fn unknown_key_is_refused_with_its_name() {
+        let m = err("[scope]\npids = [1]\n[daemon]\nmetrics_port = 9\n");
+        assert!(m.starts_with("t.toml:"), "{m}");
+        assert!(m.contains("metrics_port"), "{m}");
+    }
+
+    #[test]
+    fn empty_scope_is_refused() {
+        let m = err("[engine]\nfreq_threshold = 2\n");
+        assert!(m.contains("scope: nothing in scope"), "{m}");
+    }
+
+    #[test]
+    fn out_of_range_engine_value_names_key_and_line() {
+        let m = err("[scope]\npids = [1]\n[engine]\nfreq_threshold = 9\n");
+        assert!(m.starts_with("t.toml:4: engine.freq_threshold"), "{m}");
+        assert!(m.contains("out of range"), "{m}");
+    }
+
+    #[test]
+    fn bad_damon_settings_are_refused_with_the_kernel_rule() {
+        let m = err("[scope]\npids = [1]\n[sources.damon]\nmin_nr_regions = 2\n");
+        assert!(m.contains("sources.damon.min_nr_regions"), "{m}");
+        let m = err("[scope]\npids = [1]\n[sources.damon]\nmin_nr_accesses = 21\n");
+        assert!(m.contains("never be reached"), "{m}");
+        let m = err("[scope]\npids = [1]\n[sources.damon]\nsample_us = 200000\n");
+        assert!(m.contains("aggr_us"), "{m}");
+    }
+
+    #[test]
+    fn public_metrics_need_consent() {
+        let m = err("[scope]\npids = [1]\n[daemon]\nmetrics_listen = \"0.0.0.0:9464\"\n");
+        assert!(m.starts_with("t.toml:4: daemon.metrics_listen"), "{m}");
+        let c = parse(
+            "[scope]\npids = [1]\n[daemon]\nmetrics_listen = \"0.0.0.0:9464\"\n\
+             allow_public_metrics = true\n",
+        )
+        .expect("valid with consent");
+        assert_eq!(c.daemon.metrics_listen.port(), 9464);
+    }
+
+    #[test]
+    fn engine_sources_is_refused() {
+        let m = err("[scope]\npids = [1]\n[engine]\nsources = [\"hint_fault\"]\n");
+        assert!(m.contains("engine.sources"), "{m}");
+    }
+
+    #[test]
+    fn scope_rules() {
+        assert!(err("[scope]\nall = true\npids = [3]\n").contains("scope.all"));
+        assert!(err("[scope]\npids = [0]\n").contains("scope.pids"));
+        assert!(err("[scope]\ncgroups = [\"a/../b\"]\n").contains("scope.cgroups"));
+        assert!(err("[scope]\npids = [1]\n[sources]\nenabled = []\n").contains("no source"));
+        assert!(
+            err("[scope]\npids = [1]\n[sources]\nenabled = [\"idle\", \"idle\"]\n")
+                .contains("twice")
+        );
+    }
+
+    #[test]
+    fn missing_file_names_the_path() {
+        let e = DaemonConfig::load(Path::new("/nonexistent/tierd.toml")).expect_err("missing");
+        assert!(e
+            .to_string()
+            .starts_with("/nonexistent/tierd.toml: cannot read"));
+    }
+
+    #[test]
+    fn shipped_example_is_valid() {
+        let text = include_str!("../../../deploy/tierd.toml");
+        let c = parse(text).expect("deploy/tierd.toml must stay valid");
+        assert!(!c.sources.enabled.is_empty());
+    }
+}
