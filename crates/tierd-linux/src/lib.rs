@@ -5,9 +5,15 @@
 //! tracking, perf sampling), and the mover (`move_pages(2)`). It is the only crate allowed
 //! `unsafe` code, confined to one `sys` module with a `// SAFETY:` note per block.
 //!
-//! Nothing is implemented yet; see the project's issue tracker ("Linux backend and
-//! `tierd run`"). Today it only states what the engine's [`tierd_engine::Backend`] expects.
+//! Implemented so far: [`sys`] (the typed syscall layer: `move_pages`, `mbind`,
+//! `set_mempolicy`, `get_mempolicy`, an owning anonymous mapping) and [`mover`] (executing the
+//! engine's migration batches with `move_pages(2)`). The rest is tracked in the issue "Linux
+//! backend and `tierd run`".
 #![deny(unsafe_code)]
+
+pub mod mover;
+#[allow(unsafe_code)]
+pub mod sys;
 
 /// The `/proc` root a reader uses unless told otherwise; readers take their root so that tests
 /// can point them at a fixture tree.

@@ -1,0 +1,640 @@
+//! # mover: executing the engine's migration batches with `move_pages(2)`
+//!
+//! A [`MigrationBatch`] names pages by address space ([`SpaceId`]) and virtual page; the kernel
+//! wants a pid and addresses. The [`Mover`] groups a batch's pages by space, asks the caller for
+//! the space's pid, and calls `move_pages(pid, ..., MPOL_MF_MOVE)` in chunks of
+//! [`MoverConfig::chunk_pages`] addresses. A huge page ([`PageSize::Huge2M`]) is one address:
+//! the kernel isolates and migrates the whole folio (mm/migrate.c `add_page_for_migration()`
+//! isolates `compound_head(page)`).
+//!
+//! ## How results are read (mm/migrate.c, `do_pages_move()`)
+//!
+//! - `status[i] >= 0`: the page is on that node now (moved, or already there).
+//! - `status[i] < 0`: that page's errno — `-EBUSY` (could not isolate), `-ENOMEM`, `-EACCES`
+//!   (mapped by several processes without `MPOL_MF_MOVE_ALL`), `-ENOENT` (not present),
+//!   `-EFAULT` (not mapped; also what `-EEXIST` is turned into).
+//! - A positive return value: `migrate_pages()` gave up on that many pages and the kernel
+//!   returned early, **without writing** the status of the group it was migrating. The mover
+//!   prefills `status` with a value the kernel never writes, and locates the pages left unset
+//!   with a query (`nodes = NULL`): on the target they count as moved, elsewhere as
+//!   `Other(EAGAIN)` (tried, not done, reason not reported).
+//! - Whole-call failures. Expected races become per-page outcomes and are counted, never
+//!   raised: `ESRCH` (the process exited and was reaped) and `EINVAL` for another pid (the
+//!   process has no mm any more: a zombie; `find_mm_struct()` turns a NULL `get_task_mm()` into
+//!   `-EINVAL`, and our flags are checked before the call so they cannot be the cause) become
+//!   [`MoveError::NoProcess`]; `EPERM` (ptrace access denied) and `EACCES` (target node outside
+//!   the process's cpuset) become [`MoveError::Access`]. `ENODEV` (the target node does not
+//!   exist or has no memory) is a configuration error: [`MoverError::NoSuchNode`]. Anything
+//!   else is [`MoverError::Sys`].
+//!
+//! The mover measures the time spent inside `move_pages` with [`std::time::Instant`] (this crate
+//! may read clocks; the engine may not) so that its throughput can be reported.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+use tierd_engine::plan::{MigrationBatch, MigrationReport, MoveError, MoveOutcome};
+use tierd_engine::types::{NodeId, SpaceId, PAGE_SIZE};
+
+use crate::sys::{self, SysError, MPOL_MF_MOVE, MPOL_MF_MOVE_ALL};
+
+/// A status value the kernel never writes (it writes node ids and small negative errnos).
+const UNSET: i32 = i32::MIN;
+
+/// How the mover calls the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoverConfig {
+    /// Addresses per `move_pages` call. The kernel walks them one by one under `mmap_lock`
+    /// (taken per page), so this only bounds the arrays and the latency of one call.
+    pub chunk_pages: usize,
+    /// `MPOL_MF_MOVE_ALL` instead of `MPOL_MF_MOVE`: also move pages mapped by other processes
+    /// (needs `CAP_SYS_NICE`).
+    pub move_all: bool,
+}
+
+impl Default for MoverConfig {
+    fn default() -> Self {
+        MoverConfig {
+            chunk_pages: 512,
+            move_all: false,
+        }
+    }
+}
+
+/// Failed pages by reason, in base pages (a huge page counts 512).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FailureCounts {
+    /// `EBUSY`.
+    pub busy: u64,
+    /// `ENOMEM`.
+    pub no_mem: u64,
+    /// `EACCES` / `EPERM`.
+    pub access: u64,
+    /// The process was gone.
+    pub no_process: u64,
+    /// `EFAULT`.
+    pub fault: u64,
+    /// `ENOENT`.
+    pub not_present: u64,
+    /// Any other errno.
+    pub other: u64,
+}
+
+impl FailureCounts {
+    fn add(&mut self, e: MoveError, pages: u64) {
+        let slot = match e {
+            MoveError::Busy => &mut self.busy,
+            MoveError::NoMem => &mut self.no_mem,
+            MoveError::Access => &mut self.access,
+            MoveError::NoProcess => &mut self.no_process,
+            MoveError::Fault => &mut self.fault,
+            MoveError::NotPresent => &mut self.not_present,
+            MoveError::Other(_) => &mut self.other,
+        };
+        *slot += pages;
+    }
+
+    /// All failed pages.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.busy
+            + self.no_mem
+            + self.access
+            + self.no_process
+            + self.fault
+            + self.not_present
+            + self.other
+    }
+}
+
+/// What the mover has done since it was created. Page counts are base pages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MoverStats {
+    /// `move_pages` calls that migrate.
+    pub move_calls: u64,
+    /// `move_pages` calls that only locate (queries, and re-queries after a partial failure).
+    pub query_calls: u64,
+    /// Pages handed to the kernel for migration.
+    pub pages_requested: u64,
+    /// Pages that ended on the target and, per the plan, were elsewhere before.
+    pub pages_moved: u64,
+    /// Pages the plan said were already on the target (the kernel leaves them alone).
+    pub pages_already_there: u64,
+    /// `pages_moved` in bytes.
+    pub bytes_moved: u64,
+    /// Pages that did not move, by reason.
+    pub failures: FailureCounts,
+    /// Wall time spent inside migrating `move_pages` calls.
+    pub move_time: Duration,
+}
+
+impl MoverStats {
+    /// Migration throughput in MiB/s (moved bytes over time in `move_pages`), if any time was
+    /// spent.
+    #[must_use]
+    #[allow(clippy::cast_precision_loss)]
+    pub fn moved_mib_per_s(&self) -> Option<f64> {
+        let t = self.move_time.as_secs_f64();
+        (t > 0.0).then(|| self.bytes_moved as f64 / (1u64 << 20) as f64 / t)
+    }
+
+    /// Requested pages processed per second, in MiB/s of requested memory: what a call costs
+    /// even when nothing needs copying (pages already on the target).
+    #[must_use]
+    #[allow(clippy::cast_precision_loss)]
+    pub fn requested_mib_per_s(&self) -> Option<f64> {
+        let t = self.move_time.as_secs_f64();
+        (t > 0.0).then(|| (self.pages_requested * PAGE_SIZE) as f64 / (1u64 << 20) as f64 / t)
+    }
+}
+
+/// A failure of the mover that is not an expected race.
+#[derive(Debug, Error)]
+pub enum MoverError {
+    /// The target node does not exist or has no memory (`ENODEV` from `move_pages`).
+    #[error(
+        "target node {node} does not exist or has no memory (move_pages on pid {pid}: ENODEV)"
+    )]
+    NoSuchNode {
+        /// The batch's target.
+        node: NodeId,
+        /// The process being moved.
+        pid: i32,
+    },
+    /// A page address does not fit this platform's pointers.
+    #[error("page {vpn:#x} of space {space:?} is not a valid address here")]
+    BadAddress {
+        /// The address space.
+        space: SpaceId,
+        /// The virtual page number.
+        vpn: u64,
+    },
+    /// An unexpected syscall failure.
+    #[error(transparent)]
+    Sys(#[from] SysError),
+}
+
+/// A whole-call errno the mover treats as a per-page outcome, or `None` if it is an error.
+fn whole_call_outcome(pid: i32, errno: i32) -> Option<MoveError> {
+    match errno {
+        libc::ESRCH => Some(MoveError::NoProcess),
+        libc::EINVAL if pid != 0 => Some(MoveError::NoProcess),
+        libc::EPERM | libc::EACCES => Some(MoveError::Access),
+        _ => None,
+    }
+}
+
+/// One per-page status from `move_pages` as an outcome.
+#[must_use]
+pub fn status_outcome(status: i32) -> MoveOutcome {
+    if let Ok(n) = u16::try_from(status) {
+        return MoveOutcome::Moved(NodeId(n));
+    }
+    MoveOutcome::Failed(match status.checked_neg().unwrap_or(0) {
+        libc::EBUSY => MoveError::Busy,
+        libc::ENOMEM => MoveError::NoMem,
+        libc::EACCES | libc::EPERM => MoveError::Access,
+        libc::ESRCH => MoveError::NoProcess,
+        libc::ENOENT => MoveError::NotPresent,
+        libc::EFAULT => MoveError::Fault,
+        e => MoveError::Other(e),
+    })
+}
+
+/// One page to move: its index in the batch (or address list) and its address.
+#[derive(Clone, Copy, Debug)]
+struct Item {
+    index: usize,
+    addr: usize,
+}
+
+/// Executes migration batches with `move_pages(2)` and counts what happened.
+#[derive(Debug, Default)]
+pub struct Mover {
+    cfg: MoverConfig,
+    stats: MoverStats,
+}
+
+impl Mover {
+    /// A mover with `cfg` (a `chunk_pages` of 0 is taken as 1).
+    #[must_use]
+    pub fn new(cfg: MoverConfig) -> Self {
+        Mover {
+            cfg: MoverConfig {
+                chunk_pages: cfg.chunk_pages.max(1),
+                ..cfg
+            },
+            stats: MoverStats::default(),
+        }
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> MoverConfig {
+        self.cfg
+    }
+
+    /// Counters since creation.
+    #[must_use]
+    pub fn stats(&self) -> &MoverStats {
+        &self.stats
+    }
+
+    /// Execute `batch`: every page is moved to `batch.target` in the process `pid_of` names for
+    /// its space (`None`: the space has no live process, its pages fail with `NoProcess`).
+    /// The report has one result per page, in the batch's order.
+    ///
+    /// # Errors
+    /// [`MoverError::NoSuchNode`] if the target node has no memory, [`MoverError::BadAddress`]
+    /// for a page beyond the address width, [`MoverError::Sys`] for an unexpected whole-call
+    /// failure. Pages processed before the error have moved; no report is returned.
+    pub fn execute(
+        &mut self,
+        batch: &MigrationBatch,
+        mut pid_of: impl FnMut(SpaceId) -> Option<i32>,
+    ) -> Result<MigrationReport, MoverError> {
+        let mut outcomes = vec![MoveOutcome::Failed(MoveError::Other(0)); batch.pages.len()];
+        let mut by_space: BTreeMap<SpaceId, Vec<Item>> = BTreeMap::new();
+        for (index, m) in batch.pages.iter().enumerate() {
+            let addr = usize::try_from(m.page.vpn.addr()).map_err(|_| MoverError::BadAddress {
+                space: m.page.space,
+                vpn: m.page.vpn.0,
+            })?;
+            by_space
+                .entry(m.page.space)
+                .or_default()
+                .push(Item { index, addr });
+        }
+        for (space, items) in by_space {
+            let Some(pid) = pid_of(space) else {
+                for it in &items {
+                    outcomes[it.index] = MoveOutcome::Failed(MoveError::NoProcess);
+                }
+                continue;
+            };
+            for chunk in items.chunks(self.cfg.chunk_pages) {
+                self.move_chunk(pid, chunk, batch.target, &mut outcomes)?;
+            }
+        }
+        for (m, o) in batch.pages.iter().zip(&outcomes) {
+            self.count(m.page.size.nr_pages().0, m.from, batch.target, *o);
+        }
+        Ok(MigrationReport::for_batch(batch, outcomes))
+    }
+
+    /// Move the pages at `addrs` (base pages) of process `pid` (0 = self) to `target`, and
+    /// return one outcome per address. `from` is where the caller believes the pages are (for
+    /// the moved / already-there counters). This is [`Mover::execute`] without a batch, for
+    /// callers that own addresses directly (the workload, benchmarks).
+    ///
+    /// # Errors
+    /// As [`Mover::execute`].
+    pub fn move_addrs(
+        &mut self,
+        pid: i32,
+        addrs: &[usize],
+        from: NodeId,
+        target: NodeId,
+    ) -> Result<Vec<MoveOutcome>, MoverError> {
+        let items: Vec<Item> = addrs
+            .iter()
+            .enumerate()
+            .map(|(index, &addr)| Item { index, addr })
+            .collect();
+        let mut outcomes = vec![MoveOutcome::Failed(MoveError::Other(0)); addrs.len()];
+        for chunk in items.chunks(self.cfg.chunk_pages) {
+            self.move_chunk(pid, chunk, target, &mut outcomes)?;
+        }
+        for o in &outcomes {
+            self.count(1, from, target, *o);
+        }
+        Ok(outcomes)
+    }
+
+    fn count(&mut self, nr: u64, from: NodeId, target: NodeId, o: MoveOutcome) {
+        let s = &mut self.stats;
+        s.pages_requested += nr;
+        match o {
+            MoveOutcome::Moved(n) if n == target && from != target => {
+                s.pages_moved += nr;
+                s.bytes_moved += nr * PAGE_SIZE;
+            }
+            MoveOutcome::Moved(_) => s.pages_already_there += nr,
+            MoveOutcome::Failed(e) => s.failures.add(e, nr),
+        }
+    }
+
+    fn move_chunk(
+        &mut self,
+        pid: i32,
+        chunk: &[Item],
+        target: NodeId,
+        outcomes: &mut [MoveOutcome],
+    ) -> Result<(), MoverError> {
+        let addrs: Vec<usize> = chunk.iter().map(|it| it.addr).collect();
+        let nodes = vec![i32::from(target.0); chunk.len()];
+        let mut status = vec![UNSET; chunk.len()];
+        let flags = if self.cfg.move_all {
+            MPOL_MF_MOVE_ALL
+        } else {
+            MPOL_MF_MOVE
+        };
+        let t0 = Instant::now();
+        let r = sys::move_pages(pid, &addrs, Some(&nodes), &mut status, flags);
+        self.stats.move_time += t0.elapsed();
+        self.stats.move_calls += 1;
+        match r {
+            Ok(_) => {}
+            Err(e) => {
+                let errno = e.errno().unwrap_or(0);
+                if errno == libc::ENODEV {
+                    return Err(MoverError::NoSuchNode { node: target, pid });
+                }
+                let Some(fail) = whole_call_outcome(pid, errno) else {
+                    return Err(e.into());
+                };
+                for it in chunk {
+                    outcomes[it.index] = MoveOutcome::Failed(fail);
+                }
+                return Ok(());
+            }
+        }
+        let unset: Vec<usize> = (0..chunk.len()).filter(|&i| status[i] == UNSET).collect();
+        if !unset.is_empty() {
+            // The kernel returned early (positive result); find out where those pages are.
+            let q: Vec<usize> = unset.iter().map(|&i| addrs[i]).collect();
+            let mut qs = vec![UNSET; q.len()];
+            self.stats.query_calls += 1;
+            let located = sys::move_pages(pid, &q, None, &mut qs, 0).is_ok();
+            for (k, &i) in unset.iter().enumerate() {
+                status[i] = if located && qs[k] == i32::from(target.0) {
+                    qs[k]
+                } else {
+                    -libc::EAGAIN
+                };
+            }
+        }
+        for (it, st) in chunk.iter().zip(&status) {
+            outcomes[it.index] = status_outcome(*st);
+        }
+        Ok(())
+    }
+
+    /// Where the pages at `addrs` of process `pid` (0 = self) are: a node, or the errno for that
+    /// page (`ENOENT` not present, `EFAULT` not mapped; `ESRCH` for every page if the process is
+    /// gone, `EPERM`/`EACCES` if it may not be inspected).
+    ///
+    /// # Errors
+    /// [`MoverError::Sys`] for an unexpected whole-call failure.
+    pub fn query(
+        &mut self,
+        pid: i32,
+        addrs: &[usize],
+    ) -> Result<Vec<Result<NodeId, i32>>, MoverError> {
+        let mut out = Vec::with_capacity(addrs.len());
+        let mut status = vec![UNSET; self.cfg.chunk_pages.min(addrs.len())];
+        for chunk in addrs.chunks(self.cfg.chunk_pages) {
+            let st = &mut status[..chunk.len()];
+            st.fill(UNSET);
+            self.stats.query_calls += 1;
+            match sys::move_pages(pid, chunk, None, st, 0) {
+                Ok(_) => out.extend(st.iter().map(|&s| match u16::try_from(s) {
+                    Ok(n) => Ok(NodeId(n)),
+                    Err(_) => Err(s.checked_neg().unwrap_or(0)),
+                })),
+                Err(e) => {
+                    let errno = e.errno().unwrap_or(0);
+                    if whole_call_outcome(pid, errno).is_none() {
+                        return Err(e.into());
+                    }
+                    out.extend(chunk.iter().map(|_| Err(errno)));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::{page_size, AnonMapping};
+    use tierd_engine::plan::{MigrationKind, PlannedMove};
+    use tierd_engine::types::{CgroupId, PageRef, Vpn};
+
+    fn batch_of(addrs: &[usize], target: u16) -> MigrationBatch {
+        MigrationBatch {
+            id: 7,
+            kind: MigrationKind::Promote,
+            target: NodeId(target),
+            cgroup: CgroupId::ROOT,
+            pages: addrs
+                .iter()
+                .map(|&a| PlannedMove {
+                    page: PageRef::base(SpaceId(1), Vpn::from_addr(a as u64)),
+                    from: NodeId(1),
+                })
+                .collect(),
+        }
+    }
+
+    fn touched(pages: usize) -> AnonMapping {
+        let mut m = AnonMapping::new(pages * page_size()).expect("mmap");
+        for p in m.as_mut_slice().chunks_mut(page_size()) {
+            p[0] = 1;
+        }
+        m
+    }
+
+    #[test]
+    fn status_values_map_to_outcomes() {
+        assert_eq!(status_outcome(1), MoveOutcome::Moved(NodeId(1)));
+        let f = |e: i32| status_outcome(-e);
+        assert_eq!(f(libc::EBUSY), MoveOutcome::Failed(MoveError::Busy));
+        assert_eq!(f(libc::ENOMEM), MoveOutcome::Failed(MoveError::NoMem));
+        assert_eq!(f(libc::EACCES), MoveOutcome::Failed(MoveError::Access));
+        assert_eq!(f(libc::ENOENT), MoveOutcome::Failed(MoveError::NotPresent));
+        assert_eq!(f(libc::EFAULT), MoveOutcome::Failed(MoveError::Fault));
+        assert_eq!(
+            f(libc::EIO),
+            MoveOutcome::Failed(MoveError::Other(libc::EIO))
+        );
+        assert_eq!(
+            status_outcome(i32::MIN),
+            MoveOutcome::Failed(MoveError::Other(0))
+        );
+    }
+
+    #[test]
+    fn own_pages_to_node0_in_chunks() {
+        let m = touched(100);
+        let addrs = m.page_addrs();
+        let batch = batch_of(&addrs, 0);
+        let mut mover = Mover::new(MoverConfig {
+            chunk_pages: 32,
+            move_all: false,
+        });
+        let report = mover
+            .execute(&batch, |s| (s == SpaceId(1)).then_some(0))
+            .expect("move");
+        assert_eq!(report.batch, 7);
+        assert_eq!(report.results.len(), 100);
+        assert!(report
+            .results
+            .iter()
+            .all(|r| r.outcome == MoveOutcome::Moved(NodeId(0))));
+        let s = mover.stats();
+        assert_eq!(s.move_calls, 4, "100 pages in chunks of 32");
+        assert_eq!(s.pages_requested, 100);
+        // The plan said node 1, so the mover counts them as moved.
+        assert_eq!(s.pages_moved, 100);
+        assert_eq!(s.bytes_moved, 100 * PAGE_SIZE);
+        assert_eq!(s.failures.total(), 0);
+        assert!(s.move_time > Duration::ZERO);
+    }
+
+    #[test]
+    fn query_tells_touched_from_untouched() {
+        let mut m = AnonMapping::new(8 * page_size()).expect("mmap");
+        for i in [0usize, 3, 5] {
+            m.as_mut_slice()[i * page_size()] = 1;
+        }
+        let mut mover = Mover::default();
+        let q = mover.query(0, &m.page_addrs()).expect("query");
+        for (i, r) in q.iter().enumerate() {
+            if [0, 3, 5].contains(&i) {
+                assert_eq!(*r, Ok(NodeId(0)), "page {i}");
+            } else {
+                assert_eq!(*r, Err(libc::ENOENT), "page {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn unmapped_address_is_a_fault_outcome() {
+        let m = touched(2);
+        let a = m.addr();
+        drop(m); // unmapped now
+        let mut mover = Mover::default();
+        let report = mover
+            .execute(&batch_of(&[a], 0), |_| Some(0))
+            .expect("move");
+        assert_eq!(
+            report.results[0].outcome,
+            MoveOutcome::Failed(MoveError::Fault)
+        );
+        assert_eq!(mover.stats().failures.fault, 1);
+        assert_eq!(mover.query(0, &[a]).expect("q"), vec![Err(libc::EFAULT)]);
+    }
+
+    #[test]
+    fn missing_space_is_no_process() {
+        let m = touched(3);
+        let mut mover = Mover::default();
+        let report = mover
+            .execute(&batch_of(&m.page_addrs(), 0), |_| None)
+            .expect("move");
+        assert!(report
+            .results
+            .iter()
+            .all(|r| r.outcome == MoveOutcome::Failed(MoveError::NoProcess)));
+        assert_eq!(mover.stats().failures.no_process, 3);
+        assert_eq!(mover.stats().move_calls, 0);
+    }
+
+    fn pid_of(child: &std::process::Child) -> i32 {
+        i32::try_from(child.id()).expect("pid")
+    }
+
+    #[test]
+    fn reaped_process_is_counted_not_raised() {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = pid_of(&child);
+        child.wait().expect("wait");
+        let m = touched(4);
+        let mut mover = Mover::default();
+        let report = mover
+            .execute(&batch_of(&m.page_addrs(), 0), |_| Some(pid))
+            .expect("ESRCH is an outcome");
+        assert!(report
+            .results
+            .iter()
+            .all(|r| r.outcome == MoveOutcome::Failed(MoveError::NoProcess)));
+        assert_eq!(mover.stats().failures.no_process, 4);
+        assert_eq!(mover.stats().move_calls, 1);
+        assert_eq!(
+            mover.query(pid, &m.page_addrs()[..1]).expect("q"),
+            vec![Err(libc::ESRCH)]
+        );
+    }
+
+    #[test]
+    fn zombie_process_is_no_process() {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = pid_of(&child);
+        // Wait (without reaping) until it is a zombie: state 'Z' in /proc/PID/stat.
+        let stat = format!("/proc/{pid}/stat");
+        let zombie = (0..400).any(|_| {
+            let s = std::fs::read_to_string(&stat).unwrap_or_default();
+            let z = s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'));
+            if !z {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            z
+        });
+        assert!(zombie, "child {pid} did not become a zombie");
+        let mut mover = Mover::default();
+        let report = mover
+            .execute(&batch_of(&[0x10_0000], 0), |_| Some(pid))
+            .expect("zombie is an outcome");
+        assert_eq!(
+            report.results[0].outcome,
+            MoveOutcome::Failed(MoveError::NoProcess)
+        );
+        child.wait().expect("reap");
+    }
+
+    #[test]
+    fn missing_target_node_is_an_error() {
+        let m = touched(2);
+        let mut mover = Mover::default();
+        let e = mover
+            .execute(&batch_of(&m.page_addrs(), 7), |_| Some(0))
+            .expect_err("node 7 has no memory");
+        assert!(
+            matches!(
+                e,
+                MoverError::NoSuchNode {
+                    node: NodeId(7),
+                    pid: 0
+                }
+            ),
+            "{e}"
+        );
+        // Nothing moved, and the pages are still where they were.
+        let q = mover.query(0, &m.page_addrs()).expect("q");
+        assert!(q.iter().all(|r| *r == Ok(NodeId(0))), "{q:?}");
+    }
+
+    #[test]
+    fn move_addrs_counts_already_there() {
+        let m = touched(16);
+        let mut mover = Mover::default();
+        let out = mover
+            .move_addrs(0, &m.page_addrs(), NodeId(0), NodeId(0))
+            .expect("move");
+        assert!(out.iter().all(|o| *o == MoveOutcome::Moved(NodeId(0))));
+        let s = mover.stats();
+        assert_eq!(
+            (s.pages_already_there, s.pages_moved, s.bytes_moved),
+            (16, 0, 0)
+        );
+        assert!(s.requested_mib_per_s().is_some_and(|r| r > 0.0));
+        assert_eq!(s.moved_mib_per_s(), Some(0.0));
+    }
+}

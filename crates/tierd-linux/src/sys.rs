@@ -1,0 +1,638 @@
+//! # sys: the project's only `unsafe` code — thin, typed wrappers over the NUMA syscalls
+//!
+//! Everything here is a direct call into the kernel with the arguments checked first, and the
+//! result turned into a [`SysError`] that names what failed (pid, address, errno). No policy
+//! lives here; the mover ([`crate::mover`]) and the workload build on these wrappers.
+//!
+//! The syscalls and their ABI (include/uapi/linux/mempolicy.h, mm/mempolicy.c, mm/migrate.c):
+//!
+//! - `move_pages(pid, count, pages[], nodes[], status[], flags)`: with `nodes == NULL` a pure
+//!   location query (`do_pages_stat()`), otherwise a migration (`do_pages_move()`). Per-page
+//!   results land in `status[]` (node, or `-errno`); the return value is 0, the number of pages
+//!   the kernel gave up on (`move_pages_and_store_status()`), or `-errno` for the whole call.
+//! - `mbind(addr, len, mode, nodemask, maxnode, flags)` and `set_mempolicy(mode, nodemask,
+//!   maxnode)`: the kernel's `get_nodes()` decrements `maxnode` before reading the mask (a
+//!   historical off-by-one that libnuma also works around), so a 64-bit mask is passed with
+//!   `maxnode = 65`.
+//! - `get_mempolicy(mode*, nodemask*, maxnode, addr, flags)`: `maxnode` must be at least the
+//!   kernel's `nr_node_ids` (`kernel_get_mempolicy()`), so the thread-policy query passes a
+//!   buffer for `MAX_NUMNODES` (1024 on x86-64) bits.
+//!
+//! [`AnonMapping`] owns an anonymous private mapping so that callers (the guest workload) can
+//! bind, touch and chase memory without any `unsafe` of their own.
+
+use std::io;
+
+use thiserror::Error;
+use tierd_engine::types::NodeMask;
+
+/// `MPOL_DEFAULT` (include/uapi/linux/mempolicy.h `enum { MPOL_DEFAULT, ... }`).
+pub const MPOL_DEFAULT: i32 = 0;
+/// `MPOL_PREFERRED`.
+pub const MPOL_PREFERRED: i32 = 1;
+/// `MPOL_BIND`.
+pub const MPOL_BIND: i32 = 2;
+/// `MPOL_INTERLEAVE`.
+pub const MPOL_INTERLEAVE: i32 = 3;
+/// `MPOL_LOCAL`.
+pub const MPOL_LOCAL: i32 = 4;
+/// `MPOL_PREFERRED_MANY` (5.15+).
+pub const MPOL_PREFERRED_MANY: i32 = 5;
+/// `MPOL_WEIGHTED_INTERLEAVE` (6.9+).
+pub const MPOL_WEIGHTED_INTERLEAVE: i32 = 6;
+
+/// Mode flag `MPOL_F_NUMA_BALANCING` (1 << 13): let NUMA balancing (and memory tiering
+/// promotion) act on a `MPOL_BIND` / `MPOL_PREFERRED_MANY` range (5.19+ / 6.x, see kernel.md §5).
+pub const MPOL_F_NUMA_BALANCING: i32 = 1 << 13;
+/// Mode flag `MPOL_F_RELATIVE_NODES`.
+pub const MPOL_F_RELATIVE_NODES: i32 = 1 << 14;
+/// Mode flag `MPOL_F_STATIC_NODES`.
+pub const MPOL_F_STATIC_NODES: i32 = 1 << 15;
+
+/// `get_mempolicy` flag `MPOL_F_NODE`: return a node id instead of the policy.
+pub const MPOL_F_NODE: u32 = 1 << 0;
+/// `get_mempolicy` flag `MPOL_F_ADDR`: look up the policy (or node) of an address.
+pub const MPOL_F_ADDR: u32 = 1 << 1;
+/// `get_mempolicy` flag `MPOL_F_MEMS_ALLOWED`.
+pub const MPOL_F_MEMS_ALLOWED: u32 = 1 << 2;
+
+/// `mbind`/`move_pages` flag `MPOL_MF_STRICT`: fail if existing pages do not follow the policy.
+pub const MPOL_MF_STRICT: u32 = 1 << 0;
+/// `MPOL_MF_MOVE`: move pages mapped only by this process.
+pub const MPOL_MF_MOVE: u32 = 1 << 1;
+/// `MPOL_MF_MOVE_ALL`: move shared pages too (needs `CAP_SYS_NICE`).
+pub const MPOL_MF_MOVE_ALL: u32 = 1 << 2;
+
+/// Bits in the kernel's largest nodemask on x86-64 (`CONFIG_NODES_SHIFT` = 10). Used to size the
+/// buffer `get_mempolicy` writes to.
+const MAX_NUMNODES: usize = 1024;
+
+/// A failed system call, with what it was asked to do.
+#[derive(Debug, Error)]
+pub enum SysError {
+    /// `move_pages(2)` failed as a whole.
+    #[error("move_pages(pid {pid}, {count} pages from {first_addr:#x}) failed: {source}")]
+    MovePages {
+        /// Target process (0 = self).
+        pid: i32,
+        /// Pages in the call.
+        count: usize,
+        /// The first address of the call.
+        first_addr: usize,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// `mbind(2)` failed.
+    #[error("mbind({addr:#x}, {len} bytes, mode {mode:#x}, nodes {nodes:#x}) failed: {source}")]
+    Mbind {
+        /// Range start.
+        addr: usize,
+        /// Range length.
+        len: usize,
+        /// Mode with mode flags.
+        mode: i32,
+        /// The node mask.
+        nodes: u64,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// `set_mempolicy(2)` failed.
+    #[error("set_mempolicy(mode {mode:#x}, nodes {nodes:#x}) failed: {source}")]
+    SetMempolicy {
+        /// Mode with mode flags.
+        mode: i32,
+        /// The node mask.
+        nodes: u64,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// `get_mempolicy(2)` failed.
+    #[error("get_mempolicy(addr {addr:?}, flags {flags:#x}) failed: {source}")]
+    GetMempolicy {
+        /// The address asked about, if any.
+        addr: Option<usize>,
+        /// The flags.
+        flags: u32,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// `mmap(2)` failed.
+    #[error("mmap of {len} anonymous bytes failed: {source}")]
+    Mmap {
+        /// Requested length.
+        len: usize,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// `sched_setaffinity(2)` failed.
+    #[error("sched_setaffinity(pid {pid}, cpu {cpu}) failed: {source}")]
+    Affinity {
+        /// Target (0 = calling thread).
+        pid: i32,
+        /// The CPU.
+        cpu: usize,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// The arguments were inconsistent; nothing was called.
+    #[error("invalid {call} arguments: {what}")]
+    Invalid {
+        /// The syscall.
+        call: &'static str,
+        /// What is wrong.
+        what: String,
+    },
+}
+
+impl SysError {
+    /// The errno of a failed call (`None` for [`SysError::Invalid`]).
+    #[must_use]
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            SysError::MovePages { source, .. }
+            | SysError::Mbind { source, .. }
+            | SysError::SetMempolicy { source, .. }
+            | SysError::GetMempolicy { source, .. }
+            | SysError::Mmap { source, .. }
+            | SysError::Affinity { source, .. } => source.raw_os_error(),
+            SysError::Invalid { .. } => None,
+        }
+    }
+}
+
+/// The base page size (`sysconf(_SC_PAGESIZE)`), 4096 on x86-64.
+#[must_use]
+pub fn page_size() -> usize {
+    // SAFETY: sysconf only reads a constant of the C library; no memory is passed.
+    let r = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(r).unwrap_or(4096)
+}
+
+/// `move_pages(2)`: move (`nodes = Some`) or locate (`nodes = None`) the pages at `addrs` in
+/// process `pid` (0 = the caller). `status[i]` receives the page's node, or `-errno` for that
+/// page (`-ENOENT` not present, `-EFAULT` not mapped, `-EBUSY`, `-ENOMEM`, `-EACCES`).
+///
+/// Returns the syscall's non-negative result: 0, or (moves only) the number of pages the kernel
+/// did not migrate and whose `status` entries it did **not** write (mm/migrate.c
+/// `move_pages_and_store_status()` returns early). Callers that need to know which pages those
+/// were should prefill `status` with a value the kernel never writes (e.g. `i32::MIN`).
+///
+/// # Errors
+/// [`SysError::Invalid`] when the slices differ in length or `flags` has bits other than
+/// `MPOL_MF_MOVE`/`MPOL_MF_MOVE_ALL`; [`SysError::MovePages`] when the whole call fails
+/// (`ESRCH` no such process, `EPERM` no ptrace access, `ENODEV` target node without memory,
+/// `EACCES` node outside the target's cpuset, `EINVAL` the target has no mm).
+pub fn move_pages(
+    pid: i32,
+    addrs: &[usize],
+    nodes: Option<&[i32]>,
+    status: &mut [i32],
+    flags: u32,
+) -> Result<usize, SysError> {
+    if status.len() != addrs.len() {
+        return Err(SysError::Invalid {
+            call: "move_pages",
+            what: format!(
+                "{} addresses but {} status slots",
+                addrs.len(),
+                status.len()
+            ),
+        });
+    }
+    if let Some(n) = nodes {
+        if n.len() != addrs.len() {
+            return Err(SysError::Invalid {
+                call: "move_pages",
+                what: format!("{} addresses but {} target nodes", addrs.len(), n.len()),
+            });
+        }
+    }
+    if flags & !(MPOL_MF_MOVE | MPOL_MF_MOVE_ALL) != 0 {
+        return Err(SysError::Invalid {
+            call: "move_pages",
+            what: format!("flags {flags:#x}"),
+        });
+    }
+    if addrs.is_empty() {
+        return Ok(0);
+    }
+    let nodes_ptr = nodes.map_or(std::ptr::null(), <[i32]>::as_ptr);
+    // SAFETY: the kernel reads `addrs.len()` pointer-sized words from `addrs` and (if non-null)
+    // as many ints from `nodes`, and writes `addrs.len()` ints to `status`; all three slices
+    // are live and have exactly that length (checked above). The addresses themselves are
+    // never dereferenced by us: the kernel looks each one up in the target's page tables
+    // (`vma_lookup()` / `follow_page()`) and reports unmapped ones as -EFAULT in `status`, so
+    // passing addresses of another process, or stale ones, cannot touch our memory. `usize`
+    // has the size of `void *` on every Linux target.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_pages,
+            libc::c_long::from(pid),
+            addrs.len(),
+            addrs.as_ptr(),
+            nodes_ptr,
+            status.as_mut_ptr(),
+            libc::c_long::from(flags),
+        )
+    };
+    if r < 0 {
+        return Err(SysError::MovePages {
+            pid,
+            count: addrs.len(),
+            first_addr: addrs[0],
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(usize::try_from(r).unwrap_or(0))
+}
+
+/// `mbind(2)` on `[addr, addr + len)`: `mode` is an `MPOL_*` mode, optionally or-ed with mode
+/// flags (`MPOL_F_NUMA_BALANCING`, ...); `flags` are `MPOL_MF_*`. An empty `nodes` passes a NULL
+/// mask (what `MPOL_DEFAULT` and `MPOL_LOCAL` require).
+///
+/// Binding only names an address range; it is sound for any range, mapped or not, because the
+/// kernel validates it (`EFAULT` for holes, `EINVAL` for misalignment).
+///
+/// # Errors
+/// [`SysError::Mbind`] with the kernel's errno.
+pub fn mbind(
+    addr: usize,
+    len: usize,
+    mode: i32,
+    nodes: NodeMask,
+    flags: u32,
+) -> Result<(), SysError> {
+    let mask: u64 = nodes.0;
+    let (mask_ptr, maxnode): (*const u64, libc::c_ulong) = if nodes.is_empty() {
+        (std::ptr::null(), 0)
+    } else {
+        (&raw const mask, 65)
+    };
+    // SAFETY: the kernel reads one u64 (BITS_TO_LONGS(maxnode - 1) = 1 word) from `mask_ptr`,
+    // which points at a live local (or is NULL with maxnode 0). `addr`/`len` only name a range
+    // of our address space; the kernel checks it and changes only the policy (and, with
+    // MPOL_MF_MOVE, the physical placement) of that range, never its contents.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mbind,
+            addr,
+            len,
+            libc::c_long::from(mode),
+            mask_ptr,
+            maxnode,
+            libc::c_long::from(flags),
+        )
+    };
+    if r != 0 {
+        return Err(SysError::Mbind {
+            addr,
+            len,
+            mode,
+            nodes: mask,
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+/// `set_mempolicy(2)` for the calling thread.
+///
+/// # Errors
+/// [`SysError::SetMempolicy`] with the kernel's errno.
+pub fn set_mempolicy(mode: i32, nodes: NodeMask) -> Result<(), SysError> {
+    let mask: u64 = nodes.0;
+    let (mask_ptr, maxnode): (*const u64, libc::c_ulong) = if nodes.is_empty() {
+        (std::ptr::null(), 0)
+    } else {
+        (&raw const mask, 65)
+    };
+    // SAFETY: the kernel reads one u64 from `mask_ptr` (a live local, or NULL with maxnode 0)
+    // and changes only the calling thread's allocation policy.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_set_mempolicy,
+            libc::c_long::from(mode),
+            mask_ptr,
+            maxnode,
+        )
+    };
+    if r != 0 {
+        return Err(SysError::SetMempolicy {
+            mode,
+            nodes: mask,
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+/// The calling thread's policy (`get_mempolicy(&mode, mask, MAX_NUMNODES, 0, 0)`): the mode
+/// (with mode flags) and the node mask. With `addr = Some(a)` (`MPOL_F_ADDR`), the policy of the
+/// VMA containing `a` instead.
+///
+/// # Errors
+/// [`SysError::GetMempolicy`] with the kernel's errno; [`SysError::Invalid`] if the kernel
+/// reports a node above 63, which [`NodeMask`] cannot hold.
+pub fn get_mempolicy(addr: Option<usize>) -> Result<(i32, NodeMask), SysError> {
+    let flags = if addr.is_some() { MPOL_F_ADDR } else { 0 };
+    let mut mode: libc::c_int = 0;
+    let mut mask = [0u64; MAX_NUMNODES / 64];
+    // SAFETY: the kernel writes one int to `mode` and at most ALIGN(maxnode - 1, 64) / 8 =
+    // 128 bytes to `mask` (`copy_nodes_to_user()`), which is exactly `mask`'s size. `addr` is
+    // only looked up in our VMA tree, never dereferenced (MPOL_F_NODE is not set, so no page
+    // is faulted in).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_get_mempolicy,
+            &raw mut mode,
+            mask.as_mut_ptr(),
+            MAX_NUMNODES as libc::c_ulong,
+            addr.unwrap_or(0),
+            libc::c_ulong::from(flags),
+        )
+    };
+    if r != 0 {
+        return Err(SysError::GetMempolicy {
+            addr,
+            flags,
+            source: io::Error::last_os_error(),
+        });
+    }
+    if mask[1..].iter().any(|w| *w != 0) {
+        return Err(SysError::Invalid {
+            call: "get_mempolicy",
+            what: "policy names nodes above 63".to_owned(),
+        });
+    }
+    Ok((mode, NodeMask(mask[0])))
+}
+
+/// The node of the page at `addr` in the caller's address space
+/// (`get_mempolicy(MPOL_F_NODE | MPOL_F_ADDR)`). Note that the kernel *faults the page in* (as
+/// a read) if it is not present (mm/mempolicy.c `lookup_node()`), so this is not a passive
+/// query; use [`move_pages`] with `nodes = None` for that, and for other processes.
+///
+/// # Errors
+/// [`SysError::GetMempolicy`] with the kernel's errno (`EFAULT` for an unmapped address).
+pub fn node_of_addr(addr: usize) -> Result<i32, SysError> {
+    let flags = MPOL_F_NODE | MPOL_F_ADDR;
+    let mut node: libc::c_int = -1;
+    // SAFETY: the kernel writes one int to `node`; the mask pointer is NULL (maxnode 0).
+    // `addr` is resolved by the kernel in our page tables (`get_user_pages_fast()`), which
+    // faults it in or fails with EFAULT; we never dereference it.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_get_mempolicy,
+            &raw mut node,
+            std::ptr::null_mut::<u64>(),
+            0 as libc::c_ulong,
+            addr,
+            libc::c_ulong::from(flags),
+        )
+    };
+    if r != 0 {
+        return Err(SysError::GetMempolicy {
+            addr: Some(addr),
+            flags,
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(node)
+}
+
+/// Pin thread/process `pid` (0 = the calling thread) to one CPU.
+///
+/// # Errors
+/// [`SysError::Affinity`] (e.g. `EINVAL` for a CPU that is not online or allowed);
+/// [`SysError::Invalid`] for a CPU beyond `CPU_SETSIZE`.
+pub fn pin_to_cpu(pid: i32, cpu: usize) -> Result<(), SysError> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(SysError::Invalid {
+            call: "sched_setaffinity",
+            what: format!("cpu {cpu} >= CPU_SETSIZE"),
+        });
+    }
+    // SAFETY: cpu_set_t is a plain bit array for which all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes one bit of `set`; `cpu < CPU_SETSIZE` was checked above.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: the kernel reads size_of::<cpu_set_t>() bytes from `set`, a live local.
+    let r = unsafe { libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if r != 0 {
+        return Err(SysError::Affinity {
+            pid,
+            cpu,
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+/// An anonymous private read-write mapping (`mmap(NULL, len, PROT_READ|PROT_WRITE,
+/// MAP_PRIVATE|MAP_ANONYMOUS)`), unmapped on drop. Its length is rounded up to whole pages and
+/// its start is page-aligned. Pages are not populated: the first touch faults each in under
+/// whatever policy (`mbind`) the range has then.
+#[derive(Debug)]
+pub struct AnonMapping {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned exclusively by this value; access goes through
+// `&self`/`&mut self` borrows, so the usual aliasing rules apply across threads.
+unsafe impl Send for AnonMapping {}
+// SAFETY: as above; shared access is only through `&[u8]`/`&[u64]`.
+unsafe impl Sync for AnonMapping {}
+
+impl AnonMapping {
+    /// Map `len` bytes (rounded up to pages).
+    ///
+    /// # Errors
+    /// [`SysError::Invalid`] for `len == 0` or an overflowing length; [`SysError::Mmap`] if the
+    /// kernel refuses (`ENOMEM`).
+    pub fn new(len: usize) -> Result<Self, SysError> {
+        let ps = page_size();
+        let rounded = len
+            .checked_add(ps - 1)
+            .map(|l| l / ps * ps)
+            .filter(|l| *l > 0)
+            .ok_or_else(|| SysError::Invalid {
+                call: "mmap",
+                what: format!("length {len}"),
+            })?;
+        // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing; it cannot
+        // overlap anything we own. The result is checked for MAP_FAILED below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                rounded,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(SysError::Mmap {
+                len: rounded,
+                source: io::Error::last_os_error(),
+            });
+        }
+        let ptr = std::ptr::NonNull::new(p.cast::<u8>()).ok_or_else(|| SysError::Invalid {
+            call: "mmap",
+            what: "kernel returned a NULL mapping".to_owned(),
+        })?;
+        Ok(AnonMapping { ptr, len: rounded })
+    }
+
+    /// The start address (page-aligned).
+    #[must_use]
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// The length in bytes (a multiple of the page size).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: a mapping has at least one page.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The start address of every page, in order (for `move_pages`).
+    #[must_use]
+    pub fn page_addrs(&self) -> Vec<usize> {
+        (0..self.len)
+            .step_by(page_size())
+            .map(|o| self.addr() + o)
+            .collect()
+    }
+
+    /// The mapping as bytes. Reading an untouched page maps the shared zero page (no memory is
+    /// allocated on any node).
+    #[must_use]
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` points to `len` readable bytes that live as long as `self`; anonymous
+        // memory is always initialized (zero-filled on first touch).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The mapping as mutable bytes.
+    #[must_use]
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`, and `&mut self` guarantees exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The mapping as 64-bit words (the start is page-aligned, so u64-aligned).
+    #[must_use]
+    pub fn as_u64_slice(&self) -> &[u64] {
+        // SAFETY: page alignment implies 8-byte alignment; `len` is a multiple of the page size
+        // and so of 8; every bit pattern is a valid u64.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<u64>(), self.len / 8) }
+    }
+
+    /// The mapping as mutable 64-bit words.
+    #[must_use]
+    pub fn as_mut_u64_slice(&mut self) -> &mut [u64] {
+        // SAFETY: as in `as_u64_slice`, with exclusive access through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<u64>(), self.len / 8) }
+    }
+}
+
+impl Drop for AnonMapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly the mapping created in `new`, and no borrow of it can
+        // outlive `self`. A failure (impossible for a valid mapping) would only leak it.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast::<libc::c_void>(), self.len);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_size_is_a_power_of_two() {
+        let ps = page_size();
+        assert!(ps >= 4096 && ps.is_power_of_two(), "{ps}");
+    }
+
+    #[test]
+    fn mapping_rounds_up_and_is_writable() {
+        let mut m = AnonMapping::new(5000).expect("mmap");
+        assert_eq!(m.len(), 2 * page_size());
+        assert_eq!(m.addr() % page_size(), 0);
+        assert!(m.as_slice().iter().all(|b| *b == 0));
+        m.as_mut_slice()[4999] = 7;
+        m.as_mut_u64_slice()[0] = u64::MAX;
+        assert_eq!(m.as_slice()[4999], 7);
+        assert_eq!(m.as_u64_slice()[0], u64::MAX);
+        assert_eq!(m.page_addrs(), vec![m.addr(), m.addr() + page_size()]);
+    }
+
+    #[test]
+    fn zero_length_mapping_is_an_error() {
+        assert!(matches!(AnonMapping::new(0), Err(SysError::Invalid { .. })));
+    }
+
+    #[test]
+    fn move_pages_checks_lengths_and_flags() {
+        let mut st = [0i32; 1];
+        let e = move_pages(0, &[0x1000, 0x2000], None, &mut st, 0).expect_err("len");
+        assert!(matches!(e, SysError::Invalid { .. }), "{e}");
+        let e = move_pages(0, &[0x1000], Some(&[0, 0]), &mut st, 0).expect_err("nodes");
+        assert!(matches!(e, SysError::Invalid { .. }), "{e}");
+        let e = move_pages(0, &[0x1000], None, &mut st, MPOL_MF_STRICT).expect_err("flags");
+        assert!(matches!(e, SysError::Invalid { .. }), "{e}");
+    }
+
+    #[test]
+    fn mbind_node0_then_default_and_node_of_addr() {
+        let mut m = AnonMapping::new(4 * page_size()).expect("mmap");
+        mbind(m.addr(), m.len(), MPOL_BIND, NodeMask(1), 0).expect("bind node 0");
+        let (mode, mask) = get_mempolicy(Some(m.addr())).expect("policy");
+        assert_eq!((mode, mask), (MPOL_BIND, NodeMask(1)));
+        m.as_mut_slice()[0] = 1;
+        assert_eq!(node_of_addr(m.addr()).expect("node"), 0);
+        mbind(m.addr(), m.len(), MPOL_DEFAULT, NodeMask::EMPTY, 0).expect("default");
+        let (mode, _) = get_mempolicy(Some(m.addr())).expect("policy");
+        assert_eq!(mode, MPOL_DEFAULT);
+    }
+
+    #[test]
+    fn mbind_to_a_missing_node_fails_with_its_errno() {
+        let m = AnonMapping::new(page_size()).expect("mmap");
+        // Node 40 exists on no test host: the kernel rejects a mask outside
+        // node_states[N_MEMORY] with EINVAL (mm/mempolicy.c mpol_set_nodemask()).
+        let e = mbind(m.addr(), m.len(), MPOL_BIND, NodeMask(1 << 40), 0).expect_err("bind");
+        assert_eq!(e.errno(), Some(libc::EINVAL), "{e}");
+        assert!(e.to_string().contains("mbind"), "{e}");
+    }
+
+    #[test]
+    fn thread_policy_roundtrip() {
+        // Run in a fresh thread so the test harness thread keeps its policy.
+        std::thread::spawn(|| {
+            set_mempolicy(MPOL_PREFERRED, NodeMask(1)).expect("set");
+            let (mode, mask) = get_mempolicy(None).expect("get");
+            assert_eq!((mode, mask), (MPOL_PREFERRED, NodeMask(1)));
+            set_mempolicy(MPOL_DEFAULT, NodeMask::EMPTY).expect("reset");
+            assert_eq!(get_mempolicy(None).expect("get").0, MPOL_DEFAULT);
+        })
+        .join()
+        .expect("thread");
+    }
+}
