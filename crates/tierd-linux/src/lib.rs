@@ -9,6 +9,8 @@
 //! `tierd run`"). Today it only states what the engine's [`tierd_engine::Backend`] expects.
 #![deny(unsafe_code)]
 
+pub mod read;
+
 /// The `/proc` root a reader uses unless told otherwise; readers take their root so that tests
 /// can point them at a fixture tree.
 pub const DEFAULT_PROC_ROOT: &str = "/proc";
