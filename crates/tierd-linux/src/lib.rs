@@ -14,6 +14,7 @@
 pub mod mover;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod read;
 
 /// The `/proc` root a reader uses unless told otherwise; readers take their root so that tests
 /// can point them at a fixture tree.
