@@ -24,3 +24,4 @@ pub const DEFAULT_SYS_ROOT: &str = "/sys";
 
 pub mod config;
 pub mod metrics;
+pub mod daemon;
