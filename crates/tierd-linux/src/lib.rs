@@ -14,3 +14,6 @@
 pub const DEFAULT_PROC_ROOT: &str = "/proc";
 /// The `/sys` root, likewise.
 pub const DEFAULT_SYS_ROOT: &str = "/sys";
+
+pub mod pagemap;
+pub mod source;
