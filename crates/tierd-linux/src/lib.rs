@@ -25,3 +25,5 @@ pub const DEFAULT_SYS_ROOT: &str = "/sys";
 pub mod config;
 pub mod metrics;
 pub mod daemon;
+pub mod pagemap;
+pub mod source;

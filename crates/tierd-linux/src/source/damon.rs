@@ -1,0 +1,686 @@
+//! DAMON `vaddr` monitoring through its sysfs interface, read back as regions.
+//!
+//! Interface from `Documentation/admin-guide/mm/damon/usage.rst` and mm/damon/sysfs.c,
+//! sysfs-schemes.c (6.12). Under `/sys/kernel/mm/damon/admin`:
+//!
+//! ```text
+//! kdamonds/nr_kdamonds                 writing N removes every kdamond directory, creates 0..N
+//!                                      (-EBUSY while any kdamond runs)
+//! kdamonds/0/state                     on | off | commit | update_schemes_tried_regions | ...
+//! kdamonds/0/pid                       the kdamond thread, -1 when off
+//! kdamonds/0/contexts/nr_contexts      0 or 1
+//! kdamonds/0/contexts/0/operations     vaddr (avail_operations lists what the kernel has)
+//!   monitoring_attrs/intervals/{sample_us,aggr_us,update_us}
+//!   monitoring_attrs/nr_regions/{min,max}
+//!   targets/nr_targets, targets/<T>/pid_target
+//!   schemes/nr_schemes, schemes/<S>/action
+//!   schemes/<S>/access_pattern/{sz,nr_accesses,age}/{min,max}
+//!   schemes/<S>/filters/nr_filters, filters/<F>/{type,matching,damon_target_idx}
+//!   schemes/<S>/tried_regions/<R>/{start,end,nr_accesses,age}
+//! ```
+//!
+//! `tried_regions` does not say which target a region belongs to, and the address ranges of
+//! different processes overlap. So [`DamonMonitor`] sets up one `stat` scheme per target, each
+//! with a core `target` filter (`matching` N: memory *not* of target `i` is filtered out;
+//! core filters run before the tried-region callback in mm/damon/core.c
+//! `damos_apply_scheme()`): the tried regions of scheme `i` are target `i`'s. Action `stat`
+//! changes nothing.
+//!
+//! Writing `update_schemes_tried_regions` to `state` refreshes `tried_regions`; the kernel
+//! answers after the next scheme application (up to one aggregation interval). `commit`
+//! applies edited files (here: a changed target set) to a running kdamond.
+//!
+//! Ownership: tierd only uses DAMON when no kdamond runs and none is configured (or, if told,
+//! when the configured ones are all off); it never stops someone else's kdamond. On stop or
+//! drop it turns its kdamond off and gives `nr_kdamonds` back its old value.
+//!
+//! All I/O goes through [`DamonFs`], so tests run against a fake that emulates the kernel's
+//! side effects in a temporary directory.
+//!
+//! Accuracy note (vmlab 5.4): under QEMU TCG the Accessed bit of a hot page can stay clear
+//! until the next CR3 switch, so hot regions reach only part of the possible `nr_accesses`;
+//! keep the threshold low there.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use tierd_engine::types::{Nanos, PageRef, SpaceId, Vpn, PAGE_SHIFT};
+use tierd_engine::{Observation, SourceKind};
+
+use super::{NodeLookup, Privileges, SourceName, SourceStatus};
+
+/// The DAMON sysfs admin directory, relative to the `/sys` root.
+pub const ADMIN_PATH: &str = "kernel/mm/damon/admin";
+
+/// The sysfs file operations DAMON needs; [`RealFs`] is the real one.
+pub trait DamonFs {
+    /// Reads a whole file.
+    ///
+    /// # Errors
+    /// The OS error.
+    fn read(&self, path: &Path) -> io::Result<String>;
+    /// Writes a value (one `write(2)`, as `echo` does).
+    ///
+    /// # Errors
+    /// The OS error (sysfs handlers return e.g. `EBUSY`, `EINVAL`).
+    fn write(&self, path: &Path, value: &str) -> io::Result<()>;
+    /// Whether a path exists.
+    fn exists(&self, path: &Path) -> bool;
+    /// Names in a directory.
+    ///
+    /// # Errors
+    /// The OS error.
+    fn list(&self, path: &Path) -> io::Result<Vec<String>>;
+}
+
+/// The real file system.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RealFs;
+
+impl DamonFs for RealFs {
+    fn read(&self, path: &Path) -> io::Result<String> {
+        std::fs::read_to_string(path)
+    }
+    fn write(&self, path: &Path, value: &str) -> io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
+        f.write_all(value.as_bytes())
+    }
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+    fn list(&self, path: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for e in std::fs::read_dir(path)? {
+            names.push(e?.file_name().to_string_lossy().into_owned());
+        }
+        Ok(names)
+    }
+}
+
+/// Errors of the DAMON source.
+#[derive(Debug, thiserror::Error)]
+pub enum DamonError {
+    /// No DAMON sysfs interface.
+    #[error("{path} absent: kernel without CONFIG_DAMON_SYSFS")]
+    Unavailable {
+        /// The admin directory looked for.
+        path: PathBuf,
+    },
+    /// A kdamond is running that tierd did not start.
+    #[error("DAMON busy: kdamond {index} is on (pid {pid}); not touching someone else's kdamond")]
+    Busy {
+        /// Its index.
+        index: usize,
+        /// Its thread id as `pid` reads.
+        pid: String,
+    },
+    /// kdamonds are configured (though off) by someone else.
+    #[error("{count} kdamond(s) configured by someone else; writing nr_kdamonds would erase them")]
+    Configured {
+        /// `nr_kdamonds`.
+        count: u64,
+    },
+    /// A sysfs read or write failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// "reading" or "writing <value> to".
+        op: String,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A file held something that is not a number.
+    #[error("{path}: expected a number, read {value:?}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What it held.
+        value: String,
+    },
+    /// `vaddr` is not among `avail_operations`.
+    #[error("DAMON operations set vaddr not available (avail_operations: {avail})")]
+    NoVaddr {
+        /// What the kernel offers.
+        avail: String,
+    },
+}
+
+/// Monitoring parameters. Defaults follow DAMON's own sysfs defaults for the intervals
+/// (mm/damon/sysfs.c `damon_sysfs_intervals_alloc(5000, 100000, 60000000)`), with a shorter
+/// update interval so new mappings of the targets are picked up within a second.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DamonConfig {
+    /// Sampling interval, µs.
+    pub sample_us: u64,
+    /// Aggregation interval, µs.
+    pub aggr_us: u64,
+    /// Operations update interval (re-reading the targets' mappings), µs.
+    pub update_us: u64,
+    /// Minimum number of regions (DAMON requires at least 3).
+    pub min_regions: u64,
+    /// Maximum number of regions.
+    pub max_regions: u64,
+    /// The scheme's `nr_accesses` minimum: regions below it are not reported. 1 reports every
+    /// region seen accessed at least once per aggregation interval.
+    pub min_nr_accesses: u64,
+    /// Take over kdamonds that are configured but all off (e.g. left by a crashed tierd).
+    pub take_over_idle: bool,
+}
+
+impl Default for DamonConfig {
+    fn default() -> Self {
+        DamonConfig {
+            sample_us: 5_000,
+            aggr_us: 100_000,
+            update_us: 1_000_000,
+            min_regions: 10,
+            max_regions: 1_000,
+            min_nr_accesses: 1,
+            take_over_idle: false,
+        }
+    }
+}
+
+/// One region DAMON reported for a target process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DamonRegion {
+    /// The target process.
+    pub pid: u32,
+    /// First byte (virtual address).
+    pub start: u64,
+    /// End (exclusive).
+    pub end: u64,
+    /// Samples (of `aggr_us / sample_us`) that found the region accessed in the last
+    /// aggregation interval.
+    pub nr_accesses: u64,
+    /// Aggregation intervals since the region's access pattern last changed much.
+    pub age: u64,
+    /// When it was read.
+    pub time: Nanos,
+}
+
+/// Probes DAMON sysfs: present, permitted, and free.
+#[must_use]
+pub fn probe(sys_root: &Path, proc_root: &Path) -> SourceStatus {
+    probe_with(&RealFs, sys_root, proc_root)
+}
+
+/// [`probe`] through a given [`DamonFs`].
+#[must_use]
+pub fn probe_with(fs: &impl DamonFs, sys_root: &Path, proc_root: &Path) -> SourceStatus {
+    let admin = sys_root.join(ADMIN_PATH);
+    if !fs.exists(&admin) {
+        return SourceStatus::unavailable(
+            SourceName::Damon,
+            DamonError::Unavailable { path: admin }.to_string(),
+        );
+    }
+    if !Privileges::read(proc_root).is_admin() {
+        return SourceStatus::unavailable(
+            SourceName::Damon,
+            "DAMON sysfs is root-only (files are mode 0600)",
+        );
+    }
+    match check_free(fs, &admin, false) {
+        Ok(_) => SourceStatus::available(SourceName::Damon, format!("{} (vaddr)", admin.display())),
+        Err(e) => SourceStatus::unavailable(SourceName::Damon, e.to_string()),
+    }
+}
+
+fn read_str(fs: &impl DamonFs, path: &Path) -> Result<String, DamonError> {
+    fs.read(path)
+        .map(|s| s.trim().to_string())
+        .map_err(|source| DamonError::Io {
+            op: "reading".into(),
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+fn read_u64(fs: &impl DamonFs, path: &Path) -> Result<u64, DamonError> {
+    let s = read_str(fs, path)?;
+    parse_u64(path, &s)
+}
+
+/// Parses a number as sysfs prints it (decimal, whitespace around).
+///
+/// # Errors
+/// [`DamonError::Parse`] naming the file.
+pub fn parse_u64(path: &Path, text: &str) -> Result<u64, DamonError> {
+    text.trim().parse().map_err(|_| DamonError::Parse {
+        path: path.to_path_buf(),
+        value: text.to_string(),
+    })
+}
+
+fn write(fs: &impl DamonFs, path: &Path, value: &str) -> Result<(), DamonError> {
+    fs.write(path, value).map_err(|source| DamonError::Io {
+        op: format!("writing {value:?} to"),
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Checks that no kdamond runs (and, unless `take_over_idle`, none is configured); returns
+/// the current `nr_kdamonds`.
+fn check_free(fs: &impl DamonFs, admin: &Path, take_over_idle: bool) -> Result<u64, DamonError> {
+    let kd = admin.join("kdamonds");
+    let n = read_u64(fs, &kd.join("nr_kdamonds"))?;
+    for i in 0..n {
+        let dir = kd.join(i.to_string());
+        let state = read_str(fs, &dir.join("state"))?;
+        if state == "on" {
+            let pid = read_str(fs, &dir.join("pid")).unwrap_or_else(|_| "?".into());
+            return Err(DamonError::Busy {
+                index: usize::try_from(i).unwrap_or(usize::MAX),
+                pid,
+            });
+        }
+    }
+    if n > 0 && !take_over_idle {
+        return Err(DamonError::Configured { count: n });
+    }
+    Ok(n)
+}
+
+/// Counters of one [`DamonMonitor::collect`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DamonPassStats {
+    /// Regions read.
+    pub regions: u64,
+    /// The kdamond had stopped by itself (every target process exited).
+    pub kdamond_stopped: bool,
+}
+
+/// A kdamond owned by tierd, monitoring the virtual address spaces of a set of processes.
+#[derive(Debug)]
+pub struct DamonMonitor<F: DamonFs> {
+    fs: F,
+    admin: PathBuf,
+    config: DamonConfig,
+    prev_nr_kdamonds: u64,
+    pids: Vec<u32>,
+    on: bool,
+    owned: bool,
+}
+
+impl<F: DamonFs> DamonMonitor<F> {
+    /// Claims kdamond 0 and configures it (context `vaddr`, intervals, regions); it starts
+    /// monitoring when [`Self::set_targets`] gives it processes.
+    ///
+    /// # Errors
+    /// [`DamonError::Unavailable`], [`DamonError::Busy`], [`DamonError::Configured`],
+    /// [`DamonError::NoVaddr`], or an I/O error naming the file.
+    pub fn new(fs: F, sys_root: &Path, config: DamonConfig) -> Result<Self, DamonError> {
+        let admin = sys_root.join(ADMIN_PATH);
+        if !fs.exists(&admin) {
+            return Err(DamonError::Unavailable { path: admin });
+        }
+        let prev = check_free(&fs, &admin, config.take_over_idle)?;
+        let mut m = DamonMonitor {
+            fs,
+            admin,
+            config,
+            prev_nr_kdamonds: prev,
+            pids: Vec::new(),
+            on: false,
+            owned: false,
+        };
+        write(&m.fs, &m.kdamonds().join("nr_kdamonds"), "1")?;
+        m.owned = true;
+        let kd = m.kdamond();
+        write(&m.fs, &kd.join("contexts/nr_contexts"), "1")?;
+        let ctx = m.ctx();
+        let avail = read_str(&m.fs, &ctx.join("avail_operations")).unwrap_or_default();
+        if !avail.split_whitespace().any(|o| o == "vaddr") {
+            return Err(DamonError::NoVaddr { avail });
+        }
+        write(&m.fs, &ctx.join("operations"), "vaddr")?;
+        let attrs = ctx.join("monitoring_attrs");
+        let c = m.config;
+        for (f, v) in [
+            ("intervals/sample_us", c.sample_us),
+            ("intervals/aggr_us", c.aggr_us),
+            ("intervals/update_us", c.update_us),
+            // max before min: the kernel checks min <= max on commit only, but keep the pair
+            // consistent at every step anyway.
+            ("nr_regions/max", c.max_regions),
+            ("nr_regions/min", c.min_regions.max(3)),
+        ] {
+            write(&m.fs, &attrs.join(f), &v.to_string())?;
+        }
+        Ok(m)
+    }
+
+    fn kdamonds(&self) -> PathBuf {
+        self.admin.join("kdamonds")
+    }
+    fn kdamond(&self) -> PathBuf {
+        self.kdamonds().join("0")
+    }
+    fn ctx(&self) -> PathBuf {
+        self.kdamond().join("contexts/0")
+    }
+
+    /// The processes monitored now.
+    #[must_use]
+    pub fn pids(&self) -> &[u32] {
+        &self.pids
+    }
+
+    /// Whether the kdamond is on (as far as tierd turned it on).
+    #[must_use]
+    pub fn is_on(&self) -> bool {
+        self.on
+    }
+
+    /// Sets the processes to monitor: writes the targets and one `stat` scheme per target,
+    /// then turns the kdamond on (first time), `commit`s (running), or off (no process).
+    ///
+    /// # Errors
+    /// An I/O error naming the file (e.g. `EINVAL` from `on` when a pid no longer exists).
+    pub fn set_targets(&mut self, pids: &[u32]) -> Result<(), DamonError> {
+        let state = self.kdamond().join("state");
+        if pids.is_empty() {
+            if self.on {
+                write(&self.fs, &state, "off")?;
+                self.on = false;
+            }
+            self.pids.clear();
+            return Ok(());
+        }
+        let ctx = self.ctx();
+        let n = pids.len().to_string();
+        write(&self.fs, &ctx.join("targets/nr_targets"), &n)?;
+        for (i, pid) in pids.iter().enumerate() {
+            write(
+                &self.fs,
+                &ctx.join(format!("targets/{i}/pid_target")),
+                &pid.to_string(),
+            )?;
+        }
+        write(&self.fs, &ctx.join("schemes/nr_schemes"), &n)?;
+        for i in 0..pids.len() {
+            self.write_scheme(&ctx.join(format!("schemes/{i}")), i)?;
+        }
+        self.pids = pids.to_vec();
+        if self.on {
+            write(&self.fs, &state, "commit")?;
+        } else {
+            write(&self.fs, &state, "on")?;
+            self.on = true;
+        }
+        Ok(())
+    }
+
+    fn write_scheme(&self, s: &Path, target_idx: usize) -> Result<(), DamonError> {
+        let fs = &self.fs;
+        write(fs, &s.join("action"), "stat")?;
+        let ap = s.join("access_pattern");
+        let max = u64::MAX.to_string();
+        write(fs, &ap.join("sz/min"), "0")?;
+        write(fs, &ap.join("sz/max"), &max)?;
+        write(fs, &ap.join("nr_accesses/max"), &max)?;
+        write(
+            fs,
+            &ap.join("nr_accesses/min"),
+            &self.config.min_nr_accesses.to_string(),
+        )?;
+        write(fs, &ap.join("age/min"), "0")?;
+        write(fs, &ap.join("age/max"), &max)?;
+        let f = s.join("filters");
+        write(fs, &f.join("nr_filters"), "1")?;
+        let f0 = f.join("0");
+        write(fs, &f0.join("type"), "target")?;
+        write(fs, &f0.join("damon_target_idx"), &target_idx.to_string())?;
+        // Filter out what does *not* belong to the target.
+        write(fs, &f0.join("matching"), "N")?;
+        Ok(())
+    }
+
+    /// Asks the kernel to refresh `tried_regions` and reads them: the regions of each target
+    /// whose `nr_accesses` reached the threshold, stamped `now`.
+    ///
+    /// # Errors
+    /// An I/O or parse error naming the file. A kdamond that stopped by itself (all targets
+    /// exited) is not an error: it is reported in the stats with no regions.
+    pub fn collect(
+        &mut self,
+        now: Nanos,
+    ) -> Result<(Vec<DamonRegion>, DamonPassStats), DamonError> {
+        let mut stats = DamonPassStats::default();
+        if !self.on {
+            return Ok((Vec::new(), stats));
+        }
+        let kd = self.kdamond();
+        if read_str(&self.fs, &kd.join("state"))? != "on" {
+            self.on = false;
+            stats.kdamond_stopped = true;
+            return Ok((Vec::new(), stats));
+        }
+        write(&self.fs, &kd.join("state"), "update_schemes_tried_regions")?;
+        let mut regions = Vec::new();
+        for (i, &pid) in self.pids.iter().enumerate() {
+            let dir = self.ctx().join(format!("schemes/{i}/tried_regions"));
+            let mut idx: Vec<u64> = self
+                .fs
+                .list(&dir)
+                .map_err(|source| DamonError::Io {
+                    op: "listing".into(),
+                    path: dir.clone(),
+                    source,
+                })?
+                .iter()
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            idx.sort_unstable();
+            for r in idx {
+                let rd = dir.join(r.to_string());
+                regions.push(DamonRegion {
+                    pid,
+                    start: read_u64(&self.fs, &rd.join("start"))?,
+                    end: read_u64(&self.fs, &rd.join("end"))?,
+                    nr_accesses: read_u64(&self.fs, &rd.join("nr_accesses"))?,
+                    age: read_u64(&self.fs, &rd.join("age"))?,
+                    time: now,
+                });
+            }
+        }
+        stats.regions = regions.len() as u64;
+        Ok((regions, stats))
+    }
+
+    /// Turns the kdamond off and gives `nr_kdamonds` back its old value. Idempotent.
+    ///
+    /// # Errors
+    /// An I/O error naming the file.
+    pub fn stop(&mut self) -> Result<(), DamonError> {
+        if !self.owned {
+            return Ok(());
+        }
+        let state = self.kdamond().join("state");
+        if self.on || read_str(&self.fs, &state).is_ok_and(|s| s == "on") {
+            write(&self.fs, &state, "off")?;
+            self.on = false;
+        }
+        write(
+            &self.fs,
+            &self.kdamonds().join("nr_kdamonds"),
+            &self.prev_nr_kdamonds.to_string(),
+        )?;
+        self.owned = false;
+        Ok(())
+    }
+}
+
+impl<F: DamonFs> Drop for DamonMonitor<F> {
+    fn drop(&mut self) {
+        // Errors here cannot be reported; `stop` is the checked path.
+        let _ = self.stop();
+    }
+}
+
+/// How regions become per-page observations.
+///
+/// A DAMON region is a range whose pages DAMON judged alike, and can be gigabytes; the engine
+/// tracks pages. Each pass emits at most `max_pages_per_pass` observations: qualifying regions
+/// (`nr_accesses >= min_nr_accesses`) in order of `nr_accesses` (highest first), then age
+/// (oldest first), then pid and address; from each, at most `max_pages_per_region` pages
+/// spread evenly over the region (page `start + k * stride + stride / 2`, `stride = pages / n`).
+/// The choice depends only on the regions, so it is deterministic; a later pass with other
+/// region boundaries samples other pages. Pages `lookup` finds absent are skipped but count
+/// against the budget (it bounds the lookups, which are syscalls).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionSampling {
+    /// Regions below this are ignored.
+    pub min_nr_accesses: u64,
+    /// Pages per pass, over all regions.
+    pub max_pages_per_pass: usize,
+    /// Pages per region.
+    pub max_pages_per_region: usize,
+}
+
+impl Default for RegionSampling {
+    fn default() -> Self {
+        RegionSampling {
+            min_nr_accesses: 1,
+            max_pages_per_pass: 4096,
+            max_pages_per_region: 64,
+        }
+    }
+}
+
+/// The pages chosen from `regions` by `sampling` (see [`RegionSampling`]), before lookup.
+#[must_use]
+pub fn sample_pages(regions: &[DamonRegion], sampling: RegionSampling) -> Vec<(u32, Vpn, Nanos)> {
+    let mut q: Vec<&DamonRegion> = regions
+        .iter()
+        .filter(|r| r.nr_accesses >= sampling.min_nr_accesses && r.end > r.start)
+        .collect();
+    q.sort_by(|a, b| {
+        b.nr_accesses
+            .cmp(&a.nr_accesses)
+            .then(b.age.cmp(&a.age))
+            .then(a.pid.cmp(&b.pid))
+            .then(a.start.cmp(&b.start))
+    });
+    let mut out = Vec::new();
+    let page = 1u64 << PAGE_SHIFT;
+    for r in q {
+        let budget = sampling.max_pages_per_pass.saturating_sub(out.len());
+        if budget == 0 {
+            break;
+        }
+        let first = r.start >> PAGE_SHIFT;
+        let pages = r.end.div_ceil(page) - first;
+        let n = pages
+            .min(sampling.max_pages_per_region as u64)
+            .min(budget as u64);
+        if n == 0 {
+            continue;
+        }
+        let stride = pages / n;
+        for k in 0..n {
+            out.push((r.pid, Vpn(first + k * stride + stride / 2), r.time));
+        }
+    }
+    out
+}
+
+/// Turns regions into observations: the pages [`sample_pages`] picks, with the node `lookup`
+/// gives (pages it cannot find are dropped). Observations are `AccessedBitScan`, with no
+/// accessing node.
+pub fn to_observations(
+    regions: &[DamonRegion],
+    sampling: RegionSampling,
+    mut lookup: impl NodeLookup,
+) -> Vec<Observation> {
+    sample_pages(regions, sampling)
+        .into_iter()
+        .filter_map(|(pid, vpn, time)| {
+            let page = PageRef::base(SpaceId(pid), vpn);
+            lookup(page).map(|node| Observation {
+                page,
+                page_node: node,
+                accessing_node: None,
+                source: SourceKind::AccessedBitScan,
+                time,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tierd_engine::types::NodeId;
+
+    fn region(pid: u32, start: u64, end: u64, nr: u64, age: u64) -> DamonRegion {
+        DamonRegion {
+            pid,
+            start,
+            end,
+            nr_accesses: nr,
+            age,
+            time: Nanos(9),
+        }
+    }
+
+    #[test]
+    fn sampling_spreads_pages_and_honours_caps() {
+        // 1 MiB region = 256 pages, 4 per region -> stride 64, pages 32, 96, 160, 224.
+        let r = [region(1, 0x10_0000, 0x20_0000, 5, 0)];
+        let s = RegionSampling {
+            min_nr_accesses: 1,
+            max_pages_per_pass: 100,
+            max_pages_per_region: 4,
+        };
+        let p = sample_pages(&r, s);
+        let vpns: Vec<u64> = p.iter().map(|x| x.1 .0 - 0x100).collect();
+        assert_eq!(vpns, vec![32, 96, 160, 224]);
+        assert!(p.iter().all(|x| x.0 == 1 && x.2 == Nanos(9)));
+    }
+
+    #[test]
+    fn hottest_regions_first_and_cold_ones_skipped() {
+        let r = [
+            region(1, 0, 0x4000, 2, 0), // 4 pages, warm: 1 left in budget -> middle page 2
+            region(2, 0x8000, 0xa000, 9, 1), // 2 pages, hot
+            region(3, 0, 0x1000, 0, 50), // cold: below threshold
+        ];
+        let s = RegionSampling {
+            min_nr_accesses: 1,
+            max_pages_per_pass: 3,
+            max_pages_per_region: 8,
+        };
+        let p = sample_pages(&r, s);
+        assert_eq!(
+            p.iter().map(|x| (x.0, x.1 .0)).collect::<Vec<_>>(),
+            vec![(2, 8), (2, 9), (1, 2)]
+        );
+        // Deterministic: same input, same output.
+        assert_eq!(sample_pages(&r, s), p);
+    }
+
+    #[test]
+    fn observations_use_lookup_and_drop_absent_pages() {
+        let r = [region(4, 0x1000, 0x3000, 3, 0)];
+        let obs = to_observations(&r, RegionSampling::default(), |p: PageRef| {
+            (p.vpn == Vpn(2)).then_some(NodeId(1))
+        });
+        assert_eq!(obs.len(), 1);
+        assert_eq!(obs[0].page, PageRef::base(SpaceId(4), Vpn(2)));
+        assert_eq!(obs[0].page_node, NodeId(1));
+        assert_eq!(obs[0].source, SourceKind::AccessedBitScan);
+        assert_eq!(obs[0].time, Nanos(9));
+    }
+
+    #[test]
+    fn parse_errors_name_the_file() {
+        let e = parse_u64(Path::new("/x/start"), "abc\n").unwrap_err();
+        assert!(e.to_string().contains("/x/start"));
+        assert_eq!(parse_u64(Path::new("f"), " 42\n").unwrap(), 42);
+    }
+}
