@@ -89,6 +89,8 @@ pub struct AccessedRange {
     pub time: Nanos,
     /// What kind of observation it is for the engine.
     pub kind: SourceKind,
+    /// The node of the CPU that made the access, when the source knows it (hardware samples).
+    pub accessing_node: Option<NodeId>,
 }
 
 /// A running hotness source.
@@ -441,14 +443,15 @@ impl LinuxBackend {
         max_pages: u64,
         out: &mut Vec<Observation>,
     ) -> Result<(), DaemonError> {
-        let mut by_pid: BTreeMap<u32, Vec<(Vpn, Nanos, SourceKind)>> = BTreeMap::new();
+        type Seen = (Vpn, Nanos, SourceKind, Option<NodeId>);
+        let mut by_pid: BTreeMap<u32, Vec<Seen>> = BTreeMap::new();
         let mut budget = max_pages;
         for r in self.ranges.drain(..) {
             let take = r.nr_pages.min(budget);
             budget -= take;
             let v = by_pid.entry(r.pid).or_default();
             for i in 0..take {
-                v.push((Vpn(r.start.0 + i), r.time, r.kind));
+                v.push((Vpn(r.start.0 + i), r.time, r.kind, r.accessing_node));
             }
             if budget == 0 {
                 break;
@@ -461,16 +464,16 @@ impl LinuxBackend {
             }
             let addrs: Vec<usize> = pages
                 .iter()
-                .filter_map(|(v, _, _)| usize::try_from(v.addr()).ok())
+                .filter_map(|(v, _, _, _)| usize::try_from(v.addr()).ok())
                 .collect();
             let pid_i = i32::try_from(pid).unwrap_or(i32::MAX);
             let nodes = self.mover.query(pid_i, &addrs)?;
-            for ((vpn, time, kind), node) in pages.iter().zip(nodes) {
+            for ((vpn, time, kind, accessing_node), node) in pages.iter().zip(nodes) {
                 if let Ok(node) = node {
                     out.push(Observation {
                         page: PageRef::base(SpaceId(pid), *vpn),
                         page_node: node,
-                        accessing_node: None,
+                        accessing_node: *accessing_node,
                         source: *kind,
                         time: *time,
                     });

@@ -27,3 +27,4 @@ pub mod metrics;
 pub mod daemon;
 pub mod pagemap;
 pub mod source;
+pub mod feeds;

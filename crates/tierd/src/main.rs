@@ -5,7 +5,11 @@
 //! - `tierd sim <scenario-file> [--config ID]`: one configuration (or all) of a scenario file.
 //! - `tierd scenarios`: list the shipped scenarios.
 //! - `tierd info`: the tiers the engine derives for a DRAM + CXL machine, and its defaults.
+//! - `tierd run --config FILE`: the daemon on this machine ([`daemon_cmd`]).
+//! - `tierd status`: what a running daemon reports.
 #![forbid(unsafe_code)]
+
+mod daemon_cmd;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -83,6 +87,30 @@ enum Command {
     },
     /// List the shipped scenarios.
     Scenarios,
+    /// Run the daemon: promote hot pages and demote cold ones on this machine.
+    Run {
+        /// The configuration file (see deploy/tierd.toml).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Plan and print the migrations, move nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Stop after this many seconds (default: until SIGINT or SIGTERM).
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Listen for /metrics and /status here instead of the file's daemon.metrics_listen.
+        #[arg(long)]
+        metrics: Option<std::net::SocketAddr>,
+    },
+    /// Show what a running daemon reports: placement per process, sources, counters.
+    Status {
+        /// The daemon's metrics address.
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        addr: std::net::SocketAddr,
+        /// Print the raw JSON status.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the tiers the engine derives for a two-node DRAM + CXL machine, and its defaults.
     Info {
         /// Fast (DRAM) node size, GiB.
@@ -182,6 +210,13 @@ fn real_main() -> Result<()> {
             }
             run(&sc, &only, &args)?;
         }
+        Command::Run {
+            config,
+            dry_run,
+            duration,
+            metrics,
+        } => daemon_cmd::run_daemon(&config, dry_run, duration, metrics)?,
+        Command::Status { addr, json } => daemon_cmd::status(addr, json)?,
         Command::Scenarios => {
             for (name, text) in SHIPPED {
                 let sc = Scenario::parse(text, std::path::Path::new(name))?;

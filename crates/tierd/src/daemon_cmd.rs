@@ -1,0 +1,186 @@
+//! `tierd run` and `tierd status`: glue between the command line and `tierd_linux::daemon`.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tierd_linux::config::DaemonConfig;
+use tierd_linux::daemon::{run, Preflight, RunOptions};
+use tierd_linux::feeds::start_feeds;
+use tierd_linux::metrics::{fetch_status, MetricsServer, SharedSnapshot, Snapshot};
+
+/// `tierd run`.
+pub fn run_daemon(
+    config: &Path,
+    dry_run: bool,
+    duration: Option<f64>,
+    metrics: Option<SocketAddr>,
+) -> Result<()> {
+    let mut cfg = DaemonConfig::load(config)?;
+    if let Some(addr) = metrics {
+        cfg.daemon.metrics_listen = addr;
+    }
+    let duration = match duration {
+        Some(d) if d.is_finite() && d > 0.0 => Some(Duration::from_secs_f64(d)),
+        Some(d) => anyhow::bail!("--duration must be a positive number of seconds, got {d}"),
+        None => None,
+    };
+    let pre = Preflight::check(&cfg).context("checking the machine")?;
+    eprint!("{}", pre.describe());
+    for w in &pre.warnings {
+        eprintln!("tierd: warning: {w}");
+    }
+    let max_cpu = pre
+        .system
+        .nodes
+        .iter()
+        .flat_map(|n| n.cpus.iter().copied())
+        .max()
+        .unwrap_or(0);
+    let mut cpu_node = vec![None; usize::try_from(max_cpu).unwrap_or(0) + 1];
+    for n in &pre.system.nodes {
+        for &c in &n.cpus {
+            if let Some(slot) = usize::try_from(c).ok().and_then(|c| cpu_node.get_mut(c)) {
+                *slot = Some(n.id);
+            }
+        }
+    }
+    let (feeds, statuses) = start_feeds(&cfg, &cpu_node).context("starting hotness sources")?;
+    for s in &statuses {
+        eprintln!(
+            "source {:<16} {}: {}",
+            s.name,
+            if s.available { "running" } else { "unavailable" },
+            s.reason
+        );
+    }
+    let shared: SharedSnapshot = Arc::new(Mutex::new(Snapshot::default()));
+    let server = MetricsServer::start(cfg.daemon.metrics_listen, Arc::clone(&shared))
+        .context("starting the metrics endpoint")?;
+    eprintln!(
+        "metrics on http://{0}/metrics, status on http://{0}/status{1}",
+        server.addr(),
+        if dry_run { " (dry run: nothing is moved)" } else { "" }
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .with_context(|| format!("installing the handler for signal {sig}"))?;
+    }
+    let opts = RunOptions {
+        dry_run,
+        duration,
+        snapshot: Some(shared),
+    };
+    let mut log = |line: &str| println!("{line}");
+    let summary = run(&cfg, &pre, feeds, &statuses, &opts, &stop, &mut log)?;
+    drop(server);
+    eprintln!(
+        "tierd: stopped after {} passes: {} observations, {} pages moved, {} failed{}, {} \
+         processes gone; CPU {:.2} s",
+        summary.passes,
+        summary.observations,
+        summary.moved_pages,
+        summary.failed_pages,
+        if dry_run {
+            format!(", {} planned", summary.planned_pages)
+        } else {
+            String::new()
+        },
+        summary.gone,
+        summary.snapshot.daemon_cpu_s
+    );
+    Ok(())
+}
+
+fn mib(pages: u64) -> f64 {
+    // Display only.
+    #[allow(clippy::cast_precision_loss)]
+    let v = (pages * 4096) as f64 / f64::from(1 << 20);
+    v
+}
+
+/// Renders a status as the text `tierd status` prints.
+#[must_use]
+pub fn render_status(s: &Snapshot) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "tierd {} up {:.0} s{}, CPU {:.2} s",
+        s.version,
+        s.uptime_s,
+        if s.dry_run { " (dry run)" } else { "" },
+        s.daemon_cpu_s
+    );
+    let _ = writeln!(o, "\nnode  tier  cpus  total MiB   free MiB");
+    for n in &s.nodes {
+        let _ = writeln!(
+            o,
+            "{:>4}  {:>4}  {:>4}  {:>9}  {:>9}",
+            n.id,
+            n.tier,
+            if n.has_cpus { "yes" } else { "no" },
+            n.total_bytes >> 20,
+            n.free_bytes >> 20
+        );
+    }
+    let nodes: Vec<u32> = s.nodes.iter().map(|n| n.id).collect();
+    let _ = write!(o, "\n{:>8}  {:<16} {:<20}", "pid", "comm", "cgroup");
+    for n in &nodes {
+        let _ = write!(o, " {:>10}", format!("N{n} MiB"));
+    }
+    let _ = writeln!(o);
+    for p in &s.processes {
+        let _ = write!(o, "{:>8}  {:<16} {:<20}", p.pid, p.comm, p.cgroup);
+        for n in &nodes {
+            let _ = write!(
+                o,
+                " {:>10.1}",
+                mib(p.pages_per_node.get(n).copied().unwrap_or(0))
+            );
+        }
+        let _ = writeln!(o);
+    }
+    let _ = writeln!(o, "\nsources:");
+    for src in &s.sources {
+        let _ = writeln!(
+            o,
+            "  {:<16} {}: {}",
+            src.name,
+            if src.available { "running" } else { "unavailable" },
+            src.reason
+        );
+    }
+    let _ = writeln!(o, "\nengine counters (non-zero):");
+    for (k, v) in s.engine.iter().filter(|(_, v)| **v > 0) {
+        let _ = writeln!(o, "  {k:<32} {v}");
+    }
+    let _ = writeln!(
+        o,
+        "\nmover: {} move_pages calls, {} pages moved in {:.2} s",
+        s.mover.calls, s.mover.pages_moved, s.mover.seconds
+    );
+    for (k, v) in &s.mover.pages_failed {
+        let _ = writeln!(o, "  failed {k:<12} {v}");
+    }
+    let _ = writeln!(o, "\nkernel /proc/vmstat since start (non-zero):");
+    for (k, v) in s.kernel_vmstat_delta.iter().filter(|(_, v)| **v > 0) {
+        let _ = writeln!(o, "  {k:<32} {v}");
+    }
+    o
+}
+
+/// `tierd status`.
+pub fn status(addr: SocketAddr, json: bool) -> Result<()> {
+    let s = fetch_status(addr).context("is `tierd run` running? (see --addr)")?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        print!("{}", render_status(&s));
+    }
+    Ok(())
+}
