@@ -182,6 +182,274 @@ mod host {
     }
 }
 
+mod guest {
+    //! Debian 6.12 in QEMU: node 0 with 2 CPUs and 2 GiB, node 1 CPU-less 2 GiB behind HMAT
+    //! numbers that put it in a lower tier; a cgroup `tierd-fx` confined to node 1. Expectations
+    //! come from the capture's `meta/pids.env`, its README (the workload it set up) and the files
+    //! themselves, not from counters copied out of this run.
+
+    use tierd_engine::topology::{NodeSpec, Topology};
+
+    use super::*;
+
+    fn root() -> PathBuf {
+        fixture("guest-6.12")
+    }
+
+    /// `meta/pids.env` as a map (`PID_SLOW` -> `152`).
+    fn meta() -> BTreeMap<String, String> {
+        let text = std::fs::read_to_string(root().join("meta/pids.env")).expect("pids.env");
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    }
+
+    fn pid(name: &str) -> u32 {
+        meta()[name].parse().expect("a pid")
+    }
+
+    #[test]
+    fn two_nodes_cpuless_node_in_a_lower_kernel_tier() {
+        let sys_root = root().join("sys");
+        let sys = topology::read_system_topology(&sys_root).unwrap();
+        assert_eq!(sys.online, mask(&[0, 1]));
+        assert_eq!(sys.has_cpu, mask(&[0]));
+        assert_eq!(sys.has_memory, mask(&[0, 1]));
+        let (n0, n1) = (sys.node(NodeId(0)).unwrap(), sys.node(NodeId(1)).unwrap());
+        assert_eq!(n0.cpus, [0, 1]);
+        assert!(n1.cpus.is_empty());
+        assert_eq!(
+            (n0.distance.clone(), n1.distance.clone()),
+            (vec![10, 20], vec![20, 10])
+        );
+
+        // HMAT from the QEMU command line: 100 ns / 20 GiB/s and 300 ns / 5 GiB/s from node 0.
+        for class in [0, 1] {
+            let a1 = n1.access_class(class).unwrap();
+            assert_eq!(a1.initiators, mask(&[0]));
+            let p = a1.perf.unwrap();
+            assert_eq!((p.read_latency_ns, p.read_bandwidth_mbps), (300, 5120));
+            let a0 = n0.access_class(class).unwrap();
+            assert_eq!(a0.targets, mask(&[0, 1]));
+            assert_eq!(a0.perf.unwrap().write_latency_ns, 100);
+        }
+
+        let tiers = sys.memory_tiers.clone().unwrap();
+        assert_eq!(tiers.len(), 2);
+        assert_eq!(tiers[0].nodes, mask(&[0]));
+        assert_eq!(tiers[1].nodes, mask(&[1]));
+        assert!(tiers[0].id < tiers[1].id);
+        assert_eq!(tiers[0].id, 4, "DRAM is memory_tier4");
+        assert_eq!(sys.tier_source(), TierSource::Kernel);
+
+        let t = sys.to_engine().unwrap();
+        assert_eq!(t.toptier_mask(), mask(&[0]));
+        assert_eq!(t.slow_mask(), mask(&[1]));
+        assert_eq!(t.node(NodeId(1)).unwrap().tier, tiers[1].id);
+        assert_eq!(t.demotion_targets(NodeId(0)), mask(&[1]));
+        assert_eq!(t.promotion_candidates(NodeId(1)), &[NodeId(0)]);
+        assert_eq!(t.distance(NodeId(0), NodeId(1)), Some(20));
+        assert_eq!(
+            t.capacity(NodeId(1)),
+            n1.meminfo.mem_total().unwrap(),
+            "capacity is MemTotal"
+        );
+        assert!(t.capacity(NodeId(1)) > Bytes::mib(1900));
+
+        // The engine's own HMAT formula on the same numbers lands in the tier the kernel chose.
+        let (specs, dist) = sys.node_specs().unwrap();
+        let hmat_only: Vec<NodeSpec> = specs
+            .into_iter()
+            .map(|s| NodeSpec {
+                adistance: None,
+                ..s
+            })
+            .collect();
+        let derived = Topology::new(hmat_only, dist).unwrap();
+        assert_eq!(derived.node(NodeId(1)).unwrap().tier, tiers[1].id);
+        assert_eq!(derived.node(NodeId(0)).unwrap().tier, tiers[0].id);
+
+        let nb = topology::read_numa_balancing(&root().join("proc"))
+            .unwrap()
+            .unwrap();
+        assert!(nb.normal() && !nb.memory_tiering());
+        assert_eq!(
+            topology::read_demotion_enabled(&sys_root).unwrap(),
+            Some(false)
+        );
+    }
+
+    #[test]
+    fn vmstat_of_a_6_12_kernel() {
+        let v = vmstat::read_vmstat(&root().join("proc")).unwrap();
+        let t = v.tiering();
+        assert!(t.pgpromote_success.is_some() && t.pgpromote_candidate.is_some());
+        assert!(t.pgdemote_kswapd.is_some() && t.pgdemote_khugepaged.is_some());
+        // Added after 6.12: absent, not zero.
+        assert_eq!(t.pgpromote_candidate_nrl, None);
+        assert_eq!(t.pgdemote_proactive, None);
+        assert_eq!(t.pgdemote_total(), Some(0));
+        // NUMA balancing ran in the guest (mode 1).
+        assert!(t.numa_hint_faults.unwrap() > 0);
+        assert!(t.numa_hint_faults_local.unwrap() <= t.numa_hint_faults.unwrap());
+        assert!(t.numa_pte_updates.is_some() && t.numa_pages_migrated.is_some());
+
+        let sys_root = root().join("sys");
+        for node in [NodeId(0), NodeId(1)] {
+            let nv = vmstat::read_node_vmstat(&sys_root, node).unwrap();
+            // Node files carry the node's share of node stats, not global events.
+            assert!(nv.tiering().pgpromote_success.is_some(), "{node}");
+            assert_eq!(nv.tiering().numa_hint_faults, None, "{node}");
+        }
+        // A node stat is the sum of its per-node values.
+        let n0 = vmstat::read_node_vmstat(&sys_root, NodeId(0)).unwrap();
+        let n1 = vmstat::read_node_vmstat(&sys_root, NodeId(1)).unwrap();
+        for key in ["pgpromote_success", "pgdemote_kswapd", "pgdemote_direct"] {
+            assert_eq!(
+                v.get(key),
+                Some(n0.get(key).unwrap() + n1.get(key).unwrap()),
+                "{key}"
+            );
+        }
+    }
+
+    #[test]
+    fn numa_maps_place_each_buffer_on_its_node() {
+        let proc_root = root().join("proc");
+        for (name, node, mems) in [
+            ("PID_FAST", NodeId(0), mask(&[0, 1])),
+            ("PID_SLOW", NodeId(1), mask(&[1])),
+        ] {
+            let pid = pid(name);
+            let text = std::fs::read_to_string(proc_root.join(format!("{pid}/numa_maps"))).unwrap();
+            let vmas = numa_maps::read_vmas(&proc_root, pid).unwrap();
+            assert_eq!(vmas.len(), text.lines().count());
+            // Read together: every numa_maps VMA is in maps.
+            assert!(
+                vmas.iter().all(|v| v.end.is_some_and(|e| e > v.start)),
+                "{name}"
+            );
+            assert!(vmas.iter().any(|v| v.numa.backing == Backing::Heap));
+            assert!(vmas.iter().any(|v| v.numa.backing == Backing::Stack));
+            assert!(vmas
+                .iter()
+                .any(|v| v.numa.backing == Backing::File("/bin/busybox".into())));
+            // vdso/vvar have no pages: no counts, no page size.
+            assert!(vmas
+                .iter()
+                .any(|v| v.numa.nodes.is_empty() && v.numa.kernel_page_size_kb.is_none()));
+
+            // The 32 MiB buffer: the largest anonymous VMA, wholly resident on its node.
+            let buf = vmas
+                .iter()
+                .filter(|v| v.numa.backing == Backing::Anon)
+                .max_by_key(|v| v.numa.anon)
+                .unwrap();
+            let len = buf.end.unwrap().0 - buf.start.0;
+            assert_eq!(len, Bytes::mib(32).pages().0, "{name}");
+            assert_eq!(buf.numa.pages_on(node), Pages(len), "{name}");
+            assert_eq!(buf.numa.total_pages(), Pages(len), "{name}");
+
+            let nm = numa_maps::read_numa_maps(&proc_root, pid).unwrap();
+            let scanned: BTreeMap<NodeId, Pages> = scan_node_pages(&text)
+                .into_iter()
+                .map(|(n, p)| (NodeId(n), Pages(p)))
+                .collect();
+            assert_eq!(nm.node_totals(), scanned, "{name}");
+            // No process has a non-default policy (busybox cannot mbind).
+            assert!(numa_maps::policy_ranges(&vmas).is_empty());
+
+            let st = proc::read_status(&proc_root, pid).unwrap();
+            assert_eq!(st.tgid, pid);
+            assert_eq!(st.mems_allowed, mems, "{name}");
+            assert_eq!(proc::read_stat(&proc_root, pid).unwrap().comm, st.name);
+        }
+        // Everything the slow process has is on node 1 (cpuset.mems = 1).
+        let slow = numa_maps::read_numa_maps(&proc_root, pid("PID_SLOW")).unwrap();
+        assert_eq!(
+            slow.node_totals().keys().copied().collect::<Vec<_>>(),
+            [NodeId(1)]
+        );
+    }
+
+    #[test]
+    fn processes_and_cpu_time() {
+        let proc_root = root().join("proc");
+        let pids = proc::list_pids(&proc_root).unwrap();
+        let mut want: Vec<u32> = ["PID_INIT", "PID_FAST", "PID_SLOW", "PID_HOT"]
+            .iter()
+            .map(|n| pid(n))
+            .collect();
+        want.sort_unstable();
+        assert_eq!(pids, want);
+        for p in pids {
+            let st = proc::read_stat(&proc_root, p).unwrap();
+            assert_eq!(st.pid, p);
+            assert_eq!(
+                proc::read_status(&proc_root, p).unwrap().cpus_allowed,
+                [0, 1]
+            );
+        }
+        // The awk loop is the busiest process; dd only touched its buffer.
+        let hot = proc::read_stat(&proc_root, pid("PID_HOT")).unwrap();
+        let slow = proc::read_stat(&proc_root, pid("PID_SLOW")).unwrap();
+        assert_eq!(hot.state, 'R');
+        assert!(hot.cpu_time(100) > slow.cpu_time(100));
+        assert_eq!(
+            hot.cpu_time(100).0,
+            (hot.utime_ticks + hot.stime_ticks) * 10_000_000
+        );
+    }
+
+    #[test]
+    fn cgroup_v2_memory_files() {
+        let proc_root = root().join("proc");
+        let meta = meta();
+        let cg_path = meta["CGROUP"]
+            .strip_prefix("/sys/fs/cgroup")
+            .expect("a cgroup under /sys/fs/cgroup")
+            .to_owned();
+        let slow = pid("PID_SLOW");
+        let m = cgroup::read_proc_cgroup(&proc_root, slow).unwrap();
+        assert_eq!(cgroup::unified_path(&m), Some(cg_path.as_str()));
+        let m = cgroup::read_proc_cgroup(&proc_root, pid("PID_FAST")).unwrap();
+        assert_eq!(cgroup::unified_path(&m), Some("/"));
+
+        let fs = CgroupFs::new(root().join("sys/fs/cgroup"));
+        assert_eq!(fs.children("/").unwrap(), [cg_path.clone()]);
+        assert!(fs.children(&cg_path).unwrap().is_empty());
+        assert_eq!(fs.procs(&cg_path).unwrap(), [slow]);
+        assert!(fs.procs("/").unwrap().contains(&pid("PID_FAST")));
+
+        // Set up by the capture (README): low 64 MiB, high 768 MiB, max and min untouched.
+        let mem = fs.read_memory(&cg_path).unwrap();
+        assert_eq!(mem.low, Some(cgroup::Limit::Bytes(Bytes::mib(64))));
+        assert_eq!(mem.high, Some(cgroup::Limit::Bytes(Bytes::mib(768))));
+        assert_eq!(mem.max, Some(cgroup::Limit::Max));
+        assert_eq!(mem.min, Some(cgroup::Limit::Bytes(Bytes(0))));
+        let current = mem.current.unwrap();
+        assert!(current >= Bytes::mib(32), "{current}");
+        let stat = mem.stat.unwrap();
+        assert!(stat["anon"] >= Bytes::mib(32).0);
+        assert!(stat.contains_key("pgpromote_success") && stat.contains_key("pgdemote_kswapd"));
+        // Confined to node 1: its anonymous memory is all there.
+        let ns = mem.numa_stat.unwrap();
+        assert_eq!(ns.get("anon", NodeId(0)), Some(0));
+        assert_eq!(ns.get("anon", NodeId(1)), Some(stat["anon"]));
+
+        // The root cgroup has stat files but no limits.
+        let root_mem = fs.read_memory("/").unwrap();
+        assert_eq!(
+            (root_mem.low, root_mem.max, root_mem.current),
+            (None, None, None)
+        );
+        assert!(root_mem.stat.is_some());
+        assert!(root_mem.numa_stat.unwrap().get("anon", NodeId(0)).is_some());
+    }
+}
+
 mod malformed {
     //! Broken trees: every failure is a `ReadError` naming the file (and line), never a panic.
 
