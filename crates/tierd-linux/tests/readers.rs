@@ -418,7 +418,7 @@ mod guest {
         assert_eq!(cgroup::unified_path(&m), Some("/"));
 
         let fs = CgroupFs::new(root().join("sys/fs/cgroup"));
-        assert_eq!(fs.children("/").unwrap(), [cg_path.clone()]);
+        assert_eq!(fs.children("/").unwrap(), std::slice::from_ref(&cg_path));
         assert!(fs.children(&cg_path).unwrap().is_empty());
         assert_eq!(fs.procs(&cg_path).unwrap(), [slow]);
         assert!(fs.procs("/").unwrap().contains(&pid("PID_FAST")));
