@@ -5,8 +5,8 @@
 //! tracking, perf sampling), and the mover (`move_pages(2)`). It is the only crate allowed
 //! `unsafe` code, confined to one `sys` module with a `// SAFETY:` note per block.
 //!
-//! Nothing is implemented yet; see the project's issue tracker ("Linux backend and
-//! `tierd run`"). Today it only states what the engine's [`tierd_engine::Backend`] expects.
+//! Implemented so far: [`read`], the parsers and readers of `/proc`, `/sys` and cgroup v2 files.
+//! The rest is tracked in the project's issue tracker ("Linux backend and `tierd run`").
 #![deny(unsafe_code)]
 
 pub mod read;
