@@ -1,14 +1,25 @@
-//! # tierd-linux: the engine on a real Linux machine (shell)
+//! # tierd-linux: the engine on a real Linux machine
 //!
-//! This crate will hold the Linux backend: readers for `/proc` and `/sys` (topology, node
-//! meminfo, vmstat, numa_maps, pagemap, cgroup v2), hotness sources (DAMON sysfs, idle page
-//! tracking, perf sampling), and the mover (`move_pages(2)`). It is the only crate allowed
-//! `unsafe` code, confined to one `sys` module with a `// SAFETY:` note per block.
+//! The Linux backend of [`tierd_engine::Backend`] and the daemon around it (`tierd run`).
+//! It is the only crate allowed `unsafe` code, confined to [`sys`] with a `// SAFETY:` note per
+//! block.
 //!
-//! Implemented so far: [`sys`] (the typed syscall layer: `move_pages`, `mbind`,
-//! `set_mempolicy`, `get_mempolicy`, an owning anonymous mapping) and [`mover`] (executing the
-//! engine's migration batches with `move_pages(2)`). The rest is tracked in the issue "Linux
-//! backend and `tierd run`".
+//! Layout, from the kernel up:
+//! - [`sys`]: typed syscall wrappers (`move_pages`, `mbind`, `set_mempolicy`,
+//!   `get_mempolicy`, an owning anonymous mapping): the only unsafe code.
+//! - [`read`]: parsers (pure, on text) and readers (taking a `/proc` or `/sys` root) of
+//!   topology, HMAT and memory tiers, meminfo, vmstat, numa_maps/maps, cgroup v2, process
+//!   status; tested on fixture trees captured from a Debian 6.12 guest (tests/fixtures).
+//! - [`pagemap`]: `/proc/PID/pagemap` entries.
+//! - [`source`]: hotness sources with availability probes: DAMON sysfs, idle page
+//!   tracking, perf sampling (IBS, PEBS, SPE decoders).
+//! - [`mover`]: executes the engine's migration batches with `move_pages(2)`, per-page status
+//!   turned into outcomes; races are counted, not raised.
+//! - [`config`]: the daemon's TOML file with located errors.
+//! - [`feeds`]: the configured sources started behind one trait.
+//! - [`daemon`]: preflight (tiers, the kernel's own tiering), [`daemon::LinuxBackend`] and the
+//!   run loop, which calls [`tierd_engine::step`] exactly as the simulator does.
+//! - [`metrics`]: the snapshot served as Prometheus text (`/metrics`) and JSON (`/status`).
 #![deny(unsafe_code)]
 
 pub mod mover;

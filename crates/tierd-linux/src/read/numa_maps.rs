@@ -11,7 +11,7 @@
 //! `prefer`, `bind`, `interleave`, `weighted interleave`, `local`, `prefer (many)`; two of them
 //! contain a space), then `=` and the flags (`static` or `relative`, and `balancing`, joined by
 //! `|`), then `:` and the node list. The kernel formats it into a 64-byte buffer, so a very long
-//! node list can be cut short. The file path goes through `seq_path(.., "\n\t= ")`, which
+//! node list can be cut short ([`VmaPolicy::truncated`]). The file path goes through `seq_path(.., "\n\t= ")`, which
 //! octal-escapes newline, tab, `=` and space, so it is one whitespace-free token. Page counts are
 //! in units of the VMA's kernel page size (`kernelpagesize_kB`, 2048 for a 2 MiB hugetlb VMA).
 //!
@@ -50,6 +50,10 @@ pub struct VmaPolicy {
     pub static_nodes: bool,
     /// `MPOL_F_RELATIVE_NODES` (`=relative`).
     pub relative_nodes: bool,
+    /// The policy text filled `show_numa_map()`'s 64-byte buffer, so its node list may have
+    /// been cut: `nodes` then holds only the ids that were printed whole (a subset of the real
+    /// mask, which is the cautious side for a mask that restricts moves).
+    pub truncated: bool,
 }
 
 /// One `numa_maps` line.
@@ -145,6 +149,10 @@ impl NumaMaps {
     }
 }
 
+/// The longest policy text `show_numa_map()` prints: its buffer is `char buffer[64]`, and
+/// `mpol_to_str()` stops one byte short for the terminating NUL.
+const MPOL_TEXT_MAX: usize = 63;
+
 /// Mode names from `policy_modes[]`, longest first so `prefer (many)` is tried before `prefer`.
 const MODES: [(&str, PolicyMode); 7] = [
     ("weighted interleave", PolicyMode::WeightedInterleave),
@@ -192,8 +200,21 @@ pub fn parse_policy_prefix(s: &str) -> Result<(VmaPolicy, &str), String> {
     }
     if let Some(r) = rest.strip_prefix(':') {
         let end = r.find(' ').unwrap_or(r.len());
-        out.policy.nodes = parse_nodelist(&r[..end])?;
+        let list = &r[..end];
         rest = &r[end..];
+        out.truncated = s.len() - rest.len() >= MPOL_TEXT_MAX;
+        out.policy.nodes = match parse_nodelist(list) {
+            Ok(mask) if !out.truncated => mask,
+            // Cut short: keep the items before the last comma, which were printed whole.
+            _ if out.truncated => {
+                let whole = list.rfind(',').map_or("", |c| &list[..c]);
+                parse_nodelist(whole)?
+            }
+            Ok(mask) => mask,
+            Err(e) => return Err(e),
+        };
+    } else {
+        out.truncated = s.len() - rest.len() >= MPOL_TEXT_MAX;
     }
     Ok((out, rest))
 }
@@ -494,6 +515,41 @@ mod tests {
         assert!(parse_numa_maps_line("1000 bind=sticky:0").is_err());
         assert!(parse_numa_maps_line("1000 binder").is_err());
         assert!(parse_numa_maps_line("1000 preferred:1").is_err());
+    }
+
+    #[test]
+    fn a_policy_cut_by_the_kernel_buffer() {
+        let evens: Vec<String> = (0..64).step_by(2).map(|n: u16| n.to_string()).collect();
+        // "bind=static:0,2,...,34,36": 63 bytes; "36" may be the start of "360" as far as the
+        // parser can tell, so only the ids before the last comma count.
+        let full = format!("bind=static:{}", evens.join(","));
+        let cut = &full[..MPOL_TEXT_MAX];
+        assert!(cut.ends_with(",34,36"), "{cut}");
+        let e = parse_numa_maps_line(&format!("1000 {cut} anon=1 N0=1")).unwrap();
+        assert!(e.policy.truncated && e.policy.static_nodes);
+        let whole: Vec<u16> = (0..=34).step_by(2).collect();
+        assert_eq!(e.policy.policy.nodes, mask(&whole));
+        assert_eq!(e.anon, Some(1));
+        // "bind:0,...,38,40,": the trailing comma shows 40 was printed whole.
+        let full = format!("bind:{}", evens.join(","));
+        let cut = &full[..MPOL_TEXT_MAX];
+        assert!(cut.ends_with("40,"), "{cut}");
+        let e = parse_numa_maps_line(&format!("1000 {cut} N0=1")).unwrap();
+        let whole: Vec<u16> = (0..=40).step_by(2).collect();
+        assert_eq!(e.policy.policy.nodes, mask(&whole));
+        // Cut right after a dash: still readable.
+        let text = format!("bind:0-1,{}", "3,".repeat(27));
+        let cut = format!("{}-", &text[..MPOL_TEXT_MAX - 1]);
+        let e = parse_numa_maps_line(&format!("1000 {cut} N0=1")).unwrap();
+        assert!(e.policy.truncated);
+        assert!(e.policy.policy.nodes.contains(NodeId(1)));
+        // Short policies are never marked.
+        assert!(
+            !parse_numa_maps_line("1000 bind:0-1")
+                .unwrap()
+                .policy
+                .truncated
+        );
     }
 
     #[test]
