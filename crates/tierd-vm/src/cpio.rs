@@ -84,7 +84,7 @@ impl Entry {
 }
 
 fn pad4(out: &mut Vec<u8>) {
-    while out.len() % 4 != 0 {
+    while !out.len().is_multiple_of(4) {
         out.push(0);
     }
 }
@@ -94,7 +94,8 @@ fn field(out: &mut Vec<u8>, v: u32) {
 }
 
 fn to_u32(what: &str, name: &str, v: usize) -> Result<u32, Error> {
-    u32::try_from(v).map_err(|_| Error::Cpio(format!("{name}: {what} {v} does not fit newc's 32 bits")))
+    u32::try_from(v)
+        .map_err(|_| Error::Cpio(format!("{name}: {what} {v} does not fit newc's 32 bits")))
 }
 
 /// Serializes entries (in the given order; parents must come before children, which the
@@ -104,7 +105,11 @@ fn to_u32(what: &str, name: &str, v: usize) -> Result<u32, Error> {
 /// [`Error::Cpio`] when a name or file is larger than newc's 32-bit fields.
 pub fn write_newc(entries: &[Entry]) -> Result<Vec<u8>, Error> {
     let mut out = Vec::new();
-    let trailer = Entry { name: TRAILER.to_owned(), perm: 0, kind: EntryKind::File(Vec::new()) };
+    let trailer = Entry {
+        name: TRAILER.to_owned(),
+        perm: 0,
+        kind: EntryKind::File(Vec::new()),
+    };
     for (i, e) in entries.iter().chain(std::iter::once(&trailer)).enumerate() {
         let is_trailer = e.name == TRAILER;
         let data = e.data();
@@ -116,11 +121,25 @@ pub fn write_newc(entries: &[Entry]) -> Result<Vec<u8>, Error> {
         // ino: unique per entry so the kernel does not treat files as hard links
         // (init/initramfs.c find_link() keys on ino when nlink >= 2; we keep nlink at 1
         // for files, but distinct inos are what real archives have).
-        field(&mut out, if is_trailer { 0 } else { to_u32("index", &e.name, i + 1)? });
+        field(
+            &mut out,
+            if is_trailer {
+                0
+            } else {
+                to_u32("index", &e.name, i + 1)?
+            },
+        );
         field(&mut out, if is_trailer { 0 } else { e.mode() });
         field(&mut out, 0); // uid
         field(&mut out, 0); // gid
-        field(&mut out, if matches!(e.kind, EntryKind::Dir) { 2 } else { 1 });
+        field(
+            &mut out,
+            if matches!(e.kind, EntryKind::Dir) {
+                2
+            } else {
+                1
+            },
+        );
         field(&mut out, 0); // mtime: reproducible archives
         field(&mut out, to_u32("size", &e.name, data.len())?);
         field(&mut out, 0); // devmajor
@@ -163,7 +182,8 @@ fn hex_field(buf: &[u8], at: usize) -> Result<u32, Error> {
     let s = buf
         .get(at..at + 8)
         .ok_or_else(|| Error::Cpio(format!("truncated header field at byte {at}")))?;
-    let s = std::str::from_utf8(s).map_err(|_| Error::Cpio(format!("non-ASCII header field at byte {at}")))?;
+    let s = std::str::from_utf8(s)
+        .map_err(|_| Error::Cpio(format!("non-ASCII header field at byte {at}")))?;
     u32::from_str_radix(s, 16).map_err(|_| Error::Cpio(format!("bad hex field {s:?} at byte {at}")))
 }
 
@@ -193,11 +213,16 @@ pub fn parse_newc(buf: &[u8]) -> Result<Vec<ParsedEntry>, Error> {
         let raw = buf
             .get(name_at..name_at + namesize)
             .ok_or_else(|| Error::Cpio(format!("truncated name at byte {name_at}")))?;
-        let (nul, name) = raw.split_last().ok_or_else(|| Error::Cpio(format!("empty name at byte {name_at}")))?;
+        let (nul, name) = raw
+            .split_last()
+            .ok_or_else(|| Error::Cpio(format!("empty name at byte {name_at}")))?;
         if *nul != 0 {
-            return Err(Error::Cpio(format!("name at byte {name_at} not NUL-terminated")));
+            return Err(Error::Cpio(format!(
+                "name at byte {name_at} not NUL-terminated"
+            )));
         }
-        let name = String::from_utf8(name.to_vec()).map_err(|_| Error::Cpio(format!("non-UTF-8 name at byte {name_at}")))?;
+        let name = String::from_utf8(name.to_vec())
+            .map_err(|_| Error::Cpio(format!("non-UTF-8 name at byte {name_at}")))?;
         let data_at = align4(name_at + namesize);
         let data = buf
             .get(data_at..data_at + size)
@@ -207,7 +232,16 @@ pub fn parse_newc(buf: &[u8]) -> Result<Vec<ParsedEntry>, Error> {
         if name == TRAILER {
             return Ok(out);
         }
-        out.push(ParsedEntry { ino, mode, nlink, rdev_major, rdev_minor, name, data, offset: pos });
+        out.push(ParsedEntry {
+            ino,
+            mode,
+            nlink,
+            rdev_major,
+            rdev_minor,
+            name,
+            data,
+            offset: pos,
+        });
         pos = next;
     }
 }
@@ -218,11 +252,31 @@ mod tests {
 
     fn sample() -> Vec<Entry> {
         vec![
-            Entry { name: "dev".into(), perm: 0o755, kind: EntryKind::Dir },
-            Entry { name: "dev/console".into(), perm: 0o600, kind: EntryKind::CharDev { major: 5, minor: 1 } },
-            Entry { name: "init".into(), perm: 0o755, kind: EntryKind::File(b"#!/bin/sh\n".to_vec()) },
-            Entry { name: "bin/sh".into(), perm: 0o777, kind: EntryKind::Symlink("busybox".into()) },
-            Entry { name: "odd".into(), perm: 0o644, kind: EntryKind::File(vec![1, 2, 3, 4, 5]) },
+            Entry {
+                name: "dev".into(),
+                perm: 0o755,
+                kind: EntryKind::Dir,
+            },
+            Entry {
+                name: "dev/console".into(),
+                perm: 0o600,
+                kind: EntryKind::CharDev { major: 5, minor: 1 },
+            },
+            Entry {
+                name: "init".into(),
+                perm: 0o755,
+                kind: EntryKind::File(b"#!/bin/sh\n".to_vec()),
+            },
+            Entry {
+                name: "bin/sh".into(),
+                perm: 0o777,
+                kind: EntryKind::Symlink("busybox".into()),
+            },
+            Entry {
+                name: "odd".into(),
+                perm: 0o644,
+                kind: EntryKind::File(vec![1, 2, 3, 4, 5]),
+            },
         ]
     }
 
@@ -276,7 +330,10 @@ mod tests {
     fn parser_rejects_garbage_and_truncation() {
         let bytes = write_newc(&sample()).expect("write");
         assert!(matches!(parse_newc(b"hello"), Err(Error::Cpio(_))));
-        assert!(matches!(parse_newc(&bytes[..bytes.len() - 20]), Err(Error::Cpio(_))));
+        assert!(matches!(
+            parse_newc(&bytes[..bytes.len() - 20]),
+            Err(Error::Cpio(_))
+        ));
         let mut bad = bytes.clone();
         bad[0] = b'1';
         assert!(matches!(parse_newc(&bad), Err(Error::Cpio(_))));

@@ -48,7 +48,10 @@ impl ExportedFile {
         let ok = !self.name.trim_start_matches('/').is_empty()
             && rel.components().all(|c| matches!(c, Component::Normal(_)));
         if !ok {
-            return Err(Error::BadGuestPath { path: self.name.clone(), reason: "exported name must be a plain relative path" });
+            return Err(Error::BadGuestPath {
+                path: self.name.clone(),
+                reason: "exported name must be a plain relative path",
+            });
         }
         Ok(dir.join(rel))
     }
@@ -60,9 +63,15 @@ impl ExportedFile {
     pub fn write_under(&self, dir: &Path) -> Result<PathBuf, Error> {
         let path = self.host_path(dir)?;
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| Error::Io { path: parent.to_path_buf(), source })?;
+            std::fs::create_dir_all(parent).map_err(|source| Error::Io {
+                path: parent.to_path_buf(),
+                source,
+            })?;
         }
-        std::fs::write(&path, &self.data).map_err(|source| Error::Io { path: path.clone(), source })?;
+        std::fs::write(&path, &self.data).map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
         Ok(path)
     }
 }
@@ -85,31 +94,51 @@ pub fn decode_exports(console: &str) -> Result<Vec<ExportedFile>, Error> {
         let line = line.trim_end_matches('\r');
         if let Some(rest) = line.strip_prefix(BEGIN) {
             if let Some(o) = &open {
-                return Err(Error::Export { name: o.name.clone(), reason: "not closed before the next file began".into() });
+                return Err(Error::Export {
+                    name: o.name.clone(),
+                    reason: "not closed before the next file began".into(),
+                });
             }
-            let (size, name) = rest
-                .split_once(' ')
-                .ok_or_else(|| Error::Export { name: rest.to_owned(), reason: "header lacks `<size> <name>`".into() })?;
-            let size = size
-                .trim()
-                .parse()
-                .map_err(|_| Error::Export { name: name.to_owned(), reason: format!("bad size {size:?}") })?;
-            open = Some(Open { name: name.to_owned(), size, b64: String::new() });
+            let (size, name) = rest.split_once(' ').ok_or_else(|| Error::Export {
+                name: rest.to_owned(),
+                reason: "header lacks `<size> <name>`".into(),
+            })?;
+            let size = size.trim().parse().map_err(|_| Error::Export {
+                name: name.to_owned(),
+                reason: format!("bad size {size:?}"),
+            })?;
+            open = Some(Open {
+                name: name.to_owned(),
+                size,
+                b64: String::new(),
+            });
         } else if let Some(data) = line.strip_prefix(B64) {
             match &mut open {
                 Some(o) => o.b64.push_str(data.trim()),
-                None => return Err(Error::Export { name: String::new(), reason: "base64 line outside a file".into() }),
+                None => {
+                    return Err(Error::Export {
+                        name: String::new(),
+                        reason: "base64 line outside a file".into(),
+                    })
+                }
             }
         } else if let Some(name) = line.strip_prefix(END) {
-            let o = open
-                .take()
-                .ok_or_else(|| Error::Export { name: name.to_owned(), reason: "end without begin".into() })?;
+            let o = open.take().ok_or_else(|| Error::Export {
+                name: name.to_owned(),
+                reason: "end without begin".into(),
+            })?;
             if o.name != name {
-                return Err(Error::Export { name: o.name, reason: format!("closed as {name:?}") });
+                return Err(Error::Export {
+                    name: o.name,
+                    reason: format!("closed as {name:?}"),
+                });
             }
             let data = base64::engine::general_purpose::STANDARD
                 .decode(o.b64.as_bytes())
-                .map_err(|e| Error::Export { name: o.name.clone(), reason: format!("base64: {e}") })?;
+                .map_err(|e| Error::Export {
+                    name: o.name.clone(),
+                    reason: format!("base64: {e}"),
+                })?;
             if data.len() != o.size {
                 return Err(Error::Export {
                     name: o.name,
@@ -120,7 +149,10 @@ pub fn decode_exports(console: &str) -> Result<Vec<ExportedFile>, Error> {
         }
     }
     match open {
-        Some(o) => Err(Error::Export { name: o.name, reason: "console ended inside the file".into() }),
+        Some(o) => Err(Error::Export {
+            name: o.name,
+            reason: "console ended inside the file".into(),
+        }),
         None => Ok(out),
     }
 }
@@ -212,23 +244,38 @@ mod tests {
         let good = encode_export("f", &binary());
         // a kernel message spliced into a base64 line
         let spliced = good.replacen("TIERD-VM-B64 ", "TIERD-VM-B64 [ 3.1] oops ", 1);
-        assert!(matches!(decode_exports(&spliced), Err(Error::Export { .. })));
+        assert!(matches!(
+            decode_exports(&spliced),
+            Err(Error::Export { .. })
+        ));
         // a dropped line: the size no longer matches
         let mut lines: Vec<&str> = good.lines().collect();
         lines.remove(2);
-        assert!(matches!(decode_exports(&lines.join("\n")), Err(Error::Export { .. })));
+        assert!(matches!(
+            decode_exports(&lines.join("\n")),
+            Err(Error::Export { .. })
+        ));
         // never closed
         let cut = &good[..good.len() / 2];
         assert!(matches!(decode_exports(cut), Err(Error::Export { .. })));
         // bad header
-        assert!(matches!(decode_exports("TIERD-VM-FILE-BEGIN x\n"), Err(Error::Export { .. })));
+        assert!(matches!(
+            decode_exports("TIERD-VM-FILE-BEGIN x\n"),
+            Err(Error::Export { .. })
+        ));
     }
 
     #[test]
     fn host_paths_stay_inside_the_output_dir() {
         let dir = Path::new("/out");
-        let f = |n: &str| ExportedFile { name: n.into(), data: vec![] };
-        assert_eq!(f("/proc/1/maps").host_path(dir).expect("ok"), Path::new("/out/proc/1/maps"));
+        let f = |n: &str| ExportedFile {
+            name: n.into(),
+            data: vec![],
+        };
+        assert_eq!(
+            f("/proc/1/maps").host_path(dir).expect("ok"),
+            Path::new("/out/proc/1/maps")
+        );
         assert!(f("../etc/passwd").host_path(dir).is_err());
         assert!(f("a/../../b").host_path(dir).is_err());
         assert!(f("/").host_path(dir).is_err());

@@ -157,10 +157,13 @@ pub struct Capture {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io { path: path.to_path_buf(), source }
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
-fn walk(root: &Path, dir: &Path, files: &mut Vec<PathBuf>, links: &mut Vec<PathBuf>) -> Result<(), Error> {
+fn walk(dir: &Path, files: &mut Vec<PathBuf>, links: &mut Vec<PathBuf>) -> Result<(), Error> {
     for e in std::fs::read_dir(dir).map_err(io(dir))? {
         let e = e.map_err(io(dir))?;
         let p = e.path();
@@ -168,7 +171,7 @@ fn walk(root: &Path, dir: &Path, files: &mut Vec<PathBuf>, links: &mut Vec<PathB
         if ft.is_symlink() {
             links.push(p);
         } else if ft.is_dir() {
-            walk(root, &p, files, links)?;
+            walk(&p, files, links)?;
         } else {
             files.push(p);
         }
@@ -180,12 +183,23 @@ fn rel(root: &Path, p: &Path) -> String {
     p.strip_prefix(root).unwrap_or(p).display().to_string()
 }
 
+/// Relative paths written by [`unpack_tree`], each list sorted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unpacked {
+    /// Regular files.
+    pub files: Vec<String>,
+    /// Symlinks kept (their targets exist in the tree).
+    pub symlinks: Vec<String>,
+    /// Symlinks removed because their targets were not captured.
+    pub dropped_symlinks: Vec<String>,
+}
+
 /// Unpacks the exported tar into `out` (after removing earlier `proc`, `sys`, `meta`) and
 /// drops symlinks whose targets are outside what was captured.
 ///
 /// # Errors
 /// [`Error::Io`] and [`Error::Export`] for a damaged archive.
-pub fn unpack_tree(tgz: &[u8], out: &Path) -> Result<(Vec<String>, Vec<String>, Vec<String>), Error> {
+pub fn unpack_tree(tgz: &[u8], out: &Path) -> Result<Unpacked, Error> {
     std::fs::create_dir_all(out).map_err(io(out))?;
     for d in ["proc", "sys", "meta"] {
         let p = out.join(d);
@@ -195,9 +209,12 @@ pub fn unpack_tree(tgz: &[u8], out: &Path) -> Result<(Vec<String>, Vec<String>, 
     }
     let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(tgz));
     ar.set_preserve_permissions(false);
-    ar.unpack(out).map_err(|e| Error::Export { name: TREE_NAME.into(), reason: format!("unpack: {e}") })?;
+    ar.unpack(out).map_err(|e| Error::Export {
+        name: TREE_NAME.into(),
+        reason: format!("unpack: {e}"),
+    })?;
     let (mut files, mut links) = (Vec::new(), Vec::new());
-    walk(out, out, &mut files, &mut links)?;
+    walk(out, &mut files, &mut links)?;
     let mut kept = Vec::new();
     let mut dropped = Vec::new();
     for l in links {
@@ -218,7 +235,11 @@ pub fn unpack_tree(tgz: &[u8], out: &Path) -> Result<(Vec<String>, Vec<String>, 
     names.sort();
     kept.sort();
     dropped.sort();
-    Ok((names, kept, dropped))
+    Ok(Unpacked {
+        files: names,
+        symlinks: kept,
+        dropped_symlinks: dropped,
+    })
 }
 
 /// Boots the two-node guest, runs [`CAPTURE_SCRIPT`] and writes the tree plus a README
@@ -227,7 +248,12 @@ pub fn unpack_tree(tgz: &[u8], out: &Path) -> Result<(Vec<String>, Vec<String>, 
 /// # Errors
 /// Everything [`run`] returns, [`Error::Guest`] when the script fails or exports nothing,
 /// [`Error::Io`].
-pub fn capture(kernel: &Kernel, out: &Path, work: &Path, timeout: Duration) -> Result<Capture, Error> {
+pub fn capture(
+    kernel: &Kernel,
+    out: &Path,
+    work: &Path,
+    timeout: Duration,
+) -> Result<Capture, Error> {
     let spec = GuestSpec::two_node();
     std::fs::create_dir_all(work).map_err(io(work))?;
     let t = Instant::now();
@@ -235,18 +261,50 @@ pub fn capture(kernel: &Kernel, out: &Path, work: &Path, timeout: Duration) -> R
         .write_gz(&work.join("capture-initramfs.cpio.gz"))?;
     let initramfs_build = t.elapsed();
     let append = format!("{} {APPEND}", crate::guest::BASE_APPEND);
-    let args = spec.qemu_args(crate::guest::detect_accel(), &kernel.vmlinux, &initrd, &append)?;
+    let args = spec.qemu_args(
+        crate::guest::detect_accel(),
+        &kernel.vmlinux,
+        &initrd,
+        &append,
+    )?;
     let qemu_command = format!("{} {}", crate::guest::QEMU, shell_join(&args));
     let output = run(&spec, &kernel.vmlinux, &initrd, APPEND, timeout)?;
-    let tail = || output.console.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+    let tail = || {
+        output
+            .console
+            .lines()
+            .rev()
+            .take(40)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     if output.rc != Some(0) {
-        return Err(Error::Guest { reason: format!("capture script ended with rc {:?}", output.rc), tail: tail() });
+        return Err(Error::Guest {
+            reason: format!("capture script ended with rc {:?}", output.rc),
+            tail: tail(),
+        });
     }
-    let tree = output
-        .file(TREE_NAME)
-        .ok_or_else(|| Error::Guest { reason: format!("guest exported no {TREE_NAME}"), tail: tail() })?;
-    let (files, symlinks, dropped_symlinks) = unpack_tree(&tree.data, out)?;
-    let cap = Capture { out: out.to_path_buf(), files, symlinks, dropped_symlinks, output, qemu_command, initramfs_build };
+    let tree = output.file(TREE_NAME).ok_or_else(|| Error::Guest {
+        reason: format!("guest exported no {TREE_NAME}"),
+        tail: tail(),
+    })?;
+    let Unpacked {
+        files,
+        symlinks,
+        dropped_symlinks,
+    } = unpack_tree(&tree.data, out)?;
+    let cap = Capture {
+        out: out.to_path_buf(),
+        files,
+        symlinks,
+        dropped_symlinks,
+        output,
+        qemu_command,
+        initramfs_build,
+    };
     let readme = out.join("README.md");
     std::fs::write(&readme, readme_text(kernel, &cap)).map_err(io(&readme))?;
     Ok(cap)
@@ -254,7 +312,13 @@ pub fn capture(kernel: &Kernel, out: &Path, work: &Path, timeout: Duration) -> R
 
 fn shell_join(args: &[String]) -> String {
     args.iter()
-        .map(|a| if a.contains([' ', '"']) { format!("'{a}'") } else { a.clone() })
+        .map(|a| {
+            if a.contains([' ', '"']) {
+                format!("'{a}'")
+            } else {
+                a.clone()
+            }
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -271,7 +335,8 @@ fn utc_now() -> String {
 fn readme_text(kernel: &Kernel, cap: &Capture) -> String {
     let mut s = String::new();
     let pids = std::fs::read_to_string(cap.out.join("meta/pids.env")).unwrap_or_default();
-    let unreadable = std::fs::read_to_string(cap.out.join("meta/UNREADABLE.txt")).unwrap_or_default();
+    let unreadable =
+        std::fs::read_to_string(cap.out.join("meta/UNREADABLE.txt")).unwrap_or_default();
     s.push_str(&format!(
         "# Real /proc and /sys files from a Linux {ver} guest with a CPU-less slow memory node\n\n\
 Captured {date} by `tierd-vm capture-fixtures` (crates/tierd-vm/src/fixtures.rs, guest script\n\
@@ -346,19 +411,29 @@ mod tests {
 
     #[test]
     fn unpack_keeps_inner_links_and_drops_dangling_ones() {
-        let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
-        let mut add_file = |b: &mut tar::Builder<_>, path: &str, data: &[u8]| {
+        let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
+            Vec::new(),
+            flate2::Compression::fast(),
+        ));
+        let add_file = |b: &mut tar::Builder<_>, path: &str, data: &[u8]| {
             let mut h = tar::Header::new_gnu();
             h.set_size(data.len() as u64);
             h.set_mode(0o444);
             h.set_entry_type(tar::EntryType::Regular);
             b.append_data(&mut h, path, data).expect("append");
         };
-        add_file(&mut builder, "sys/devices/system/node/node0/cpulist", b"0-1\n");
+        add_file(
+            &mut builder,
+            "sys/devices/system/node/node0/cpulist",
+            b"0-1\n",
+        );
         add_file(&mut builder, "sys/devices/system/node/node1/cpulist", b"\n");
         add_file(&mut builder, "meta/uname-r", b"6.12\n");
         for (link, target) in [
-            ("sys/devices/system/node/node1/access0/initiators/node0", "../../../node0"),
+            (
+                "sys/devices/system/node/node1/access0/initiators/node0",
+                "../../../node0",
+            ),
             ("sys/devices/system/node/node0/cpu0", "../../cpu/cpu0"),
         ] {
             let mut h = tar::Header::new_gnu();
@@ -369,13 +444,29 @@ mod tests {
         let tgz = builder.into_inner().expect("tar").finish().expect("gz");
         let out = std::env::temp_dir().join(format!("tierd-vm-unpack-{}", std::process::id()));
         std::fs::create_dir_all(out.join("proc/stale")).expect("mk");
-        let (files, kept, dropped) = unpack_tree(&tgz, &out).expect("unpack");
-        assert_eq!(files, ["meta/uname-r", "sys/devices/system/node/node0/cpulist", "sys/devices/system/node/node1/cpulist"]);
-        assert_eq!(kept, ["sys/devices/system/node/node1/access0/initiators/node0"]);
+        let Unpacked {
+            files,
+            symlinks: kept,
+            dropped_symlinks: dropped,
+        } = unpack_tree(&tgz, &out).expect("unpack");
+        assert_eq!(
+            files,
+            [
+                "meta/uname-r",
+                "sys/devices/system/node/node0/cpulist",
+                "sys/devices/system/node/node1/cpulist"
+            ]
+        );
+        assert_eq!(
+            kept,
+            ["sys/devices/system/node/node1/access0/initiators/node0"]
+        );
         assert_eq!(dropped, ["sys/devices/system/node/node0/cpu0"]);
         assert!(!out.join("proc/stale").exists(), "old capture removed");
-        let via_link =
-            std::fs::read_to_string(out.join("sys/devices/system/node/node1/access0/initiators/node0/cpulist")).expect("read");
+        let via_link = std::fs::read_to_string(
+            out.join("sys/devices/system/node/node1/access0/initiators/node0/cpulist"),
+        )
+        .expect("read");
         assert_eq!(via_link, "0-1\n");
         std::fs::remove_dir_all(&out).ok();
     }

@@ -68,7 +68,11 @@ pub fn detect_accel() -> Accel {
         Ok("kvm") => return Accel::Kvm,
         _ => {}
     }
-    let kvm_opens = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").is_ok();
+    let kvm_opens = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok();
     let hw = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| cpuinfo_has_hw_virt(&c));
     if kvm_opens && hw {
         Accel::Kvm
@@ -82,7 +86,10 @@ pub fn detect_accel() -> Accel {
 pub fn parse_end_marker(console: &str) -> Option<i32> {
     console.lines().rev().find_map(|l| {
         let rest = &l[l.find(END_MARKER)? + END_MARKER.len()..];
-        let num: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '-').collect();
+        let num: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '-')
+            .collect();
         num.parse().ok()
     })
 }
@@ -123,7 +130,11 @@ pub fn run(
     timeout: Duration,
 ) -> Result<GuestOutput, Error> {
     let accel = detect_accel();
-    let append = if append_extra.is_empty() { BASE_APPEND.to_owned() } else { format!("{BASE_APPEND} {append_extra}") };
+    let append = if append_extra.is_empty() {
+        BASE_APPEND.to_owned()
+    } else {
+        format!("{BASE_APPEND} {append_extra}")
+    };
     let args = spec.qemu_args(accel, kernel, initramfs, &append)?;
     let program = qemu_program();
     let start = Instant::now();
@@ -133,7 +144,10 @@ pub fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|source| Error::Spawn { program: program.clone(), source })?;
+        .map_err(|source| Error::Spawn {
+            program: program.clone(),
+            source,
+        })?;
     let console = Arc::new(Mutex::new(Vec::<u8>::new()));
     let reader = child.stdout.take().map(|mut out| {
         let sink = Arc::clone(&console);
@@ -168,8 +182,14 @@ pub fn run(
             if let Some(r) = reader {
                 let _ = r.join();
             }
-            let text = console.lock().map(|c| String::from_utf8_lossy(&c).into_owned()).unwrap_or_default();
-            return Err(Error::Timeout { timeout, tail: tail(&strip_exports(&text), 40) });
+            let text = console
+                .lock()
+                .map(|c| String::from_utf8_lossy(&c).into_owned())
+                .unwrap_or_default();
+            return Err(Error::Timeout {
+                timeout,
+                tail: tail(&strip_exports(&text), 40),
+            });
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -178,7 +198,10 @@ pub fn run(
         let _ = r.join();
     }
     let qemu_stderr = err_reader.and_then(|h| h.join().ok()).unwrap_or_default();
-    let raw = console.lock().map(|c| String::from_utf8_lossy(&c).into_owned()).unwrap_or_default();
+    let raw = console
+        .lock()
+        .map(|c| String::from_utf8_lossy(&c).into_owned())
+        .unwrap_or_default();
     let files = decode_exports(&raw)?;
     Ok(GuestOutput {
         console: strip_exports(&raw),
@@ -197,17 +220,30 @@ mod tests {
 
     #[test]
     fn hw_virt_needs_vmx_or_svm_in_flags() {
-        assert!(cpuinfo_has_hw_virt("processor : 0\nflags\t\t: fpu vme svm lm\n"));
+        assert!(cpuinfo_has_hw_virt(
+            "processor : 0\nflags\t\t: fpu vme svm lm\n"
+        ));
         assert!(cpuinfo_has_hw_virt("flags : fpu vmx\n"));
         // a PVM host: /dev/kvm exists but the flags lack both
-        assert!(!cpuinfo_has_hw_virt("flags\t\t: fpu vme hypervisor lm svm_lock\n"));
+        assert!(!cpuinfo_has_hw_virt(
+            "flags\t\t: fpu vme hypervisor lm svm_lock\n"
+        ));
         assert!(!cpuinfo_has_hw_virt("model name : vmx svm\n"));
     }
 
     #[test]
     fn end_marker_gives_the_last_rc() {
-        assert_eq!(parse_end_marker("x\r\nTIERD-VM: END rc=0 uptime=3.1\r\n"), Some(0));
-        assert_eq!(parse_end_marker("TIERD-VM: END rc=1\nTIERD-VM: END rc=42 uptime=1\n"), Some(42));
-        assert_eq!(parse_end_marker("[ 1.2] Kernel panic - not syncing\n"), None);
+        assert_eq!(
+            parse_end_marker("x\r\nTIERD-VM: END rc=0 uptime=3.1\r\n"),
+            Some(0)
+        );
+        assert_eq!(
+            parse_end_marker("TIERD-VM: END rc=1\nTIERD-VM: END rc=42 uptime=1\n"),
+            Some(42)
+        );
+        assert_eq!(
+            parse_end_marker("[ 1.2] Kernel panic - not syncing\n"),
+            None
+        );
     }
 }

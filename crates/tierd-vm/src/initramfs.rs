@@ -86,7 +86,10 @@ pub struct Initramfs {
 /// components and the root itself.
 fn archive_name(guest: &str) -> Result<String, Error> {
     let trimmed = guest.trim_start_matches('/');
-    let bad = |reason| Error::BadGuestPath { path: guest.to_owned(), reason };
+    let bad = |reason| Error::BadGuestPath {
+        path: guest.to_owned(),
+        reason,
+    };
     if trimmed.is_empty() {
         return Err(bad("empty"));
     }
@@ -128,9 +131,11 @@ impl Initramfs {
         let mut at = 0;
         while let Some(i) = name[at..].find('/') {
             let dir = &name[..at + i];
-            self.entries
-                .entry(dir.to_owned())
-                .or_insert_with(|| Entry { name: dir.to_owned(), perm: 0o755, kind: EntryKind::Dir });
+            self.entries.entry(dir.to_owned()).or_insert_with(|| Entry {
+                name: dir.to_owned(),
+                perm: 0o755,
+                kind: EntryKind::Dir,
+            });
             at += i + 1;
         }
     }
@@ -138,7 +143,8 @@ impl Initramfs {
     fn insert(&mut self, guest: &str, perm: u32, kind: EntryKind) -> Result<(), Error> {
         let name = archive_name(guest)?;
         self.ensure_parents(&name);
-        self.entries.insert(name.clone(), Entry { name, perm, kind });
+        self.entries
+            .insert(name.clone(), Entry { name, perm, kind });
         Ok(())
     }
 
@@ -162,8 +168,16 @@ impl Initramfs {
     ///
     /// # Errors
     /// [`Error::Io`] when the host file cannot be read, [`Error::BadGuestPath`].
-    pub fn add_host_file(&mut self, host: &Path, guest: &str, perm: Option<u32>) -> Result<(), Error> {
-        let io = |source| Error::Io { path: host.to_path_buf(), source };
+    pub fn add_host_file(
+        &mut self,
+        host: &Path,
+        guest: &str,
+        perm: Option<u32>,
+    ) -> Result<(), Error> {
+        let io = |source| Error::Io {
+            path: host.to_path_buf(),
+            source,
+        };
         let data = std::fs::read(host).map_err(io)?;
         let perm = match perm {
             Some(p) => p,
@@ -187,7 +201,13 @@ impl Initramfs {
     ///
     /// # Errors
     /// [`Error::BadGuestPath`].
-    pub fn add_char_device(&mut self, guest: &str, perm: u32, major: u32, minor: u32) -> Result<(), Error> {
+    pub fn add_char_device(
+        &mut self,
+        guest: &str,
+        perm: u32,
+        major: u32,
+        minor: u32,
+    ) -> Result<(), Error> {
         self.insert(guest, perm, EntryKind::CharDev { major, minor })
     }
 
@@ -225,7 +245,10 @@ impl Initramfs {
     /// [`Error::Io`], [`Error::Cpio`].
     pub fn write_gz(&self, path: &Path) -> Result<PathBuf, Error> {
         let gz = self.to_cpio_gz()?;
-        std::fs::write(path, gz).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        std::fs::write(path, gz).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Ok(path.to_path_buf())
     }
 }
@@ -242,12 +265,19 @@ mod tests {
         let fake_bb = dir.join("busybox");
         std::fs::write(&fake_bb, b"\x7fELF fake").expect("write");
         let mut fs = Initramfs::standard(&fake_bb, "echo hi\n").expect("build");
-        fs.add_file("/opt/tools/x", b"data".to_vec(), 0o644).expect("add");
+        fs.add_file("/opt/tools/x", b"data".to_vec(), 0o644)
+            .expect("add");
         let gz = fs.to_cpio_gz().expect("gz");
         let mut raw = Vec::new();
-        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut raw).expect("gunzip");
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut raw)
+            .expect("gunzip");
         let parsed = parse_newc(&raw).expect("parse");
-        let get = |n: &str| parsed.iter().find(|p| p.name == n).unwrap_or_else(|| panic!("no {n}"));
+        let get = |n: &str| {
+            parsed
+                .iter()
+                .find(|p| p.name == n)
+                .unwrap_or_else(|| panic!("no {n}"))
+        };
         let console = get("dev/console");
         assert_eq!(console.mode & 0o170_000, S_IFCHR);
         assert_eq!((console.rdev_major, console.rdev_minor), (5, 1));
@@ -266,9 +296,18 @@ mod tests {
     #[test]
     fn bad_guest_paths_are_typed_errors() {
         let mut fs = Initramfs::empty();
-        assert!(matches!(fs.add_dir("/", 0o755), Err(Error::BadGuestPath { .. })));
-        assert!(matches!(fs.add_file("a/../b", vec![], 0o644), Err(Error::BadGuestPath { .. })));
-        assert!(matches!(fs.add_file("a//b", vec![], 0o644), Err(Error::BadGuestPath { .. })));
+        assert!(matches!(
+            fs.add_dir("/", 0o755),
+            Err(Error::BadGuestPath { .. })
+        ));
+        assert!(matches!(
+            fs.add_file("a/../b", vec![], 0o644),
+            Err(Error::BadGuestPath { .. })
+        ));
+        assert!(matches!(
+            fs.add_file("a//b", vec![], 0o644),
+            Err(Error::BadGuestPath { .. })
+        ));
         assert!(matches!(
             fs.add_host_file(Path::new("/nonexistent/tierd"), "x", None),
             Err(Error::Io { .. })

@@ -49,17 +49,30 @@ pub fn default_cache_dir() -> PathBuf {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io { path: path.to_path_buf(), source }
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 fn run(cmd: &mut Command) -> Result<Vec<u8>, Error> {
     let shown = format!("{cmd:?}");
-    let out = cmd.output().map_err(|source| Error::Spawn { program: shown.clone(), source })?;
+    let out = cmd.output().map_err(|source| Error::Spawn {
+        program: shown.clone(),
+        source,
+    })?;
     if !out.status.success() {
         return Err(Error::Command {
             cmd: shown,
             status: out.status.to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).chars().rev().take(2000).collect::<String>().chars().rev().collect(),
+            stderr: String::from_utf8_lossy(&out.stderr)
+                .chars()
+                .rev()
+                .take(2000)
+                .collect::<String>()
+                .chars()
+                .rev()
+                .collect(),
         });
     }
     Ok(out.stdout)
@@ -67,7 +80,8 @@ fn run(cmd: &mut Command) -> Result<Vec<u8>, Error> {
 
 /// The Debian archive URI of the system's sources (deb822 `URIs:` or one-line `deb` form).
 fn archive_uri() -> String {
-    let deb822 = std::fs::read_to_string("/etc/apt/sources.list.d/debian.sources").unwrap_or_default();
+    let deb822 =
+        std::fs::read_to_string("/etc/apt/sources.list.d/debian.sources").unwrap_or_default();
     if let Some(u) = deb822.lines().find_map(|l| l.strip_prefix("URIs:")) {
         if let Some(first) = u.split_whitespace().next() {
             return first.to_owned();
@@ -94,14 +108,23 @@ fn archive_uri() -> String {
 /// [`Error::NoKernelPackage`] when no stanza names a `linux-image-6.12` dependency.
 pub fn parse_meta_show(show: &str) -> Result<(String, String), Error> {
     for stanza in show.split("\n\n") {
-        let field = |name: &str| stanza.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
-        let (Some(dep), Some(ver)) = (field("Depends:"), field("Version:")) else { continue };
+        let field = |name: &str| {
+            stanza
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(str::trim)
+        };
+        let (Some(dep), Some(ver)) = (field("Depends:"), field("Version:")) else {
+            continue;
+        };
         let pkg = dep.split([' ', ',', '(']).next().unwrap_or_default();
         if pkg.starts_with("linux-image-6.12.") {
             return Ok((pkg.to_owned(), ver.to_owned()));
         }
     }
-    Err(Error::NoKernelPackage(format!("no linux-image-6.12.* dependency in `apt-cache show {META_PACKAGE}`")))
+    Err(Error::NoKernelPackage(format!(
+        "no linux-image-6.12.* dependency in `apt-cache show {META_PACKAGE}`"
+    )))
 }
 
 /// Finds the compressed payload of an x86 bzImage and checks it is zstd.
@@ -135,14 +158,21 @@ pub fn bzimage_payload(image: &[u8]) -> Result<(&[u8], u64), Error> {
     };
     let start = (setup_sects + 1) * 512 + le32(0x248)?;
     let len = le32(0x24c)?;
-    let payload = image
-        .get(start..start + len)
-        .ok_or_else(|| bad(format!("payload {start:#x}+{len:#x} beyond the image ({:#x} bytes)", image.len())))?;
+    let payload = image.get(start..start + len).ok_or_else(|| {
+        bad(format!(
+            "payload {start:#x}+{len:#x} beyond the image ({:#x} bytes)",
+            image.len()
+        ))
+    })?;
     if !payload.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        return Err(bad("payload is not zstd (CONFIG_KERNEL_ZSTD expected)".into()));
+        return Err(bad(
+            "payload is not zstd (CONFIG_KERNEL_ZSTD expected)".into()
+        ));
     }
     let (stream, size) = payload.split_at(payload.len().saturating_sub(4));
-    let size: [u8; 4] = size.try_into().map_err(|_| bad("payload shorter than its size trailer".into()))?;
+    let size: [u8; 4] = size
+        .try_into()
+        .map_err(|_| bad("payload shorter than its size trailer".into()))?;
     Ok((stream, u64::from(u32::from_le_bytes(size))))
 }
 
@@ -151,7 +181,11 @@ impl Kernel {
     #[must_use]
     pub fn cached(cache_dir: &Path) -> Option<Kernel> {
         let env = std::fs::read_to_string(cache_dir.join("kernel.env")).ok()?;
-        let get = |k: &str| env.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix('=')).map(str::to_owned);
+        let get = |k: &str| {
+            env.lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+                .map(str::to_owned)
+        };
         let version = get("version")?;
         let vmlinux = cache_dir.join(format!("kernel-{version}")).join("vmlinux");
         vmlinux.is_file().then(|| Kernel {
@@ -212,17 +246,32 @@ impl Kernel {
         let version = package.trim_start_matches("linux-image-").to_owned();
         let deb_glob = format!("{package}_");
         let find_deb = || -> Option<PathBuf> {
-            std::fs::read_dir(&debs).ok()?.filter_map(Result::ok).map(|e| e.path()).find(|p| {
-                p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&deb_glob) && n.ends_with(".deb"))
-            })
+            std::fs::read_dir(&debs)
+                .ok()?
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .find(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(&deb_glob) && n.ends_with(".deb"))
+                })
         };
         let deb = match find_deb() {
             Some(d) => d,
             None => {
                 let mut dl = Command::new("apt-get");
                 apt_opts(&mut dl);
-                run(dl.current_dir(&debs).args(["-q", "download", &format!("{package}={package_version}")]))?;
-                find_deb().ok_or_else(|| Error::NoKernelPackage(format!("{package}: download left no .deb in {}", debs.display())))?
+                run(dl.current_dir(&debs).args([
+                    "-q",
+                    "download",
+                    &format!("{package}={package_version}"),
+                ]))?;
+                find_deb().ok_or_else(|| {
+                    Error::NoKernelPackage(format!(
+                        "{package}: download left no .deb in {}",
+                        debs.display()
+                    ))
+                })?
             }
         };
         let kdir = cache_dir.join(format!("kernel-{version}"));
@@ -238,11 +287,17 @@ impl Kernel {
         let zst = kdir.join("vmlinux.zst");
         std::fs::write(&zst, payload).map_err(io(&zst))?;
         let vmlinux = kdir.join("vmlinux");
-        run(Command::new("zstd").args(["-q", "-d", "-f", "-o"]).arg(&vmlinux).arg(&zst))?;
+        run(Command::new("zstd")
+            .args(["-q", "-d", "-f", "-o"])
+            .arg(&vmlinux)
+            .arg(&zst))?;
         let head = std::fs::read(&vmlinux).map_err(io(&vmlinux))?;
         if !head.starts_with(b"\x7fELF") || head.len() as u64 != size {
             return Err(Error::BadKernelImage {
-                reason: format!("{}: not an ELF file of the {size} bytes the bzImage announces", vmlinux.display()),
+                reason: format!(
+                    "{}: not an ELF file of the {size} bytes the bzImage announces",
+                    vmlinux.display()
+                ),
             });
         }
         // Keep the config for reference; drop the rest of the unpacked package (modules).
@@ -251,9 +306,17 @@ impl Kernel {
         std::fs::remove_dir_all(&unpacked).map_err(io(&unpacked))?;
         std::fs::remove_file(&zst).map_err(io(&zst))?;
         let env = cache_dir.join("kernel.env");
-        std::fs::write(&env, format!("version={version}\npackage={package}\npackage_version={package_version}\n"))
-            .map_err(io(&env))?;
-        Ok(Kernel { vmlinux, version, package, package_version })
+        std::fs::write(
+            &env,
+            format!("version={version}\npackage={package}\npackage_version={package_version}\n"),
+        )
+        .map_err(io(&env))?;
+        Ok(Kernel {
+            vmlinux,
+            version,
+            package,
+            package_version,
+        })
     }
 }
 
@@ -268,7 +331,9 @@ mod tests {
         assert_eq!(pkg, "linux-image-6.12.95+deb12-amd64");
         assert_eq!(ver, "6.12.95-1~bpo12+1");
         assert!(matches!(
-            parse_meta_show("Package: linux-image-amd64\nVersion: 6.1\nDepends: linux-image-6.1.0-37-amd64\n"),
+            parse_meta_show(
+                "Package: linux-image-amd64\nVersion: 6.1\nDepends: linux-image-6.1.0-37-amd64\n"
+            ),
             Err(Error::NoKernelPackage(_))
         ));
     }
@@ -286,9 +351,18 @@ mod tests {
         assert_eq!(stream, [0x28, 0xb5, 0x2f, 0xfd, 1, 2]);
         assert_eq!(size, 0x1234);
         img[at] = 0x1f; // gzip-ish: refused
-        assert!(matches!(bzimage_payload(&img), Err(Error::BadKernelImage { .. })));
+        assert!(matches!(
+            bzimage_payload(&img),
+            Err(Error::BadKernelImage { .. })
+        ));
         img[0x24c..0x250].copy_from_slice(&100_000u32.to_le_bytes());
-        assert!(matches!(bzimage_payload(&img), Err(Error::BadKernelImage { .. })));
-        assert!(matches!(bzimage_payload(b"short"), Err(Error::BadKernelImage { .. })));
+        assert!(matches!(
+            bzimage_payload(&img),
+            Err(Error::BadKernelImage { .. })
+        ));
+        assert!(matches!(
+            bzimage_payload(b"short"),
+            Err(Error::BadKernelImage { .. })
+        ));
     }
 }

@@ -10,10 +10,15 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use tierd_vm::{default_cache_dir, fixtures, initramfs::DEFAULT_BUSYBOX, GuestSpec, Initramfs, Kernel};
+use tierd_vm::{
+    default_cache_dir, fixtures, initramfs::DEFAULT_BUSYBOX, GuestSpec, Initramfs, Kernel,
+};
 
 #[derive(Parser, Debug)]
-#[command(name = "tierd-vm", about = "Boot a tiered-memory QEMU guest with a stock 6.12 kernel")]
+#[command(
+    name = "tierd-vm",
+    about = "Boot a tiered-memory QEMU guest with a stock 6.12 kernel"
+)]
 struct Cli {
     /// Cache directory for the kernel (default: $TIERD_VM_CACHE or target/vmlab).
     #[arg(long, global = true)]
@@ -79,25 +84,56 @@ fn real_main(cli: Cli) -> Result<ExitCode, tierd_vm::Error> {
     let fetch = t.elapsed();
     match cli.cmd {
         Cmd::FetchKernel => {
-            println!("{}\t{}\t({:.1} s)", kernel.version, kernel.vmlinux.display(), fetch.as_secs_f64());
+            println!(
+                "{}\t{}\t({:.1} s)",
+                kernel.version,
+                kernel.vmlinux.display(),
+                fetch.as_secs_f64()
+            );
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Run { script, files, three_node, timeout, append, out, busybox } => {
-            let text = std::fs::read_to_string(&script).map_err(|source| tierd_vm::Error::Io { path: script.clone(), source })?;
+        Cmd::Run {
+            script,
+            files,
+            three_node,
+            timeout,
+            append,
+            out,
+            busybox,
+        } => {
+            let text = std::fs::read_to_string(&script).map_err(|source| tierd_vm::Error::Io {
+                path: script.clone(),
+                source,
+            })?;
             let t = Instant::now();
             let mut fs = Initramfs::standard(&busybox, &text)?;
             for f in &files {
-                let (host, guest) = f.split_once(':').ok_or_else(|| tierd_vm::Error::BadGuestPath {
-                    path: f.clone(),
-                    reason: "--file wants HOST_PATH:GUEST_PATH",
-                })?;
+                let (host, guest) =
+                    f.split_once(':')
+                        .ok_or_else(|| tierd_vm::Error::BadGuestPath {
+                            path: f.clone(),
+                            reason: "--file wants HOST_PATH:GUEST_PATH",
+                        })?;
                 fs.add_host_file(std::path::Path::new(host), guest, None)?;
             }
-            std::fs::create_dir_all(&cache).map_err(|source| tierd_vm::Error::Io { path: cache.clone(), source })?;
+            std::fs::create_dir_all(&cache).map_err(|source| tierd_vm::Error::Io {
+                path: cache.clone(),
+                source,
+            })?;
             let initrd = fs.write_gz(&cache.join(format!("run-{}.cpio.gz", std::process::id())))?;
             let build = t.elapsed();
-            let spec = if three_node { GuestSpec::three_node() } else { GuestSpec::two_node() };
-            let res = tierd_vm::run(&spec, &kernel.vmlinux, &initrd, &append, Duration::from_secs(timeout));
+            let spec = if three_node {
+                GuestSpec::three_node()
+            } else {
+                GuestSpec::two_node()
+            };
+            let res = tierd_vm::run(
+                &spec,
+                &kernel.vmlinux,
+                &initrd,
+                &append,
+                Duration::from_secs(timeout),
+            );
             let _ = std::fs::remove_file(&initrd);
             let o = res?;
             print!("{}", o.console);

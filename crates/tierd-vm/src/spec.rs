@@ -85,11 +85,30 @@ impl GuestSpec {
     #[must_use]
     pub fn two_node_sized(fast_mib: u64, slow_mib: u64) -> Self {
         Self {
-            nodes: vec![NodeSpec { cpus: 2, mem_mib: fast_mib }, NodeSpec { cpus: 0, mem_mib: slow_mib }],
+            nodes: vec![
+                NodeSpec {
+                    cpus: 2,
+                    mem_mib: fast_mib,
+                },
+                NodeSpec {
+                    cpus: 0,
+                    mem_mib: slow_mib,
+                },
+            ],
             distances: vec![(0, 1, 20)],
             hmat: vec![
-                HmatLink { initiator: 0, target: 0, latency_ns: FAST_LAT, bandwidth_mib_s: FAST_BW },
-                HmatLink { initiator: 0, target: 1, latency_ns: SLOW_LAT, bandwidth_mib_s: SLOW_BW },
+                HmatLink {
+                    initiator: 0,
+                    target: 0,
+                    latency_ns: FAST_LAT,
+                    bandwidth_mib_s: FAST_BW,
+                },
+                HmatLink {
+                    initiator: 0,
+                    target: 1,
+                    latency_ns: SLOW_LAT,
+                    bandwidth_mib_s: SLOW_BW,
+                },
             ],
         }
     }
@@ -108,12 +127,26 @@ impl GuestSpec {
     /// [`Self::three_node`] with `dram_mib` on each of nodes 0 and 1 and `slow_mib` on node 2.
     #[must_use]
     pub fn three_node_sized(dram_mib: u64, slow_mib: u64) -> Self {
-        let link = |initiator, target, latency_ns, bandwidth_mib_s| HmatLink { initiator, target, latency_ns, bandwidth_mib_s };
+        let link = |initiator, target, latency_ns, bandwidth_mib_s| HmatLink {
+            initiator,
+            target,
+            latency_ns,
+            bandwidth_mib_s,
+        };
         Self {
             nodes: vec![
-                NodeSpec { cpus: 1, mem_mib: dram_mib },
-                NodeSpec { cpus: 1, mem_mib: dram_mib },
-                NodeSpec { cpus: 0, mem_mib: slow_mib },
+                NodeSpec {
+                    cpus: 1,
+                    mem_mib: dram_mib,
+                },
+                NodeSpec {
+                    cpus: 1,
+                    mem_mib: dram_mib,
+                },
+                NodeSpec {
+                    cpus: 0,
+                    mem_mib: slow_mib,
+                },
             ],
             distances: vec![(0, 1, 21), (0, 2, 24), (1, 2, 24)],
             hmat: vec![
@@ -144,7 +177,8 @@ impl GuestSpec {
     /// # Errors
     /// [`Error::Spec`] naming the problem.
     pub fn validate(&self) -> Result<(), Error> {
-        let n = u32::try_from(self.nodes.len()).map_err(|_| Error::Spec("too many nodes".into()))?;
+        let n =
+            u32::try_from(self.nodes.len()).map_err(|_| Error::Spec("too many nodes".into()))?;
         if n == 0 || self.cpus() == 0 {
             return Err(Error::Spec("need at least one node with CPUs".into()));
         }
@@ -158,10 +192,16 @@ impl GuestSpec {
         }
         for l in &self.hmat {
             if l.initiator >= n || l.target >= n {
-                return Err(Error::Spec(format!("HMAT link {}->{} names a missing node", l.initiator, l.target)));
+                return Err(Error::Spec(format!(
+                    "HMAT link {}->{} names a missing node",
+                    l.initiator, l.target
+                )));
             }
             if self.nodes[l.initiator as usize].cpus == 0 {
-                return Err(Error::Spec(format!("HMAT initiator {} has no CPUs", l.initiator)));
+                return Err(Error::Spec(format!(
+                    "HMAT initiator {} has no CPUs",
+                    l.initiator
+                )));
             }
         }
         Ok(())
@@ -179,7 +219,10 @@ impl GuestSpec {
             .filter(|l| l.target == node)
             .min_by_key(|l| (l.latency_ns, l.initiator))
             .map_or_else(
-                || u32::try_from(self.nodes.iter().position(|x| x.cpus > 0).unwrap_or(0)).unwrap_or(0),
+                || {
+                    u32::try_from(self.nodes.iter().position(|x| x.cpus > 0).unwrap_or(0))
+                        .unwrap_or(0)
+                },
                 |l| l.initiator,
             )
     }
@@ -198,7 +241,11 @@ impl GuestSpec {
             "-m".into(),
             format!("{}M", self.mem_mib()),
             "-machine".into(),
-            if hmat { "q35,hmat=on".into() } else { "q35".into() },
+            if hmat {
+                "q35,hmat=on".into()
+            } else {
+                "q35".into()
+            },
         ];
         let mut next_cpu = 0;
         for (i, node) in self.nodes.iter().enumerate() {
@@ -244,9 +291,20 @@ impl GuestSpec {
     ///
     /// # Errors
     /// [`Error::Spec`].
-    pub fn qemu_args(&self, accel: Accel, kernel: &Path, initrd: &Path, append: &str) -> Result<Vec<String>, Error> {
+    pub fn qemu_args(
+        &self,
+        accel: Accel,
+        kernel: &Path,
+        initrd: &Path,
+        append: &str,
+    ) -> Result<Vec<String>, Error> {
         let mut a: Vec<String> = match accel {
-            Accel::Tcg => vec!["-accel".into(), "tcg,thread=multi".into(), "-cpu".into(), "max".into()],
+            Accel::Tcg => vec![
+                "-accel".into(),
+                "tcg,thread=multi".into(),
+                "-cpu".into(),
+                "max".into(),
+            ],
             Accel::Kvm => vec!["-accel".into(), "kvm".into(), "-cpu".into(), "host".into()],
         };
         a.extend(self.machine_args()?);
@@ -282,7 +340,12 @@ mod tests {
     #[test]
     fn two_node_args_carry_numa_and_hmat() {
         let a = GuestSpec::two_node()
-            .qemu_args(Accel::Tcg, Path::new("/k/vmlinux"), Path::new("/k/i.gz"), "console=ttyS0")
+            .qemu_args(
+                Accel::Tcg,
+                Path::new("/k/vmlinux"),
+                Path::new("/k/i.gz"),
+                "console=ttyS0",
+            )
             .expect("args");
         assert!(has(&a, "q35,hmat=on"));
         assert!(has(&a, "tcg,thread=multi"));
@@ -291,9 +354,15 @@ mod tests {
         assert!(has(&a, "node,nodeid=1,memdev=m1,initiator=0"), "{a:?}");
         assert!(has(&a, "memory-backend-ram,id=m1,size=2048M"));
         assert!(has(&a, "dist,src=0,dst=1,val=20"));
-        assert!(has(&a, "hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-latency,latency=300"));
+        assert!(has(
+            &a,
+            "hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-latency,latency=300"
+        ));
         assert!(has(&a, "hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-bandwidth,bandwidth=5120M"));
-        assert!(has(&a, "hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-latency,latency=100"));
+        assert!(has(
+            &a,
+            "hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-latency,latency=100"
+        ));
         assert_eq!(a.iter().filter(|x| x.starts_with("hmat-lb")).count(), 4);
         // every -numa/-object/-append flag is followed by its value
         let i = a.iter().position(|x| x == "-append").expect("append");
@@ -305,15 +374,26 @@ mod tests {
         let s = GuestSpec::three_node();
         let a = s.machine_args().expect("args");
         assert!(has(&a, "-smp") && has(&a, "2"));
-        assert!(has(&a, "node,nodeid=0,cpus=0-0,memdev=m0,initiator=0"), "{a:?}");
+        assert!(
+            has(&a, "node,nodeid=0,cpus=0-0,memdev=m0,initiator=0"),
+            "{a:?}"
+        );
         assert!(has(&a, "node,nodeid=1,cpus=1-1,memdev=m1,initiator=1"));
         assert!(has(&a, "node,nodeid=2,memdev=m2,initiator=0"));
         assert_eq!(a.iter().filter(|x| x.starts_with("hmat-lb")).count(), 12);
-        assert!(has(&a, "hmat-lb,initiator=1,target=2,hierarchy=memory,data-type=access-latency,latency=300"));
+        assert!(has(
+            &a,
+            "hmat-lb,initiator=1,target=2,hierarchy=memory,data-type=access-latency,latency=300"
+        ));
         assert!(has(&a, "dist,src=2,dst=1,val=24"));
         // node 2 is slower than either DRAM node from every initiator
         for init in [0, 1] {
-            let lat = |t| s.hmat.iter().find(|l| l.initiator == init && l.target == t).map(|l| l.latency_ns);
+            let lat = |t| {
+                s.hmat
+                    .iter()
+                    .find(|l| l.initiator == init && l.target == t)
+                    .map(|l| l.latency_ns)
+            };
             assert!(lat(2) > lat(0) && lat(2) > lat(1));
         }
     }
@@ -324,18 +404,35 @@ mod tests {
         s.hmat.clear();
         let a = s.machine_args().expect("args");
         assert!(has(&a, "q35"));
-        assert!(!a.iter().any(|x| x.contains("hmat") || x.contains("initiator")));
+        assert!(!a
+            .iter()
+            .any(|x| x.contains("hmat") || x.contains("initiator")));
     }
 
     #[test]
     fn invalid_specs_are_rejected() {
         let mut s = GuestSpec::two_node();
-        s.hmat.push(HmatLink { initiator: 1, target: 0, latency_ns: 1, bandwidth_mib_s: 1 });
-        assert!(matches!(s.validate(), Err(Error::Spec(_))), "CPU-less initiator");
+        s.hmat.push(HmatLink {
+            initiator: 1,
+            target: 0,
+            latency_ns: 1,
+            bandwidth_mib_s: 1,
+        });
+        assert!(
+            matches!(s.validate(), Err(Error::Spec(_))),
+            "CPU-less initiator"
+        );
         let mut s = GuestSpec::two_node();
         s.distances.push((0, 5, 20));
         assert!(matches!(s.machine_args(), Err(Error::Spec(_))));
-        let s = GuestSpec { nodes: vec![NodeSpec { cpus: 0, mem_mib: 1 }], distances: vec![], hmat: vec![] };
+        let s = GuestSpec {
+            nodes: vec![NodeSpec {
+                cpus: 0,
+                mem_mib: 1,
+            }],
+            distances: vec![],
+            hmat: vec![],
+        };
         assert!(matches!(s.validate(), Err(Error::Spec(_))));
     }
 }
