@@ -261,10 +261,11 @@ pub fn capture(
         .write_gz(&work.join("capture-initramfs.cpio.gz"))?;
     let initramfs_build = t.elapsed();
     let append = format!("{} {APPEND}", crate::guest::BASE_APPEND);
+    // The README shows file names, not this machine's cache paths.
     let args = spec.qemu_args(
         crate::guest::detect_accel(),
-        &kernel.vmlinux,
-        &initrd,
+        Path::new("vmlinux"),
+        Path::new("initramfs.cpio.gz"),
         &append,
     )?;
     let qemu_command = format!("{} {}", crate::guest::QEMU, shell_join(&args));
@@ -367,7 +368,8 @@ QEMU command (initramfs built by the harness):\n\n```sh\n{qemu}\n```\n\n\
 ## Files\n\n\
 Paths are the guest's real paths under `proc/` and `sys/`, so a reader can use this directory as\n\
 its `/proc` or `/sys` root. Every file was read with `cat` (sysfs reports st_size 4096 for every\n\
-attribute). Symlinks inside the captured set (e.g. `access0/initiators/node0`) are kept;\n\
+attribute). Symlinks inside the captured set (e.g. `access0/initiators/node0`, `node1/memory32`) are kept,\n\
+so the tree has the same directory loops as sysfs (`node0/memory0/node0` ...): do not walk it following links;\n\
 {ndrop} symlinks pointing outside it (e.g. `node0/cpu0`, `subsystem`) were dropped.\n\n\
 | path | what |\n|---|---|\n\
 | `sys/devices/system/node/{{online,possible,has_cpu,has_memory,has_normal_memory}}` | node masks |\n\
