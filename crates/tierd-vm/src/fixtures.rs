@@ -115,6 +115,15 @@ for pid in 1 $PF $PS $PH; do
   dd if=/proc/$pid/pagemap of=$FX/proc/$pid/pagemap bs=8 count=$n 2>/dev/null || echo "/proc/$pid/pagemap" >> $ERR
   echo "$pid $n 0x$end" >> $FX/meta/pagemap-entries.txt
 done
+# the 32 MiB buffers live far up (mmap area): slices of pagemap for the largest anonymous mapping
+: > $FX/meta/pagemap-slices.txt
+for pid in $PF $PS; do
+  set -- $(awk 'NF == 5 { split($1, r, "-"); print r[1], r[2] }' /proc/$pid/maps | while read a b; do
+    echo "$(( 0x$b - 0x$a )) $a"; done | sort -n | tail -1)
+  vpn=$(( 0x$2 / 4096 )); n=$(( $1 / 4096 ))
+  dd if=/proc/$pid/pagemap of=$FX/meta/pagemap-$pid-$2.bin bs=8 skip=$vpn count=$n 2>/dev/null || echo "/proc/$pid/pagemap@$2" >> $ERR
+  echo "$pid 0x$2 $n meta/pagemap-$pid-$2.bin" >> $FX/meta/pagemap-slices.txt
+done
 
 # --- cgroups
 cap $CG /sys/fs/cgroup/cgroup.controllers /sys/fs/cgroup/cgroup.subtree_control /sys/fs/cgroup/cgroup.procs \
@@ -387,6 +396,7 @@ so the tree has the same directory loops as sysfs (`node0/memory0/node0` ...): d
 | `proc/{{vmstat,meminfo,zoneinfo,buddyinfo,cmdline}}` | system counters |\n\
 | `proc/<pid>/{{numa_maps,maps,smaps,status,cgroup,cmdline,stat}}` | per process (PIDs in `meta/pids.env`) |\n\
 | `proc/<pid>/pagemap` | **prefix** of the real binary file: entries for virtual pages 0 .. end of `[heap]` (count in `meta/pagemap-entries.txt`: pid, entries, end address); read as root, so PFNs are present |\n\
+| `meta/pagemap-<pid>-<start>.bin` | pagemap entries of the 32 MiB buffers of `PID_FAST` (node 0) and `PID_SLOW` (node 1), from virtual address `<start>` (hex); listed in `meta/pagemap-slices.txt` (pid, start, entries, file). PFNs map to nodes through `sys/devices/system/node/node*/memory*` and `block_size_bytes` |\n\
 | `meta/uname-r`, `meta/dmesg.txt`, `meta/pids.env`, `meta/UNREADABLE.txt`, `meta/damon-admin.ls-lR.txt`, `meta/pagemap-entries.txt` | context, not part of /proc or /sys |\n\n\
 Unreadable (write-only or erroring) attributes:\n\n```\n{unreadable}```\n\n\
 {nfiles} files, {nlinks} symlinks:\n\n```\n{list}\n```\n",
