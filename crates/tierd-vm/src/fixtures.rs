@@ -42,6 +42,8 @@ cap() {
       [ -d "$FX${p%/*}" ] || mkdir -p "$FX${p%/*}"
       ln -sf "$(readlink "$p")" "$FX$p"
     elif [ -d "$p" ]; then
+      # git keeps no empty directories: list them (e.g. node1/access0/targets of a CPU-less node)
+      find "$p" -type d -empty >> $FX/meta/EMPTY-DIRS.txt
       find "$p" -mindepth 1 \( -type f -o -type l \) > /tmp/cap.list
       while read -r q; do cap "$q"; done < /tmp/cap.list
     elif [ -f "$p" ]; then
@@ -397,6 +399,7 @@ so the tree has the same directory loops as sysfs (`node0/memory0/node0` ...): d
 | `proc/<pid>/{{numa_maps,maps,smaps,status,cgroup,cmdline,stat}}` | per process (PIDs in `meta/pids.env`) |\n\
 | `proc/<pid>/pagemap` | **prefix** of the real binary file: entries for virtual pages 0 .. end of `[heap]` (count in `meta/pagemap-entries.txt`: pid, entries, end address); read as root, so PFNs are present |\n\
 | `meta/pagemap-<pid>-<start>.bin` | pagemap entries of the 32 MiB buffers of `PID_FAST` (node 0) and `PID_SLOW` (node 1), from virtual address `<start>` (hex); listed in `meta/pagemap-slices.txt` (pid, start, entries, file). PFNs map to nodes through `sys/devices/system/node/node*/memory*` and `block_size_bytes` |\n\
+| `meta/EMPTY-DIRS.txt` | directories that were empty in the guest (git cannot store them, so they are absent here; e.g. `access0/targets` of the CPU-less node): a reader should treat a missing one as empty |\n\
 | `meta/uname-r`, `meta/dmesg.txt`, `meta/pids.env`, `meta/UNREADABLE.txt`, `meta/damon-admin.ls-lR.txt`, `meta/pagemap-entries.txt` | context, not part of /proc or /sys |\n\n\
 Unreadable (write-only or erroring) attributes:\n\n```\n{unreadable}```\n\n\
 {nfiles} files, {nlinks} symlinks:\n\n```\n{list}\n```\n",
