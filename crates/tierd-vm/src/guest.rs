@@ -2,12 +2,15 @@
 //! timeout, and read back the `/init` end marker and any exported files.
 
 use std::io::Read as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::export::{decode_exports, strip_exports, ExportedFile};
+use crate::initramfs::Initramfs;
+use crate::kernel::Kernel;
 use crate::spec::{Accel, GuestSpec};
 use crate::Error;
 
@@ -19,6 +22,61 @@ pub const ACCEL_ENV: &str = "TIERD_VM_ACCEL";
 pub const BASE_APPEND: &str = "console=ttyS0 quiet panic=-1";
 /// The marker `/init` prints when `run.sh` returns.
 pub const END_MARKER: &str = "TIERD-VM: END rc=";
+
+/// A kernel plus a scratch directory: the convenient way to run guests from an
+/// [`Initramfs`] without managing archive files.
+#[derive(Debug, Clone)]
+pub struct Guest {
+    /// The kernel every run boots.
+    pub kernel: Kernel,
+    /// Where the per-run initramfs files are written (and removed again).
+    pub work_dir: PathBuf,
+}
+
+static RUN_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl Guest {
+    /// A guest runner for `kernel`, writing temporary archives into `work_dir`.
+    #[must_use]
+    pub fn new(kernel: Kernel, work_dir: PathBuf) -> Self {
+        Self { kernel, work_dir }
+    }
+
+    /// Fetches (or finds cached) the kernel in [`crate::default_cache_dir`] and uses that
+    /// directory for scratch files too.
+    ///
+    /// # Errors
+    /// Whatever [`Kernel::fetch`] returns.
+    pub fn from_default_cache() -> Result<Self, Error> {
+        let cache = crate::default_cache_dir();
+        Ok(Self::new(Kernel::fetch(&cache)?, cache))
+    }
+
+    /// Builds the archive, boots `spec` with it and returns the output (see [`run`]).
+    ///
+    /// # Errors
+    /// As [`run`], plus [`Error::Io`]/[`Error::Cpio`] for the archive.
+    pub fn run(
+        &self,
+        spec: &GuestSpec,
+        initramfs: &Initramfs,
+        append_extra: &str,
+        timeout: Duration,
+    ) -> Result<GuestOutput, Error> {
+        std::fs::create_dir_all(&self.work_dir).map_err(|source| Error::Io {
+            path: self.work_dir.clone(),
+            source,
+        })?;
+        let n = RUN_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = self
+            .work_dir
+            .join(format!("initramfs-{}-{n}.cpio.gz", std::process::id()));
+        initramfs.write_gz(&path)?;
+        let res = run(spec, &self.kernel.vmlinux, &path, append_extra, timeout);
+        let _ = std::fs::remove_file(&path);
+        res
+    }
+}
 
 /// What a finished guest run produced.
 #[derive(Debug, Clone)]

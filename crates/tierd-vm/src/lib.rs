@@ -23,7 +23,7 @@ pub mod kernel;
 pub mod spec;
 
 pub use export::{decode_exports, ExportedFile};
-pub use guest::{detect_accel, run, GuestOutput};
+pub use guest::{detect_accel, run, Guest, GuestOutput};
 pub use initramfs::Initramfs;
 pub use kernel::{default_cache_dir, Kernel};
 pub use spec::{Accel, GuestSpec, HmatLink, NodeSpec};
