@@ -11,6 +11,12 @@ fi
 # rust-toolchain.toml pins the toolchain; make sure its components are present.
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
+# Guest tests (crates/tierd-vm) need qemu, busybox-static and zstd; as root on Debian, install
+# them. Without them those tests print SKIP (or fail when TIERD_REQUIRE_GUEST is set).
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  ./scripts/vm-deps.sh || echo "scripts/vm-deps.sh failed: guest tests will SKIP" >&2
+fi
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 ./scripts/check-engine-deps.sh

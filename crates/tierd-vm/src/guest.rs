@@ -1,0 +1,307 @@
+//! Running a guest: pick the accelerator, start qemu, collect the serial console, enforce a
+//! timeout, and read back the `/init` end marker and any exported files.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::export::{decode_exports, strip_exports, ExportedFile};
+use crate::initramfs::Initramfs;
+use crate::kernel::Kernel;
+use crate::spec::{Accel, GuestSpec};
+use crate::Error;
+
+/// The qemu binary (override with `TIERD_VM_QEMU`).
+pub const QEMU: &str = "qemu-system-x86_64";
+/// Environment variable forcing the accelerator (`tcg` or `kvm`).
+pub const ACCEL_ENV: &str = "TIERD_VM_ACCEL";
+/// Kernel arguments every run gets: serial console, few messages, a panic ends qemu.
+pub const BASE_APPEND: &str = "console=ttyS0 quiet panic=-1";
+/// The marker `/init` prints when `run.sh` returns.
+pub const END_MARKER: &str = "TIERD-VM: END rc=";
+
+/// A kernel plus a scratch directory: the convenient way to run guests from an
+/// [`Initramfs`] without managing archive files.
+#[derive(Debug, Clone)]
+pub struct Guest {
+    /// The kernel every run boots.
+    pub kernel: Kernel,
+    /// Where the per-run initramfs files are written (and removed again).
+    pub work_dir: PathBuf,
+}
+
+static RUN_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl Guest {
+    /// A guest runner for `kernel`, writing temporary archives into `work_dir`.
+    #[must_use]
+    pub fn new(kernel: Kernel, work_dir: PathBuf) -> Self {
+        Self { kernel, work_dir }
+    }
+
+    /// Fetches (or finds cached) the kernel in [`crate::default_cache_dir`] and uses that
+    /// directory for scratch files too.
+    ///
+    /// # Errors
+    /// Whatever [`Kernel::fetch`] returns.
+    pub fn from_default_cache() -> Result<Self, Error> {
+        let cache = crate::default_cache_dir();
+        Ok(Self::new(Kernel::fetch(&cache)?, cache))
+    }
+
+    /// Builds the archive, boots `spec` with it and returns the output (see [`run`]).
+    ///
+    /// # Errors
+    /// As [`run`], plus [`Error::Io`]/[`Error::Cpio`] for the archive.
+    pub fn run(
+        &self,
+        spec: &GuestSpec,
+        initramfs: &Initramfs,
+        append_extra: &str,
+        timeout: Duration,
+    ) -> Result<GuestOutput, Error> {
+        std::fs::create_dir_all(&self.work_dir).map_err(|source| Error::Io {
+            path: self.work_dir.clone(),
+            source,
+        })?;
+        let n = RUN_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = self
+            .work_dir
+            .join(format!("initramfs-{}-{n}.cpio.gz", std::process::id()));
+        initramfs.write_gz(&path)?;
+        let res = run(spec, &self.kernel.vmlinux, &path, append_extra, timeout);
+        let _ = std::fs::remove_file(&path);
+        res
+    }
+}
+
+/// What a finished guest run produced.
+#[derive(Debug, Clone)]
+pub struct GuestOutput {
+    /// The console (kernel and `/init` output) with the export framing replaced by
+    /// `[exported NAME]` lines.
+    pub console: String,
+    /// `run.sh`'s exit status from the end marker; `None` when the guest did not get there
+    /// (a panic, or `/init` failing).
+    pub rc: Option<i32>,
+    /// Wall time from starting qemu to its exit.
+    pub wall: Duration,
+    /// The accelerator used.
+    pub accel: Accel,
+    /// qemu's exit status, as text.
+    pub qemu_status: String,
+    /// qemu's stderr.
+    pub qemu_stderr: String,
+    /// Files the guest exported with `tierd_export`/`tierd_export_tree`.
+    pub files: Vec<ExportedFile>,
+}
+
+impl GuestOutput {
+    /// The exported file called `name`.
+    #[must_use]
+    pub fn file(&self, name: &str) -> Option<&ExportedFile> {
+        self.files.iter().find(|f| f.name == name)
+    }
+}
+
+/// Whether the host CPU flags (a `/proc/cpuinfo` text) include hardware virtualization.
+#[must_use]
+pub fn cpuinfo_has_hw_virt(cpuinfo: &str) -> bool {
+    cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("flags"))
+        .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"))
+}
+
+/// Picks KVM only when `/dev/kvm` opens read-write *and* the CPU has `vmx`/`svm`.
+/// A `/dev/kvm` without those flags is a software hypervisor such as kvm-pvm, which cannot
+/// run stock kernels (vmlab.md 4.2). `TIERD_VM_ACCEL=tcg|kvm` overrides.
+#[must_use]
+pub fn detect_accel() -> Accel {
+    match std::env::var(ACCEL_ENV).as_deref() {
+        Ok("tcg") => return Accel::Tcg,
+        Ok("kvm") => return Accel::Kvm,
+        _ => {}
+    }
+    let kvm_opens = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok();
+    let hw = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| cpuinfo_has_hw_virt(&c));
+    if kvm_opens && hw {
+        Accel::Kvm
+    } else {
+        Accel::Tcg
+    }
+}
+
+/// The exit status in the last end marker of a console.
+#[must_use]
+pub fn parse_end_marker(console: &str) -> Option<i32> {
+    console.lines().rev().find_map(|l| {
+        let rest = &l[l.find(END_MARKER)? + END_MARKER.len()..];
+        let num: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '-')
+            .collect();
+        num.parse().ok()
+    })
+}
+
+fn tail(s: &str, lines: usize) -> String {
+    let v: Vec<&str> = s.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
+}
+
+fn qemu_program() -> String {
+    std::env::var("TIERD_VM_QEMU").unwrap_or_else(|_| QEMU.to_owned())
+}
+
+/// Whether qemu can be started at all (for skip decisions).
+#[must_use]
+pub fn qemu_available() -> bool {
+    Command::new(qemu_program())
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Runs one guest to completion.
+///
+/// `initramfs` is a gzip'd cpio file (see [`crate::Initramfs::write_gz`]); `append_extra`
+/// is added to [`BASE_APPEND`] (e.g. `KEY=VALUE` words for `run.sh`).
+///
+/// # Errors
+/// [`Error::Spawn`] when qemu cannot start, [`Error::Timeout`] (qemu is killed) with the
+/// console tail, [`Error::Export`] when an exported file is damaged, [`Error::Spec`].
+pub fn run(
+    spec: &GuestSpec,
+    kernel: &Path,
+    initramfs: &Path,
+    append_extra: &str,
+    timeout: Duration,
+) -> Result<GuestOutput, Error> {
+    let accel = detect_accel();
+    let append = if append_extra.is_empty() {
+        BASE_APPEND.to_owned()
+    } else {
+        format!("{BASE_APPEND} {append_extra}")
+    };
+    let args = spec.qemu_args(accel, kernel, initramfs, &append)?;
+    let program = qemu_program();
+    let start = Instant::now();
+    let mut child = Command::new(&program)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| Error::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+    let console = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let reader = child.stdout.take().map(|mut out| {
+        let sink = Arc::clone(&console);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = out.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                if let Ok(mut c) = sink.lock() {
+                    c.extend_from_slice(&buf[..n]);
+                }
+            }
+        })
+    });
+    let err_reader = child.stderr.take().map(|mut err| {
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = err.read_to_end(&mut s);
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    });
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) => {}
+            Err(source) => return Err(Error::Spawn { program, source }),
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            if let Some(r) = reader {
+                let _ = r.join();
+            }
+            let text = console
+                .lock()
+                .map(|c| String::from_utf8_lossy(&c).into_owned())
+                .unwrap_or_default();
+            return Err(Error::Timeout {
+                timeout,
+                tail: tail(&strip_exports(&text), 40),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let wall = start.elapsed();
+    if let Some(r) = reader {
+        let _ = r.join();
+    }
+    let qemu_stderr = err_reader.and_then(|h| h.join().ok()).unwrap_or_default();
+    let raw = console
+        .lock()
+        .map(|c| String::from_utf8_lossy(&c).into_owned())
+        .unwrap_or_default();
+    let files = decode_exports(&raw)?;
+    Ok(GuestOutput {
+        console: strip_exports(&raw),
+        rc: parse_end_marker(&raw),
+        wall,
+        accel,
+        qemu_status: status.to_string(),
+        qemu_stderr,
+        files,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hw_virt_needs_vmx_or_svm_in_flags() {
+        assert!(cpuinfo_has_hw_virt(
+            "processor : 0\nflags\t\t: fpu vme svm lm\n"
+        ));
+        assert!(cpuinfo_has_hw_virt("flags : fpu vmx\n"));
+        // a PVM host: /dev/kvm exists but the flags lack both
+        assert!(!cpuinfo_has_hw_virt(
+            "flags\t\t: fpu vme hypervisor lm svm_lock\n"
+        ));
+        assert!(!cpuinfo_has_hw_virt("model name : vmx svm\n"));
+    }
+
+    #[test]
+    fn end_marker_gives_the_last_rc() {
+        assert_eq!(
+            parse_end_marker("x\r\nTIERD-VM: END rc=0 uptime=3.1\r\n"),
+            Some(0)
+        );
+        assert_eq!(
+            parse_end_marker("TIERD-VM: END rc=1\nTIERD-VM: END rc=42 uptime=1\n"),
+            Some(42)
+        );
+        assert_eq!(
+            parse_end_marker("[ 1.2] Kernel panic - not syncing\n"),
+            None
+        );
+    }
+}
