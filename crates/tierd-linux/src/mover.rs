@@ -3,7 +3,7 @@
 //! A [`MigrationBatch`] names pages by address space ([`SpaceId`]) and virtual page; the kernel
 //! wants a pid and addresses. The [`Mover`] groups a batch's pages by space, asks the caller for
 //! the space's pid, and calls `move_pages(pid, ..., MPOL_MF_MOVE)` in chunks of
-//! [`MoverConfig::chunk_pages`] addresses. A huge page ([`PageSize::Huge2M`]) is one address:
+//! [`MoverConfig::chunk_pages`] addresses. A huge page ([`PageSize::Huge2M`](tierd_engine::types::PageSize::Huge2M)) is one address:
 //! the kernel isolates and migrates the whole folio (mm/migrate.c `add_page_for_migration()`
 //! isolates `compound_head(page)`).
 //!
@@ -596,6 +596,12 @@ mod tests {
             report.results[0].outcome,
             MoveOutcome::Failed(MoveError::NoProcess)
         );
+        // What the kernel says for a zombie: find_mm_struct() finds the task but no mm.
+        assert_eq!(
+            mover.query(pid, &[0x10_0000]).expect("q"),
+            vec![Err(libc::EINVAL)]
+        );
+        assert_eq!(mover.stats().failures.no_process, 1);
         child.wait().expect("reap");
     }
 
@@ -619,6 +625,38 @@ mod tests {
         // Nothing moved, and the pages are still where they were.
         let q = mover.query(0, &m.page_addrs()).expect("q");
         assert!(q.iter().all(|r| *r == Ok(NodeId(0))), "{q:?}");
+    }
+
+    #[test]
+    fn huge_page_is_one_address_of_512_pages() {
+        const HUGE: usize = 2 << 20;
+        let mut m = AnonMapping::new(2 * HUGE).expect("mmap");
+        m.advise_hugepage().expect("madvise");
+        let head = m.addr().next_multiple_of(HUGE);
+        let off = head - m.addr();
+        for p in m.as_mut_slice()[off..off + HUGE].chunks_mut(page_size()) {
+            p[0] = 1;
+        }
+        let batch = MigrationBatch {
+            id: 1,
+            kind: MigrationKind::Promote,
+            target: NodeId(0),
+            cgroup: CgroupId::ROOT,
+            pages: vec![PlannedMove {
+                page: PageRef::huge(SpaceId(3), Vpn::from_addr(head as u64)),
+                from: NodeId(1),
+            }],
+        };
+        let mut mover = Mover::default();
+        let report = mover.execute(&batch, |_| Some(0)).expect("move");
+        assert_eq!(report.results.len(), 1);
+        assert_eq!(report.results[0].outcome, MoveOutcome::Moved(NodeId(0)));
+        let s = mover.stats();
+        assert_eq!(
+            (s.move_calls, s.pages_requested, s.pages_moved),
+            (1, 512, 512)
+        );
+        assert_eq!(s.bytes_moved, 2 << 20);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `tierd-workload`: the guest workload binary (see the library docs for the subcommands and
 //! the static build).
 
+use std::io::Write;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -159,6 +160,15 @@ fn reset_policy(m: &AnonMapping) -> Result<()> {
     Ok(())
 }
 
+/// Print one report line. A closed stdout (the harness went away) is an error to return, not
+/// a panic as in `println!`.
+fn emit(line: &dyn std::fmt::Display) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").context("writing a report line to stdout")?;
+    // Line by line: the guest harness reads the console while the chase runs.
+    out.flush().context("flushing stdout")
+}
+
 fn pid() -> i32 {
     i32::try_from(std::process::id()).unwrap_or(0)
 }
@@ -220,20 +230,17 @@ fn run_chase(a: &ChaseArgs) -> Result<()> {
     } else {
         None
     };
-    println!(
-        "{}",
-        ChaseLine::Ready(ChaseReady {
-            pid: pid(),
-            addr: as_u64(m.addr()),
-            node: a.node,
-            total_pages: as_u64(addrs.len()),
-            hot_pages: as_u64(hot_pages),
-            tick_us: a.tick_us,
-            ticker_pid: ticker
-                .as_ref()
-                .map_or(0, |c| i32::try_from(c.id()).unwrap_or(0)),
-        })
-    );
+    emit(&ChaseLine::Ready(ChaseReady {
+        pid: pid(),
+        addr: as_u64(m.addr()),
+        node: a.node,
+        total_pages: as_u64(addrs.len()),
+        hot_pages: as_u64(hot_pages),
+        tick_us: a.tick_us,
+        ticker_pid: ticker
+            .as_ref()
+            .map_or(0, |c| i32::try_from(c.id()).unwrap_or(0)),
+    }))?;
     let words = m.as_u64_slice();
     let total = Duration::from_secs_f64(a.secs);
     let (mut pos, mut steps, mut iv_steps) = (0u64, 0u64, 0u64);
@@ -256,16 +263,16 @@ fn run_chase(a: &ChaseArgs) -> Result<()> {
                 Err(e) => break Err(e),
             };
             let (steps_per_s, ns_per_step) = rate(iv_steps, iv_time);
-            println!(
-                "{}",
-                ChaseLine::Sample(ChaseSample {
-                    t: now.as_secs_f64(),
-                    hot,
-                    cold,
-                    steps_per_s,
-                    ns_per_step,
-                })
-            );
+            let sample = ChaseLine::Sample(ChaseSample {
+                t: now.as_secs_f64(),
+                hot,
+                cold,
+                steps_per_s,
+                ns_per_step,
+            });
+            if let Err(e) = emit(&sample) {
+                break Err(e);
+            }
             (iv_steps, iv_time) = (0, Duration::ZERO);
             while next <= t0.elapsed() {
                 next += a.interval;
@@ -284,17 +291,14 @@ fn run_chase(a: &ChaseArgs) -> Result<()> {
     let t = result?;
     let (hot, cold) = where_(&mut mover)?;
     let (steps_per_s, ns_per_step) = rate(steps, chase_time);
-    println!(
-        "{}",
-        ChaseLine::Done(ChaseDone {
-            t: t.as_secs_f64(),
-            steps,
-            hot,
-            cold,
-            steps_per_s,
-            ns_per_step,
-        })
-    );
+    emit(&ChaseLine::Done(ChaseDone {
+        t: t.as_secs_f64(),
+        steps,
+        hot,
+        cold,
+        steps_per_s,
+        ns_per_step,
+    }))?;
     Ok(())
 }
 
@@ -304,19 +308,16 @@ fn run_hold(mib: usize, node: i32, secs: f64) -> Result<()> {
     let addrs = m.page_addrs();
     let mut mover = Mover::default();
     let placement = Placement::of(&mover.query(0, &addrs)?);
-    println!(
-        "{}",
-        HoldLine::Ready {
-            pid: pid(),
-            addr: as_u64(m.addr()),
-            node,
-            mib: as_u64(mib),
-            placement,
-        }
-    );
+    emit(&HoldLine::Ready {
+        pid: pid(),
+        addr: as_u64(m.addr()),
+        node,
+        mib: as_u64(mib),
+        placement,
+    })?;
     std::thread::sleep(Duration::from_secs_f64(secs));
     let placement = Placement::of(&mover.query(0, &addrs)?);
-    println!("{}", HoldLine::Done { placement });
+    emit(&HoldLine::Done { placement })?;
     Ok(())
 }
 
@@ -331,20 +332,17 @@ fn run_move(mib: usize, from: u16, to: u16, chunk_pages: usize) -> Result<()> {
     let out = mover.move_addrs(0, &addrs, NodeId(from), NodeId(to))?;
     let s = *mover.stats();
     ensure!(out.len() == addrs.len(), "one outcome per page");
-    println!(
-        "{}",
-        MoveLine {
-            pages: s.pages_requested,
-            from: i32::from(from),
-            to,
-            secs: s.move_time.as_secs_f64(),
-            moved: s.pages_moved,
-            already: s.pages_already_there,
-            failed: s.failures.total(),
-            moved_mib_s: s.moved_mib_per_s().unwrap_or(0.0),
-            requested_mib_s: s.requested_mib_per_s().unwrap_or(0.0),
-        }
-    );
+    emit(&MoveLine {
+        pages: s.pages_requested,
+        from: i32::from(from),
+        to,
+        secs: s.move_time.as_secs_f64(),
+        moved: s.pages_moved,
+        already: s.pages_already_there,
+        failed: s.failures.total(),
+        moved_mib_s: s.moved_mib_per_s().unwrap_or(0.0),
+        requested_mib_s: s.requested_mib_per_s().unwrap_or(0.0),
+    })?;
     Ok(())
 }
 
