@@ -340,6 +340,7 @@ fn run_move(mib: usize, from: u16, to: u16, chunk_pages: usize) -> Result<()> {
         moved: s.pages_moved,
         already: s.pages_already_there,
         failed: s.failures.total(),
+        busy: s.failures.busy,
         moved_mib_s: s.moved_mib_per_s().unwrap_or(0.0),
         requested_mib_s: s.requested_mib_per_s().unwrap_or(0.0),
     })?;

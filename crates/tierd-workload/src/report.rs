@@ -8,7 +8,7 @@
 //! chase done t=15.001 steps=50593792 hot_n0=... cold_other=0 steps_per_s=3372734 ns_per_step=296.49
 //! hold pid=900 addr=0x7f... node=0 mib=1200 n0=307200 n1=0 other=0 ready
 //! hold done n0=290000 n1=17200 other=0
-//! move pages=65536 from=0 to=1 secs=1.234 moved=65536 already=0 failed=0 moved_mib_s=207.4 requested_mib_s=207.4
+//! move pages=65536 from=0 to=1 secs=1.234 moved=65536 already=0 failed=0 busy=0 moved_mib_s=207.4 requested_mib_s=207.4
 //! ```
 //!
 //! Placement counts are 4 KiB pages from a `move_pages(2)` location query: `n0`/`n1` pages on
@@ -188,6 +188,9 @@ pub struct MoveLine {
     pub already: u64,
     /// Pages that failed.
     pub failed: u64,
+    /// Of those, pages that failed with `EBUSY` (with THP, passing every 4 KiB subpage yields
+    /// one per huge page: the folio is still isolated when its next subpage is looked up).
+    pub busy: u64,
     /// Moved MiB per second.
     pub moved_mib_s: f64,
     /// Requested MiB per second.
@@ -331,6 +334,7 @@ impl MoveLine {
             moved: x.get("moved")?,
             already: x.get("already")?,
             failed: x.get("failed")?,
+            busy: x.get("busy")?,
             moved_mib_s: x.get("moved_mib_s")?,
             requested_mib_s: x.get("requested_mib_s")?,
         })
@@ -397,7 +401,7 @@ impl fmt::Display for MoveLine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "move pages={} from={} to={} secs={:.6} moved={} already={} failed={} moved_mib_s={:.1} requested_mib_s={:.1}",
+            "move pages={} from={} to={} secs={:.6} moved={} already={} failed={} busy={} moved_mib_s={:.1} requested_mib_s={:.1}",
             self.pages,
             self.from,
             self.to,
@@ -405,6 +409,7 @@ impl fmt::Display for MoveLine {
             self.moved,
             self.already,
             self.failed,
+            self.busy,
             self.moved_mib_s,
             self.requested_mib_s
         )
@@ -536,6 +541,7 @@ mod tests {
             moved: 9,
             already: 0,
             failed: 1,
+            busy: 1,
             moved_mib_s: 0.1,
             requested_mib_s: 0.1,
         };

@@ -151,7 +151,10 @@ fn move_to_the_same_node_finds_everything_already_there() {
     let out = run(&["move", "--mib", "4", "--to", "0", "--chunk-pages", "100"]);
     let lines = stdout_lines(&out);
     let m = MoveLine::parse(&lines[0]).expect("move line");
-    assert_eq!((m.pages, m.already, m.moved, m.failed), (1024, 1024, 0, 0));
+    assert_eq!(
+        (m.pages, m.already, m.moved, m.failed, m.busy),
+        (1024, 1024, 0, 0, 0)
+    );
     assert!(m.secs > 0.0 && m.requested_mib_s > 0.0, "{m:?}");
 }
 
