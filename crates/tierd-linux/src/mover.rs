@@ -202,6 +202,19 @@ pub fn status_outcome(status: i32) -> MoveOutcome {
     })
 }
 
+/// Fill the status entries the kernel left unset (`unset` indexes `status`) from a follow-up
+/// location query (`located[k]` for `unset[k]`, `None` if the query failed): a page found on
+/// the target moved; any other page was tried and not moved, reason unknown (`-EAGAIN`).
+fn resolve_unset(status: &mut [i32], unset: &[usize], located: Option<&[i32]>, target: NodeId) {
+    for (k, &i) in unset.iter().enumerate() {
+        let here = located.and_then(|l| l.get(k).copied());
+        status[i] = match here {
+            Some(n) if n == i32::from(target.0) => n,
+            _ => -libc::EAGAIN,
+        };
+    }
+}
+
 /// One page to move: its index in the batch (or address list) and its address.
 #[derive(Clone, Copy, Debug)]
 struct Item {
@@ -367,13 +380,7 @@ impl Mover {
             let mut qs = vec![UNSET; q.len()];
             self.stats.query_calls += 1;
             let located = sys::move_pages(pid, &q, None, &mut qs, 0).is_ok();
-            for (k, &i) in unset.iter().enumerate() {
-                status[i] = if located && qs[k] == i32::from(target.0) {
-                    qs[k]
-                } else {
-                    -libc::EAGAIN
-                };
-            }
+            resolve_unset(&mut status, &unset, located.then_some(&qs[..]), target);
         }
         for (it, st) in chunk.iter().zip(&status) {
             outcomes[it.index] = status_outcome(*st);
@@ -463,6 +470,20 @@ mod tests {
         assert_eq!(
             status_outcome(i32::MIN),
             MoveOutcome::Failed(MoveError::Other(0))
+        );
+    }
+
+    #[test]
+    fn unset_statuses_are_resolved_by_location() {
+        let mut st = [1, UNSET, UNSET, -libc::EBUSY, UNSET];
+        resolve_unset(&mut st, &[1, 2, 4], Some(&[1, 0, -libc::ENOENT]), NodeId(1));
+        assert_eq!(st, [1, 1, -libc::EAGAIN, -libc::EBUSY, -libc::EAGAIN]);
+        let mut st = [UNSET, UNSET];
+        resolve_unset(&mut st, &[0, 1], None, NodeId(0));
+        assert_eq!(st, [-libc::EAGAIN, -libc::EAGAIN]);
+        assert_eq!(
+            status_outcome(-libc::EAGAIN),
+            MoveOutcome::Failed(MoveError::Other(libc::EAGAIN))
         );
     }
 
