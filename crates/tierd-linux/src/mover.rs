@@ -3,7 +3,7 @@
 //! A [`MigrationBatch`] names pages by address space ([`SpaceId`]) and virtual page; the kernel
 //! wants a pid and addresses. The [`Mover`] groups a batch's pages by space, asks the caller for
 //! the space's pid, and calls `move_pages(pid, ..., MPOL_MF_MOVE)` in chunks of
-//! [`MoverConfig::chunk_pages`] addresses. A huge page ([`PageSize::Huge2M`]) is one address:
+//! [`MoverConfig::chunk_pages`] addresses. A huge page ([`PageSize::Huge2M`](tierd_engine::types::PageSize::Huge2M)) is one address:
 //! the kernel isolates and migrates the whole folio (mm/migrate.c `add_page_for_migration()`
 //! isolates `compound_head(page)`).
 //!
@@ -202,6 +202,19 @@ pub fn status_outcome(status: i32) -> MoveOutcome {
     })
 }
 
+/// Fill the status entries the kernel left unset (`unset` indexes `status`) from a follow-up
+/// location query (`located[k]` for `unset[k]`, `None` if the query failed): a page found on
+/// the target moved; any other page was tried and not moved, reason unknown (`-EAGAIN`).
+fn resolve_unset(status: &mut [i32], unset: &[usize], located: Option<&[i32]>, target: NodeId) {
+    for (k, &i) in unset.iter().enumerate() {
+        let here = located.and_then(|l| l.get(k).copied());
+        status[i] = match here {
+            Some(n) if n == i32::from(target.0) => n,
+            _ => -libc::EAGAIN,
+        };
+    }
+}
+
 /// One page to move: its index in the batch (or address list) and its address.
 #[derive(Clone, Copy, Debug)]
 struct Item {
@@ -367,13 +380,7 @@ impl Mover {
             let mut qs = vec![UNSET; q.len()];
             self.stats.query_calls += 1;
             let located = sys::move_pages(pid, &q, None, &mut qs, 0).is_ok();
-            for (k, &i) in unset.iter().enumerate() {
-                status[i] = if located && qs[k] == i32::from(target.0) {
-                    qs[k]
-                } else {
-                    -libc::EAGAIN
-                };
-            }
+            resolve_unset(&mut status, &unset, located.then_some(&qs[..]), target);
         }
         for (it, st) in chunk.iter().zip(&status) {
             outcomes[it.index] = status_outcome(*st);
@@ -463,6 +470,20 @@ mod tests {
         assert_eq!(
             status_outcome(i32::MIN),
             MoveOutcome::Failed(MoveError::Other(0))
+        );
+    }
+
+    #[test]
+    fn unset_statuses_are_resolved_by_location() {
+        let mut st = [1, UNSET, UNSET, -libc::EBUSY, UNSET];
+        resolve_unset(&mut st, &[1, 2, 4], Some(&[1, 0, -libc::ENOENT]), NodeId(1));
+        assert_eq!(st, [1, 1, -libc::EAGAIN, -libc::EBUSY, -libc::EAGAIN]);
+        let mut st = [UNSET, UNSET];
+        resolve_unset(&mut st, &[0, 1], None, NodeId(0));
+        assert_eq!(st, [-libc::EAGAIN, -libc::EAGAIN]);
+        assert_eq!(
+            status_outcome(-libc::EAGAIN),
+            MoveOutcome::Failed(MoveError::Other(libc::EAGAIN))
         );
     }
 
@@ -596,6 +617,12 @@ mod tests {
             report.results[0].outcome,
             MoveOutcome::Failed(MoveError::NoProcess)
         );
+        // What the kernel says for a zombie: find_mm_struct() finds the task but no mm.
+        assert_eq!(
+            mover.query(pid, &[0x10_0000]).expect("q"),
+            vec![Err(libc::EINVAL)]
+        );
+        assert_eq!(mover.stats().failures.no_process, 1);
         child.wait().expect("reap");
     }
 
@@ -619,6 +646,38 @@ mod tests {
         // Nothing moved, and the pages are still where they were.
         let q = mover.query(0, &m.page_addrs()).expect("q");
         assert!(q.iter().all(|r| *r == Ok(NodeId(0))), "{q:?}");
+    }
+
+    #[test]
+    fn huge_page_is_one_address_of_512_pages() {
+        const HUGE: usize = 2 << 20;
+        let mut m = AnonMapping::new(2 * HUGE).expect("mmap");
+        m.advise_hugepage().expect("madvise");
+        let head = m.addr().next_multiple_of(HUGE);
+        let off = head - m.addr();
+        for p in m.as_mut_slice()[off..off + HUGE].chunks_mut(page_size()) {
+            p[0] = 1;
+        }
+        let batch = MigrationBatch {
+            id: 1,
+            kind: MigrationKind::Promote,
+            target: NodeId(0),
+            cgroup: CgroupId::ROOT,
+            pages: vec![PlannedMove {
+                page: PageRef::huge(SpaceId(3), Vpn::from_addr(head as u64)),
+                from: NodeId(1),
+            }],
+        };
+        let mut mover = Mover::default();
+        let report = mover.execute(&batch, |_| Some(0)).expect("move");
+        assert_eq!(report.results.len(), 1);
+        assert_eq!(report.results[0].outcome, MoveOutcome::Moved(NodeId(0)));
+        let s = mover.stats();
+        assert_eq!(
+            (s.move_calls, s.pages_requested, s.pages_moved),
+            (1, 512, 512)
+        );
+        assert_eq!(s.bytes_moved, 2 << 20);
     }
 
     #[test]

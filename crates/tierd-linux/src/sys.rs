@@ -129,6 +129,17 @@ pub enum SysError {
         #[source]
         source: io::Error,
     },
+    /// `madvise(2)` failed.
+    #[error("madvise({addr:#x}, {len} bytes) failed: {source}")]
+    Madvise {
+        /// Range start.
+        addr: usize,
+        /// Range length.
+        len: usize,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
     /// `sched_setaffinity(2)` failed.
     #[error("sched_setaffinity(pid {pid}, cpu {cpu}) failed: {source}")]
     Affinity {
@@ -160,6 +171,7 @@ impl SysError {
             | SysError::SetMempolicy { source, .. }
             | SysError::GetMempolicy { source, .. }
             | SysError::Mmap { source, .. }
+            | SysError::Madvise { source, .. }
             | SysError::Affinity { source, .. } => source.raw_os_error(),
             SysError::Invalid { .. } => None,
         }
@@ -507,6 +519,31 @@ impl AnonMapping {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// `madvise(MADV_HUGEPAGE)` over the whole mapping, so that with THP in `madvise` mode its
+    /// 2 MiB-aligned parts are faulted in as huge pages.
+    ///
+    /// # Errors
+    /// [`SysError::Madvise`] (`EINVAL` on kernels without THP).
+    pub fn advise_hugepage(&self) -> Result<(), SysError> {
+        // SAFETY: the range is exactly our own live mapping; MADV_HUGEPAGE only sets a VMA flag
+        // and never changes the contents.
+        let r = unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().cast::<libc::c_void>(),
+                self.len,
+                libc::MADV_HUGEPAGE,
+            )
+        };
+        if r != 0 {
+            return Err(SysError::Madvise {
+                addr: self.addr(),
+                len: self.len,
+                source: io::Error::last_os_error(),
+            });
+        }
+        Ok(())
     }
 
     /// The start address of every page, in order (for `move_pages`).
