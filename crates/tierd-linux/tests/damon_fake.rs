@@ -4,7 +4,9 @@
 //! documented commands, and `update_schemes_tried_regions` fills `tried_regions` from a
 //! "kernel view" of each target's regions, honouring the scheme's `target` filter and
 //! `nr_accesses` range.
-#![allow(clippy::tests_outside_test_module)]
+// Integration tests are their own crate; the unit-test lint does not apply here, and the
+// fixture helpers outside `#[test]` fns panic on a broken fixture like the tests do.
+#![allow(clippy::tests_outside_test_module, clippy::unwrap_used)]
 
 use std::cell::RefCell;
 use std::collections::HashMap;
