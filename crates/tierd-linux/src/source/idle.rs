@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use tierd_engine::types::{Nanos, PageRef, Pfn, SpaceId, Vpn};
 use tierd_engine::{Observation, SourceKind};
 
-use super::{NodeLookup, Privileges, SourceName, SourceStatus};
+use super::{NodeLookup, Privileges, SourceName, SourceStatus, CAP_SYS_ADMIN};
 use crate::pagemap::{pfn_visibility, Pagemap, PagemapError, PfnVisibility};
 
 /// The bitmap, relative to the `/sys` root.
@@ -88,7 +88,9 @@ pub fn probe(sys_root: &Path, proc_root: &Path) -> SourceStatus {
             ),
         );
     }
-    if !Privileges::read(proc_root).is_admin() {
+    // pagemap shows PFNs only to CAP_SYS_ADMIN (fs/proc/task_mmu.c pagemap_read(): `show_pfn = file_ns_capable(.., CAP_SYS_ADMIN)`); uid 0
+    // without the capability is not enough.
+    if !Privileges::read(proc_root).has(CAP_SYS_ADMIN) {
         return SourceStatus::unavailable(
             SourceName::IdlePage,
             "no CAP_SYS_ADMIN: pagemap would show PFNs as 0",
