@@ -257,33 +257,57 @@ impl Pagemap {
 
     /// Reads the entries of `count` virtual pages starting at `start`. Pages past the end of
     /// the file (a short read) are returned as empty entries (not present), as the kernel
-    /// reports unmapped holes.
+    /// reports unmapped holes. The result holds `count` entries (8 bytes each): for large
+    /// ranges use [`Self::visit_range`], which reads in 64 KiB chunks.
     ///
     /// # Errors
     /// [`PagemapError::Read`] on an I/O error, [`PagemapError::Range`] when the range overflows.
     pub fn read_range(&self, start: Vpn, count: u64) -> Result<Vec<PagemapEntry>, PagemapError> {
+        // Reserve at most one chunk up front: a bogus huge `count` fails on reading, not on
+        // allocating.
+        let cap = usize::try_from(count.min(CHUNK_ENTRIES)).unwrap_or(0);
+        let mut out = Vec::with_capacity(cap);
+        self.visit_range(start, count, |_, e| out.push(e))?;
+        Ok(out)
+    }
+
+    /// Calls `f(vpn, entry)` for each of `count` virtual pages from `start`, reading 8192
+    /// entries per `pread`; pages past the end of the file are not present.
+    ///
+    /// # Errors
+    /// [`PagemapError::Read`] on an I/O error, [`PagemapError::Range`] when the range overflows.
+    pub fn visit_range(
+        &self,
+        start: Vpn,
+        count: u64,
+        mut f: impl FnMut(Vpn, PagemapEntry),
+    ) -> Result<(), PagemapError> {
         let range_err = || PagemapError::Range {
             start: start.0,
             count,
         };
         let end = start.0.checked_add(count).ok_or_else(range_err)?;
         end.checked_mul(ENTRY_BYTES).ok_or_else(range_err)?;
-        let mut out = Vec::with_capacity(usize::try_from(count).map_err(|_| range_err())?);
+        // CHUNK_ENTRIES * 8 bytes: fits any usize.
+        let mut buf = vec![0u8; usize::try_from(CHUNK_ENTRIES * ENTRY_BYTES).unwrap_or(65536)];
         let mut vpn = start.0;
         while vpn < end {
             let n = (end - vpn).min(CHUNK_ENTRIES);
-            let mut buf = vec![0u8; usize::try_from(n * ENTRY_BYTES).map_err(|_| range_err())?];
-            let got = self.read_full_at(&mut buf, vpn * ENTRY_BYTES)?;
-            // Bytes not read stay zero: "not present".
+            let chunk = &mut buf[..usize::try_from(n * ENTRY_BYTES).map_err(|_| range_err())?];
+            chunk.fill(0);
+            let got = self.read_full_at(chunk, vpn * ENTRY_BYTES)?;
+            // Bytes not read stay zero: "not present". A partial trailing entry is dropped.
             let whole = got - got % 8;
-            out.extend(decode_entries(&buf[..whole])?);
-            out.extend(std::iter::repeat_n(
-                PagemapEntry(0),
-                buf.len() / 8 - whole / 8,
-            ));
+            for (i, e) in (0u64..).zip(chunk.chunks_exact(8)) {
+                let mut w = [0u8; 8];
+                if (i * 8) < whole as u64 {
+                    w.copy_from_slice(e);
+                }
+                f(Vpn(vpn + i), PagemapEntry(u64::from_ne_bytes(w)));
+            }
             vpn += n;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// `pread` until the buffer is full or the file ends; returns the bytes read.

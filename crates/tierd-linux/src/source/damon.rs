@@ -285,6 +285,44 @@ fn check_free(fs: &impl DamonFs, admin: &Path, take_over_idle: bool) -> Result<u
     Ok(n)
 }
 
+/// Reads a scheme's `tried_regions` directory (`<R>/{start,end,nr_accesses,age}`, numbered
+/// from 0 in address order; other entries such as `total_bytes` are skipped), attributing
+/// every region to `pid`.
+///
+/// # Errors
+/// An I/O or parse error naming the file.
+pub fn read_tried_regions(
+    fs: &impl DamonFs,
+    dir: &Path,
+    pid: u32,
+    now: Nanos,
+) -> Result<Vec<DamonRegion>, DamonError> {
+    let mut idx: Vec<u64> = fs
+        .list(dir)
+        .map_err(|source| DamonError::Io {
+            op: "listing".into(),
+            path: dir.to_path_buf(),
+            source,
+        })?
+        .iter()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    idx.sort_unstable();
+    let mut regions = Vec::with_capacity(idx.len());
+    for r in idx {
+        let rd = dir.join(r.to_string());
+        regions.push(DamonRegion {
+            pid,
+            start: read_u64(fs, &rd.join("start"))?,
+            end: read_u64(fs, &rd.join("end"))?,
+            nr_accesses: read_u64(fs, &rd.join("nr_accesses"))?,
+            age: read_u64(fs, &rd.join("age"))?,
+            time: now,
+        });
+    }
+    Ok(regions)
+}
+
 /// Counters of one [`DamonMonitor::collect`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DamonPassStats {
@@ -464,29 +502,7 @@ impl<F: DamonFs> DamonMonitor<F> {
         let mut regions = Vec::new();
         for (i, &pid) in self.pids.iter().enumerate() {
             let dir = self.ctx().join(format!("schemes/{i}/tried_regions"));
-            let mut idx: Vec<u64> = self
-                .fs
-                .list(&dir)
-                .map_err(|source| DamonError::Io {
-                    op: "listing".into(),
-                    path: dir.clone(),
-                    source,
-                })?
-                .iter()
-                .filter_map(|n| n.parse().ok())
-                .collect();
-            idx.sort_unstable();
-            for r in idx {
-                let rd = dir.join(r.to_string());
-                regions.push(DamonRegion {
-                    pid,
-                    start: read_u64(&self.fs, &rd.join("start"))?,
-                    end: read_u64(&self.fs, &rd.join("end"))?,
-                    nr_accesses: read_u64(&self.fs, &rd.join("nr_accesses"))?,
-                    age: read_u64(&self.fs, &rd.join("age"))?,
-                    time: now,
-                });
-            }
+            regions.extend(read_tried_regions(&self.fs, &dir, pid, now)?);
         }
         stats.regions = regions.len() as u64;
         Ok((regions, stats))

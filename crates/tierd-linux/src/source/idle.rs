@@ -25,8 +25,8 @@ use std::path::{Path, PathBuf};
 use tierd_engine::types::{Nanos, PageRef, Pfn, SpaceId, Vpn};
 use tierd_engine::{Observation, SourceKind};
 
-use super::{NodeLookup, Privileges, SourceName, SourceStatus};
-use crate::pagemap::{pfn_visibility, Pagemap, PagemapError, PfnVisibility};
+use super::{NodeLookup, Privileges, SourceName, SourceStatus, CAP_SYS_ADMIN};
+use crate::pagemap::{Pagemap, PagemapError, PfnVisibility};
 
 /// The bitmap, relative to the `/sys` root.
 pub const BITMAP_PATH: &str = "kernel/mm/page_idle/bitmap";
@@ -88,7 +88,9 @@ pub fn probe(sys_root: &Path, proc_root: &Path) -> SourceStatus {
             ),
         );
     }
-    if !Privileges::read(proc_root).is_admin() {
+    // pagemap shows PFNs only to CAP_SYS_ADMIN (fs/proc/task_mmu.c pagemap_read(): `show_pfn = file_ns_capable(.., CAP_SYS_ADMIN)`); uid 0
+    // without the capability is not enough.
+    if !Privileges::read(proc_root).has(CAP_SYS_ADMIN) {
         return SourceStatus::unavailable(
             SourceName::IdlePage,
             "no CAP_SYS_ADMIN: pagemap would show PFNs as 0",
@@ -134,17 +136,24 @@ impl IdleBitmap {
         }
     }
 
-    /// Marks the frames idle: one 8-byte `pwrite` per word, holding only our frames' bits
-    /// (the kernel leaves frames of clear bits alone). Returns the number of words written.
+    /// Marks the frames idle, writing only our frames' bits. Words close together are written
+    /// with one `pwrite`, the words between them as 0: the kernel leaves the frames of clear
+    /// bits alone (mm/page_idle.c `page_idle_bitmap_write()` only acts on set bits), so a zero
+    /// word is a no-op there. Returns the number of `pwrite`s.
     ///
     /// # Errors
     /// [`IdleError::Io`] when a write fails.
     pub fn mark_idle(&self, pfns: &[Pfn]) -> Result<usize, IdleError> {
         let words = words_of(pfns);
-        for (&w, &mask) in &words {
-            let offset = w * 8;
+        let runs = runs(&words, MERGE_GAP);
+        for (first, last) in &runs {
+            let mut buf = Vec::with_capacity(usize::try_from(last - first + 1).unwrap_or(0) * 8);
+            for w in *first..=*last {
+                buf.extend(words.get(&w).copied().unwrap_or(0).to_ne_bytes());
+            }
+            let offset = first * 8;
             self.file
-                .write_all_at(&mask.to_ne_bytes(), offset)
+                .write_all_at(&buf, offset)
                 .map_err(|source| IdleError::Io {
                     op: "writing",
                     path: self.path.clone(),
@@ -152,24 +161,28 @@ impl IdleBitmap {
                     source,
                 })?;
         }
-        Ok(words.len())
+        Ok(runs.len())
     }
 
     /// Reads the frames' bits: `true` = still idle (not accessed since marked), in the order of
-    /// `pfns`. A word past the end of the file (frames beyond `max_pfn`) reads as not idle.
+    /// `pfns`. Runs of consecutive words are read with one `pread` (only our words: reading a
+    /// word makes the kernel walk the rmap of its idle pages). A word past the end of the file
+    /// (frames beyond `max_pfn`) reads as not idle.
     ///
     /// # Errors
     /// [`IdleError::Io`] when a read fails.
     pub fn idle_bits(&self, pfns: &[Pfn]) -> Result<Vec<bool>, IdleError> {
-        let mut values: HashMap<u64, u64> = HashMap::new();
-        for &w in words_of(pfns).keys() {
-            let offset = w * 8;
-            let mut buf = [0u8; 8];
+        let words = words_of(pfns);
+        let mut values: HashMap<u64, u64> = HashMap::with_capacity(words.len());
+        for (first, last) in runs(&words, 1) {
+            let n = usize::try_from(last - first + 1).unwrap_or(0);
+            let mut buf = vec![0u8; n * 8];
+            let offset = first * 8;
             let mut done = 0;
-            while done < 8 {
+            while done < buf.len() {
                 match self.file.read_at(&mut buf[done..], offset + done as u64) {
                     Ok(0) => break,
-                    Ok(n) => done += n,
+                    Ok(k) => done += k,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(source) => {
                         return Err(IdleError::Io {
@@ -181,20 +194,36 @@ impl IdleBitmap {
                     }
                 }
             }
-            values.insert(
-                w,
-                if done == 8 {
-                    u64::from_ne_bytes(buf)
-                } else {
-                    0
-                },
-            );
+            // Words not read (end of file) stay 0: not idle.
+            for (w, b) in (first..).zip(buf.chunks_exact(8)) {
+                let mut x = [0u8; 8];
+                x.copy_from_slice(b);
+                values.insert(w, u64::from_ne_bytes(x));
+            }
         }
         Ok(pfns
             .iter()
             .map(|p| values.get(&(p.0 / 64)).copied().unwrap_or(0) & (1u64 << (p.0 % 64)) != 0)
             .collect())
     }
+}
+
+/// Words further apart than this are written separately.
+const MERGE_GAP: u64 = 8;
+/// At most this many words per `pread`/`pwrite` (64 KiB).
+const MAX_RUN: u64 = 8192;
+
+/// Splits sorted word indices into runs `(first, last)` whose neighbours are at most `gap`
+/// apart and which span at most [`MAX_RUN`] words.
+fn runs(words: &BTreeMap<u64, u64>, gap: u64) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &w in words.keys() {
+        match out.last_mut() {
+            Some((first, last)) if w - *last <= gap && w - *first < MAX_RUN => *last = w,
+            _ => out.push((w, w)),
+        }
+    }
+    out
 }
 
 /// A virtual range of one process to scan.
@@ -234,8 +263,8 @@ pub struct IdleScanStats {
     pub remapped: u64,
     /// Processes whose pagemap could not be read because they exited.
     pub processes_gone: u64,
-    /// Bitmap words written to mark pages idle.
-    pub words_written: u64,
+    /// `pwrite`s to the bitmap to mark pages idle.
+    pub bitmap_writes: u64,
 }
 
 /// The result of one scan.
@@ -281,23 +310,27 @@ impl IdleTracker {
         let mut stats = IdleScanStats::default();
         let mut current: Vec<(u32, Vpn, Pfn)> = Vec::new();
         for r in scope {
-            let entries = match Pagemap::open(&self.proc_root, r.pid)
-                .and_then(|pm| pm.read_range(r.start, r.pages))
-            {
-                Ok(e) => e,
+            let before = current.len();
+            let mut hidden = 0u64;
+            let read = Pagemap::open(&self.proc_root, r.pid).and_then(|pm| {
+                pm.visit_range(r.start, r.pages, |vpn, e| match e.pfn() {
+                    Some(pfn) => current.push((r.pid, vpn, pfn)),
+                    // Present but PFN 0: hidden from us (see pagemap::pfn_visibility).
+                    None if e.present() && !e.swapped() => hidden += 1,
+                    None => {}
+                })
+            });
+            match read {
+                Ok(()) => {}
                 Err(e) if e.is_process_gone() => {
                     stats.processes_gone += 1;
+                    current.truncate(before);
                     continue;
                 }
                 Err(e) => return Err(e.into()),
-            };
-            if pfn_visibility(&entries) == PfnVisibility::Hidden {
-                return Err(IdleError::PfnHidden { pid: r.pid });
             }
-            for (i, e) in (0u64..).zip(entries.iter()) {
-                if let Some(pfn) = e.pfn() {
-                    current.push((r.pid, Vpn(r.start.0 + i), pfn));
-                }
+            if hidden > 0 && current.len() == before {
+                return Err(IdleError::PfnHidden { pid: r.pid });
             }
         }
         stats.present = current.len() as u64;
@@ -329,7 +362,7 @@ impl IdleTracker {
         stats.accessed = facts.len() as u64;
 
         let all: Vec<Pfn> = current.iter().map(|c| c.2).collect();
-        stats.words_written = self.bitmap.mark_idle(&all)? as u64;
+        stats.bitmap_writes = self.bitmap.mark_idle(&all)? as u64;
         self.armed = current;
         Ok(IdleScan { facts, stats })
     }
@@ -409,7 +442,7 @@ mod tests {
         let fx = Fixture::new();
         let bm = IdleBitmap::open(&fx.sys()).unwrap();
         let n = bm.mark_idle(&[Pfn(1), Pfn(3), Pfn(64), Pfn(130)]).unwrap();
-        assert_eq!(n, 3);
+        assert_eq!(n, 1, "three neighbouring words in one pwrite");
         assert_eq!(fx.word(0), 0b1010);
         assert_eq!(fx.word(1), 1);
         assert_eq!(fx.word(2), 1 << 2);
@@ -418,6 +451,35 @@ mod tests {
             .idle_bits(&[Pfn(3), Pfn(2), Pfn(130), Pfn(10_000)])
             .unwrap();
         assert_eq!(bits, vec![true, false, true, false]);
+    }
+
+    #[test]
+    fn runs_merge_close_words_only() {
+        let w: BTreeMap<u64, u64> = [0, 1, 5, 20, 21, 30_000].iter().map(|&k| (k, 1)).collect();
+        assert_eq!(
+            runs(&w, 1),
+            vec![(0, 1), (5, 5), (20, 21), (30_000, 30_000)]
+        );
+        assert_eq!(runs(&w, 8), vec![(0, 5), (20, 21), (30_000, 30_000)]);
+        let long: BTreeMap<u64, u64> = (0..MAX_RUN + 3).map(|k| (k, 1)).collect();
+        assert_eq!(
+            runs(&long, 1),
+            vec![(0, MAX_RUN - 1), (MAX_RUN, MAX_RUN + 2)]
+        );
+    }
+
+    #[test]
+    fn far_apart_frames_are_separate_writes_and_reads() {
+        let fx = Fixture::new();
+        // Grow the stand-in to 1000 words.
+        std::fs::write(fx.sys().join(BITMAP_PATH), vec![0u8; 8000]).unwrap();
+        let bm = IdleBitmap::open(&fx.sys()).unwrap();
+        let pfns = [Pfn(5), Pfn(64 * 500 + 7), Pfn(64 * 999 + 63)];
+        assert_eq!(bm.mark_idle(&pfns).unwrap(), 3);
+        assert_eq!(fx.word(500), 1 << 7);
+        assert_eq!(fx.word(999), 1 << 63);
+        fx.touch(64 * 500 + 7);
+        assert_eq!(bm.idle_bits(&pfns).unwrap(), vec![true, false, true]);
     }
 
     #[test]

@@ -197,8 +197,9 @@ impl IbsOp {
 pub(crate) mod tests {
     use super::*;
 
-    /// Raw data built from the documented layout (no recorded IBS dump was found in the kernel
-    /// tree or the lists; this machine has no IBS).
+    /// Raw bytes built from the documented layout (caps, then IbsOpCtl..IbsDcPhysAd). No raw
+    /// byte dump was found; the register *values* of the `recorded_*` tests are real ones
+    /// that perf printed, the others are built from amd-ibs.h. This machine has no IBS.
     pub(crate) fn raw(caps: u32, data2: u64, data3: u64, lin: u64, phys: u64) -> Vec<u8> {
         let mut v = caps.to_ne_bytes().to_vec();
         for r in [
@@ -264,6 +265,52 @@ pub(crate) mod tests {
         assert!(!hit_l1.l3_miss());
         let legacy_remote = IbsOp::parse(&raw(0, 4, LD | DC_MISS | L2_MISS, 0, 0)).unwrap();
         assert_eq!(legacy_remote.data_source(), IbsDataSource::RemoteCache);
+    }
+
+    /// Register values recorded on Zen 4 hardware and decoded by perf itself: the
+    /// `perf report -D` of `perf record -a -e ibs_op/l3missonly=1/ --raw-samples` in Ravi
+    /// Bangoria's LKML patch to tools/perf/util/amd-sample-raw.c (2022-05-23, "Interpret
+    /// Additional set of IBS register bits"). perf's decode: `ibs_op_data2 0x2`: RmtNode 0,
+    /// DataSrc 2 = a peer cache in a near CCX; `ibs_op_data3 0x000000681d1700a1`: LdOp 1,
+    /// DcMiss 1, DcLinAddrValid 1, DcPhyAddrValid 1, L2Miss 1, DcMissLat 104.
+    #[test]
+    fn recorded_zen4_l3_miss_load() {
+        let op = IbsOp::parse(&raw(IBS_CAPS_ZEN4, 0x2, 0x0000_0068_1d17_00a1, 0, 0)).unwrap();
+        assert!(op.ld_op() && !op.st_op());
+        assert!(op.dc_miss() && op.l2_miss());
+        assert!(op.lin_addr_valid() && op.phys_addr_valid());
+        assert_eq!(op.dc_miss_lat(), 104);
+        assert!(!op.rmt_node());
+        assert_eq!(op.data_source(), IbsDataSource::NearCcxCache);
+        // Sampled with l3missonly=1: the hardware counted it as an L3 miss, and so do we.
+        assert!(op.l3_miss());
+    }
+
+    /// The "Example register raw dump" of the AMD IBS documentation patch
+    /// (Documentation/arch/x86/amd-ibs.rst, `perf report -D` of `ibs_op//`): a store to DRAM on
+    /// another node. perf's decode: `ibs_op_data2 0x13`: RmtNode 1, DataSrc 3 = DRAM;
+    /// `ibs_op_data3 0x31960092`: LdOp 0, StOp 1, DcMiss 1, DcLinAddrValid 1, DcPhyAddrValid 1,
+    /// L2Miss 1; IbsDCLinAd ff110008a5398920, IbsDCPhysAd 00000008a5398920.
+    #[test]
+    fn recorded_remote_dram_store() {
+        for caps in [0, IBS_CAPS_ZEN4] {
+            let op = IbsOp::parse(&raw(
+                caps,
+                0x13,
+                0x3196_0092,
+                0xff11_0008_a539_8920,
+                0x0000_0008_a539_8920,
+            ))
+            .unwrap();
+            assert!(op.st_op() && !op.ld_op());
+            assert!(op.dc_miss() && op.l2_miss());
+            assert!(op.lin_addr_valid() && op.phys_addr_valid());
+            assert!(op.rmt_node());
+            assert_eq!(op.data_source(), IbsDataSource::Dram);
+            // Only loads are classified as L3 misses (the data source describes the fill).
+            assert!(!op.l3_miss());
+            assert_eq!(op.dc_phys_addr, 0x8_a539_8920);
+        }
     }
 
     #[test]

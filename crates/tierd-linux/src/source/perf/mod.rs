@@ -13,9 +13,12 @@
 //!
 //! Neither the development machine nor the QEMU TCG guest has a sampling PMU (TCG emulates no
 //! PMU; the host is itself a VM without IBS/PEBS/SPE). So the decoders are tested on recorded
-//! records where public dumps exist (SPE: the quipper test vectors and a `perf report -D` dump
-//! from the kernel lists) and otherwise on records built byte by byte from the documented
-//! layouts; [`live`] compiles and reports "unavailable" here.
+//! data where public dumps exist (SPE: google/perf_data_converter's quipper test vectors and a
+//! `perf report -D` byte dump from the kernel lists; IBS: register values from two `perf
+//! report -D` dumps on the kernel lists, with perf's own decoding) and otherwise on records
+//! built byte by byte from the documented layouts (the `PERF_RECORD_SAMPLE` framing, PEBS
+//! `data_src`), cross-checked against the `perf-event-data` crate's parser; [`live`] compiles
+//! and reports "unavailable" here.
 //!
 //! Permissions (kernel/events/core.c): system-wide (per-CPU) sampling needs
 //! `perf_event_paranoid <= 0` or `CAP_PERFMON`/`CAP_SYS_ADMIN`; per-process sampling of one's

@@ -394,6 +394,68 @@ pub(crate) mod tests {
         assert_eq!(r.raw, None);
     }
 
+    /// The same bytes through the independent parser of the `perf-event-data` crate (built
+    /// from a `perf_event_attr` with the same `sample_type`) give the same fields.
+    #[test]
+    fn agrees_with_perf_event_data() {
+        use bits::*;
+        use perf_event::data::endian::Native;
+        use perf_event::data::parse::{ParseConfig, Parser};
+        use perf_event::data::Sample;
+        use perf_event::SampleFlag;
+        let st = IDENTIFIER
+            | IP
+            | TID
+            | TIME
+            | ADDR
+            | CPU
+            | PERIOD
+            | RAW
+            | WEIGHT
+            | DATA_SRC
+            | PHYS_ADDR
+            | DATA_PAGE_SIZE;
+        let body = Builder::default()
+            .u64(77) // identifier
+            .u64(0x40_1234) // ip
+            .u32(300)
+            .u32(301)
+            .u64(123_456_789) // time
+            .u64(0x7ffd_0000_0040) // addr
+            .u32(9) // cpu
+            .u32(0)
+            .u64(4_000) // period
+            .u32(20) // raw size (4 + 20 = 24)
+            .bytes(&[0xab; 20])
+            .u64(412) // weight
+            .u64(0x2_0000_1142) // data_src
+            .u64(0x8_1234_5040) // phys
+            .u64(4096) // data page size
+            .0;
+        let mine = parse_sample(&body, st).unwrap();
+        let mut b = perf_event::Builder::new(perf_event::events::Software::DUMMY);
+        b.sample(SampleFlag::from_bits_retain(st));
+        let cfg: ParseConfig<Native> = ParseConfig::from(*b.attrs());
+        let theirs: Sample = Parser::new(&body[..], cfg).parse().unwrap();
+        assert_eq!(mine.id, theirs.id());
+        assert_eq!(mine.ip, theirs.ip());
+        assert_eq!(mine.pid, theirs.pid());
+        assert_eq!(mine.tid, theirs.tid());
+        assert_eq!(mine.time, theirs.time());
+        assert_eq!(mine.addr, theirs.addr());
+        assert_eq!(mine.cpu, theirs.cpu());
+        assert_eq!(mine.period, theirs.period());
+        assert_eq!(mine.raw.as_deref(), theirs.raw());
+        assert_eq!(mine.weight.map(|w| w.0), theirs.weight());
+        assert_eq!(mine.phys_addr, theirs.phys_addr());
+        assert_eq!(mine.data_page_size, theirs.data_page_size());
+        let ds = theirs.data_src().unwrap();
+        let d = super::super::datasrc::DataSrc(mine.data_src.unwrap());
+        assert_eq!(d.mem_op(), ds.mem_op().bits());
+        assert_eq!(d.mem_lvl_num(), u64::from(ds.mem_lvl_num().0));
+        assert_eq!(d.mem_remote(), ds.mem_remote());
+    }
+
     #[test]
     fn raw_and_callchain_are_sized() {
         use bits::*;

@@ -1,0 +1,441 @@
+//! DAMON monitor against a fake sysfs that emulates the kernel's side effects
+//! (mm/damon/sysfs.c, sysfs-schemes.c, 6.12): writing `nr_*` files creates and removes the
+//! numbered directories, `nr_kdamonds` is refused while a kdamond runs, `state` accepts the
+//! documented commands, and `update_schemes_tried_regions` fills `tried_regions` from a
+//! "kernel view" of each target's regions, honouring the scheme's `target` filter and
+//! `nr_accesses` range.
+// Integration tests are their own crate; the unit-test lint does not apply here, and the
+// fixture helpers outside `#[test]` fns panic on a broken fixture like the tests do.
+#![allow(clippy::tests_outside_test_module, clippy::unwrap_used)]
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use tierd_engine::types::Nanos;
+use tierd_linux::source::damon::{
+    probe_with, DamonConfig, DamonError, DamonFs, DamonMonitor, DamonRegion, RealFs, ADMIN_PATH,
+};
+
+/// (start, end, nr_accesses, age)
+type Region = (u64, u64, u64, u64);
+
+#[derive(Debug)]
+struct FakeKernel {
+    admin: PathBuf,
+    /// Regions DAMON "sees" per pid.
+    view: RefCell<HashMap<u32, Vec<Region>>>,
+    /// Processes that exist.
+    live: RefCell<Vec<u32>>,
+    /// Every write, relative to the admin dir.
+    log: RefCell<Vec<(String, String)>>,
+}
+
+fn einval() -> io::Error {
+    io::Error::from_raw_os_error(22)
+}
+
+fn put(p: &Path, v: &str) {
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, v).unwrap();
+}
+
+fn rd(p: &Path) -> String {
+    fs::read_to_string(p).unwrap().trim().to_string()
+}
+
+impl FakeKernel {
+    fn new(sys: &Path) -> Self {
+        let admin = sys.join(ADMIN_PATH);
+        put(&admin.join("kdamonds/nr_kdamonds"), "0\n");
+        FakeKernel {
+            admin,
+            view: RefCell::new(HashMap::new()),
+            live: RefCell::new(Vec::new()),
+            log: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Recreates `n` numbered dirs under `dir` with `make` (the kernel removes the old ones).
+    fn renumber(dir: &Path, n: usize, make: impl Fn(&Path)) {
+        for e in fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            if e.file_name().to_string_lossy().parse::<usize>().is_ok() {
+                fs::remove_dir_all(e.path()).unwrap();
+            }
+        }
+        for i in 0..n {
+            let d = dir.join(i.to_string());
+            fs::create_dir_all(&d).unwrap();
+            make(&d);
+        }
+    }
+
+    fn kdamond_on(&self, k: &Path) -> bool {
+        rd(&k.join("state")) == "on"
+    }
+
+    fn any_on(&self) -> bool {
+        let kd = self.admin.join("kdamonds");
+        let n: usize = rd(&kd.join("nr_kdamonds")).parse().unwrap();
+        (0..n).any(|i| self.kdamond_on(&kd.join(i.to_string())))
+    }
+
+    fn update_tried_regions(&self, k: &Path) {
+        let ctx = k.join("contexts/0");
+        let nt: usize = rd(&ctx.join("targets/nr_targets")).parse().unwrap();
+        let pids: Vec<u32> = (0..nt)
+            .map(|i| {
+                rd(&ctx.join(format!("targets/{i}/pid_target")))
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        let ns: usize = rd(&ctx.join("schemes/nr_schemes")).parse().unwrap();
+        let view = self.view.borrow();
+        for s in 0..ns {
+            let sd = ctx.join(format!("schemes/{s}"));
+            let min: u64 = rd(&sd.join("access_pattern/nr_accesses/min"))
+                .parse()
+                .unwrap();
+            let max: u64 = rd(&sd.join("access_pattern/nr_accesses/max"))
+                .parse()
+                .unwrap();
+            // Core target filter: a filter of type target with matching N keeps only that
+            // target (mm/damon/core.c __damos_filter_out: filtered when matched == matching).
+            let nf: usize = rd(&sd.join("filters/nr_filters")).parse().unwrap();
+            let mut keep: Vec<usize> = (0..nt).collect();
+            for f in 0..nf {
+                let fd = sd.join(format!("filters/{f}"));
+                if rd(&fd.join("type")) == "target" {
+                    let idx: usize = rd(&fd.join("damon_target_idx")).parse().unwrap();
+                    let matching = rd(&fd.join("matching")) == "Y";
+                    keep.retain(|&t| (t == idx) != matching);
+                }
+            }
+            let mut regions = Vec::new();
+            for t in keep {
+                for r in view.get(&pids[t]).into_iter().flatten() {
+                    if r.2 >= min && r.2 <= max {
+                        regions.push(*r);
+                    }
+                }
+            }
+            let td = sd.join("tried_regions");
+            Self::renumber(&td, regions.len(), |_| {});
+            for (i, r) in regions.iter().enumerate() {
+                let d = td.join(i.to_string());
+                put(&d.join("start"), &format!("{}\n", r.0));
+                put(&d.join("end"), &format!("{}\n", r.1));
+                put(&d.join("nr_accesses"), &format!("{}\n", r.2));
+                put(&d.join("age"), &format!("{}\n", r.3));
+                put(&d.join("sz_filter_passed"), "0\n");
+            }
+        }
+    }
+
+    fn handle_state(&self, k: &Path, cmd: &str) -> io::Result<()> {
+        let on = self.kdamond_on(k);
+        match cmd {
+            "on" => {
+                if on {
+                    return Err(io::Error::from_raw_os_error(16));
+                }
+                let ctx = k.join("contexts/0");
+                if rd(&ctx.join("operations")) != "vaddr" {
+                    return Err(einval());
+                }
+                let nt: usize = rd(&ctx.join("targets/nr_targets")).parse().unwrap();
+                for i in 0..nt {
+                    let pid: u32 = rd(&ctx.join(format!("targets/{i}/pid_target")))
+                        .parse()
+                        .unwrap();
+                    if !self.live.borrow().contains(&pid) {
+                        return Err(einval());
+                    }
+                }
+                put(&k.join("state"), "on\n");
+                put(&k.join("pid"), "4321\n");
+            }
+            "off" => {
+                if !on {
+                    return Err(einval());
+                }
+                put(&k.join("state"), "off\n");
+                put(&k.join("pid"), "-1\n");
+            }
+            "commit" => {
+                if !on {
+                    return Err(einval());
+                }
+            }
+            "update_schemes_tried_regions" => {
+                if !on {
+                    return Err(einval());
+                }
+                self.update_tried_regions(k);
+            }
+            _ => return Err(einval()),
+        }
+        Ok(())
+    }
+}
+
+impl DamonFs for &FakeKernel {
+    fn read(&self, path: &Path) -> io::Result<String> {
+        RealFs.read(path)
+    }
+
+    fn write(&self, path: &Path, value: &str) -> io::Result<()> {
+        let rel = path
+            .strip_prefix(&self.admin)
+            .map_err(|_| io::Error::from_raw_os_error(2))?
+            .to_string_lossy()
+            .into_owned();
+        self.log.borrow_mut().push((rel.clone(), value.to_string()));
+        if !path.exists() {
+            // sysfs: no creating files.
+            return Err(io::Error::from_raw_os_error(2));
+        }
+        let parent = path.parent().unwrap();
+        let name = path.file_name().unwrap().to_string_lossy();
+        let n = || value.trim().parse::<usize>().map_err(|_| einval());
+        match name.as_ref() {
+            "nr_kdamonds" => {
+                if self.any_on() {
+                    return Err(io::Error::from_raw_os_error(16));
+                }
+                FakeKernel::renumber(parent, n()?, |d| {
+                    put(&d.join("state"), "off\n");
+                    put(&d.join("pid"), "-1\n");
+                    put(&d.join("contexts/nr_contexts"), "0\n");
+                });
+            }
+            "nr_contexts" => FakeKernel::renumber(parent, n()?, |d| {
+                put(&d.join("avail_operations"), "vaddr\nfvaddr\npaddr\n");
+                put(&d.join("operations"), "vaddr\n");
+                let a = d.join("monitoring_attrs");
+                put(&a.join("intervals/sample_us"), "5000\n");
+                put(&a.join("intervals/aggr_us"), "100000\n");
+                put(&a.join("intervals/update_us"), "60000000\n");
+                put(&a.join("nr_regions/min"), "10\n");
+                put(&a.join("nr_regions/max"), "1000\n");
+                put(&d.join("targets/nr_targets"), "0\n");
+                put(&d.join("schemes/nr_schemes"), "0\n");
+            }),
+            "nr_targets" => FakeKernel::renumber(parent, n()?, |d| {
+                put(&d.join("pid_target"), "0\n");
+                put(&d.join("regions/nr_regions"), "0\n");
+            }),
+            "nr_schemes" => FakeKernel::renumber(parent, n()?, |d| {
+                put(&d.join("action"), "stat\n");
+                for f in ["sz", "nr_accesses", "age"] {
+                    put(&d.join(format!("access_pattern/{f}/min")), "0\n");
+                    put(&d.join(format!("access_pattern/{f}/max")), "0\n");
+                }
+                put(&d.join("filters/nr_filters"), "0\n");
+                put(&d.join("tried_regions/total_bytes"), "0\n");
+            }),
+            "nr_filters" => FakeKernel::renumber(parent, n()?, |d| {
+                put(&d.join("type"), "anon\n");
+                put(&d.join("matching"), "N\n");
+                put(&d.join("damon_target_idx"), "0\n");
+            }),
+            "state" => return self.handle_state(parent, value.trim()),
+            _ => {}
+        }
+        fs::write(path, format!("{}\n", value.trim()))
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+
+    fn list(&self, path: &Path) -> io::Result<Vec<String>> {
+        RealFs.list(path)
+    }
+}
+
+fn setup() -> (tempfile::TempDir, FakeKernel) {
+    let t = tempfile::tempdir().unwrap();
+    let k = FakeKernel::new(&t.path().join("sys"));
+    k.live.borrow_mut().extend([100, 200, 300]);
+    k.view
+        .borrow_mut()
+        .insert(100, vec![(0x1000, 0x5000, 7, 3), (0x5000, 0x9000, 0, 40)]);
+    k.view
+        .borrow_mut()
+        .insert(200, vec![(0x1000, 0x2000, 2, 0)]);
+    (t, k)
+}
+
+fn admin(t: &tempfile::TempDir) -> PathBuf {
+    t.path().join("sys").join(ADMIN_PATH)
+}
+
+#[test]
+fn configures_vaddr_and_reports_regions_per_target() {
+    let (t, k) = setup();
+    let a = admin(&t);
+    let cfg = DamonConfig {
+        min_nr_accesses: 1,
+        ..DamonConfig::default()
+    };
+    let mut m = DamonMonitor::new(&k, &t.path().join("sys"), cfg).unwrap();
+    assert_eq!(rd(&a.join("kdamonds/nr_kdamonds")), "1");
+    let ctx = a.join("kdamonds/0/contexts/0");
+    assert_eq!(rd(&ctx.join("operations")), "vaddr");
+    assert_eq!(
+        rd(&ctx.join("monitoring_attrs/intervals/update_us")),
+        "1000000"
+    );
+    assert_eq!(rd(&ctx.join("monitoring_attrs/nr_regions/min")), "10");
+
+    m.set_targets(&[100, 200]).unwrap();
+    assert!(m.is_on());
+    assert_eq!(rd(&a.join("kdamonds/0/state")), "on");
+    assert_eq!(rd(&ctx.join("targets/1/pid_target")), "200");
+    assert_eq!(rd(&ctx.join("schemes/1/filters/0/type")), "target");
+    assert_eq!(rd(&ctx.join("schemes/1/filters/0/damon_target_idx")), "1");
+
+    let (regions, stats) = m.collect(Nanos(50)).unwrap();
+    assert_eq!(stats.regions, 2);
+    assert!(!stats.kdamond_stopped);
+    assert_eq!(
+        regions,
+        vec![
+            DamonRegion {
+                pid: 100,
+                start: 0x1000,
+                end: 0x5000,
+                nr_accesses: 7,
+                age: 3,
+                time: Nanos(50)
+            },
+            DamonRegion {
+                pid: 200,
+                start: 0x1000,
+                end: 0x2000,
+                nr_accesses: 2,
+                age: 0,
+                time: Nanos(50)
+            },
+        ]
+    );
+}
+
+#[test]
+fn target_change_commits_and_drop_cleans_up() {
+    let (t, k) = setup();
+    let a = admin(&t);
+    {
+        let mut m = DamonMonitor::new(&k, &t.path().join("sys"), DamonConfig::default()).unwrap();
+        m.set_targets(&[100]).unwrap();
+        m.set_targets(&[200, 300]).unwrap();
+        let log = k.log.borrow();
+        let states: Vec<&str> = log
+            .iter()
+            .filter(|(p, _)| p.ends_with("/state"))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(states, vec!["on", "commit"]);
+        drop(log);
+        let (regions, _) = m.collect(Nanos(1)).unwrap();
+        assert!(regions.iter().all(|r| r.pid == 200));
+        assert_eq!(m.pids(), &[200, 300]);
+    }
+    // Dropped: off, and nr_kdamonds back to 0.
+    assert_eq!(rd(&a.join("kdamonds/nr_kdamonds")), "0");
+    assert!(!a.join("kdamonds/0").exists());
+    let log = k.log.borrow();
+    assert!(log
+        .iter()
+        .any(|(p, v)| p == "kdamonds/0/state" && v == "off"));
+}
+
+#[test]
+fn refuses_someone_elses_running_kdamond() {
+    let (t, k) = setup();
+    let a = admin(&t);
+    let sys = t.path().join("sys");
+    {
+        let mut theirs = DamonMonitor::new(&k, &sys, DamonConfig::default()).unwrap();
+        theirs.set_targets(&[300]).unwrap();
+        let err = DamonMonitor::new(&k, &sys, DamonConfig::default()).unwrap_err();
+        assert!(
+            matches!(&err, DamonError::Busy { index: 0, pid } if pid == "4321"),
+            "{err}"
+        );
+        // Untouched.
+        assert_eq!(rd(&a.join("kdamonds/0/state")), "on");
+        assert_eq!(
+            rd(&a.join("kdamonds/0/contexts/0/targets/0/pid_target")),
+            "300"
+        );
+        let st = probe_with(&&k, &sys, &t.path().join("proc"));
+        assert!(!st.available);
+        std::mem::forget(theirs); // someone else's: must stay on
+    }
+    assert_eq!(rd(&a.join("kdamonds/0/state")), "on");
+}
+
+#[test]
+fn idle_configured_kdamonds_need_take_over() {
+    let (t, k) = setup();
+    let a = admin(&t);
+    let sys = t.path().join("sys");
+    (&k).write(&a.join("kdamonds/nr_kdamonds"), "2").unwrap();
+    let err = DamonMonitor::new(&k, &sys, DamonConfig::default()).unwrap_err();
+    assert!(matches!(err, DamonError::Configured { count: 2 }), "{err}");
+    let cfg = DamonConfig {
+        take_over_idle: true,
+        ..DamonConfig::default()
+    };
+    let mut m = DamonMonitor::new(&k, &sys, cfg).unwrap();
+    assert_eq!(rd(&a.join("kdamonds/nr_kdamonds")), "1");
+    m.stop().unwrap();
+    // Given back the old count.
+    assert_eq!(rd(&a.join("kdamonds/nr_kdamonds")), "2");
+    m.stop().unwrap();
+}
+
+#[test]
+fn exited_targets_stop_the_kdamond_without_error() {
+    let (t, k) = setup();
+    let a = admin(&t);
+    let mut m = DamonMonitor::new(&k, &t.path().join("sys"), DamonConfig::default()).unwrap();
+    m.set_targets(&[100]).unwrap();
+    // The kernel stops a vaddr kdamond whose targets are all gone.
+    put(&a.join("kdamonds/0/state"), "off\n");
+    let (regions, stats) = m.collect(Nanos(3)).unwrap();
+    assert!(regions.is_empty());
+    assert!(stats.kdamond_stopped);
+    assert!(!m.is_on());
+    // A dead pid on restart is the kernel's EINVAL, reported with the file.
+    let err = m.set_targets(&[999]).unwrap_err();
+    assert!(err.to_string().contains("kdamonds/0/state"), "{err}");
+}
+
+#[test]
+fn empty_target_set_turns_monitoring_off() {
+    let (t, k) = setup();
+    let a = admin(&t);
+    let mut m = DamonMonitor::new(&k, &t.path().join("sys"), DamonConfig::default()).unwrap();
+    m.set_targets(&[100]).unwrap();
+    m.set_targets(&[]).unwrap();
+    assert!(!m.is_on());
+    assert_eq!(rd(&a.join("kdamonds/0/state")), "off");
+    assert_eq!(m.collect(Nanos(0)).unwrap().0, vec![]);
+}
+
+#[test]
+fn probe_without_damon_names_the_config() {
+    let t = tempfile::tempdir().unwrap();
+    let st = probe_with(&RealFs, &t.path().join("sys"), &t.path().join("proc"));
+    assert!(!st.available);
+    assert!(st.reason.contains("CONFIG_DAMON_SYSFS"), "{}", st.reason);
+    let err = DamonMonitor::new(RealFs, &t.path().join("sys"), DamonConfig::default()).unwrap_err();
+    assert!(matches!(err, DamonError::Unavailable { .. }));
+}
