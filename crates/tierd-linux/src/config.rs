@@ -133,6 +133,10 @@ pub struct DamonSourceConfig {
     /// At most this many page observations per read-back, so one huge hot region cannot
     /// flood the engine.
     pub max_pages_per_pass: u64,
+    /// How often tierd reads the regions back (at least once per aggregation). Every read
+    /// costs a location query of the pages of every accessed region; with the engine's
+    /// default 3 s window, two reads a second still see a page twice within a window.
+    pub read_interval_ms: u64,
 }
 
 impl Default for DamonSourceConfig {
@@ -148,6 +152,7 @@ impl Default for DamonSourceConfig {
             max_nr_regions: 10_000,
             min_nr_accesses: 1,
             max_pages_per_pass: 262_144,
+            read_interval_ms: 500,
         }
     }
 }
@@ -442,6 +447,12 @@ impl DaemonConfig {
                      {max_acc} times per aggregation",
                     d.min_nr_accesses
                 ),
+            ));
+        }
+        if !(10..=60_000).contains(&d.read_interval_ms) {
+            return Err(invalid(
+                "sources.damon.read_interval_ms",
+                format!("{} is outside 10..=60000", d.read_interval_ms),
             ));
         }
         if d.max_pages_per_pass == 0 {

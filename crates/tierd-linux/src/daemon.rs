@@ -165,7 +165,7 @@ impl Preflight {
                 "the kernel demotes on reclaim (/sys/kernel/mm/numa/demotion_enabled = true) \
                  and tierd demotes too: both may move the same cold pages; consider turning one \
                  off"
-                    .into(),
+                .into(),
             );
         }
         Ok(Preflight {
@@ -247,7 +247,10 @@ impl std::fmt::Debug for LinuxBackend {
         f.debug_struct("LinuxBackend")
             .field("dry_run", &self.dry_run)
             .field("procs", &self.procs.keys().collect::<Vec<_>>())
-            .field("feeds", &self.feeds.iter().map(|f| f.name()).collect::<Vec<_>>())
+            .field(
+                "feeds",
+                &self.feeds.iter().map(|f| f.name()).collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -574,7 +577,10 @@ impl Backend for LinuxBackend {
             for m in &batch.pages {
                 *per_pid.entry(m.page.space.0).or_default() += m.page.size.nr_pages().0;
             }
-            let who: Vec<String> = per_pid.iter().map(|(p, n)| format!("pid {p}: {n}")).collect();
+            let who: Vec<String> = per_pid
+                .iter()
+                .map(|(p, n)| format!("pid {p}: {n}"))
+                .collect();
             self.dry_run_log.push(format!(
                 "dry run: would {:?} {} pages to node {} ({})",
                 batch.kind,
@@ -585,9 +591,7 @@ impl Backend for LinuxBackend {
             return Ok(MigrationReport::for_batch(
                 batch,
                 batch.pages.iter().map(|_| {
-                    tierd_engine::MoveOutcome::Failed(tierd_engine::MoveError::Other(
-                        DRY_RUN_ERRNO,
-                    ))
+                    tierd_engine::MoveOutcome::Failed(tierd_engine::MoveError::Other(DRY_RUN_ERRNO))
                 }),
             ));
         }
@@ -703,9 +707,17 @@ fn build_snapshot(
             .collect(),
         _ => BTreeMap::new(),
     };
-    let daemon_cpu_s = read_stat(&roots.proc_root, std::process::id())
-        .map(|s| s.cpu_time(USER_HZ).as_secs_f64())
-        .unwrap_or(0.0);
+    let stat = read_stat(&roots.proc_root, std::process::id()).ok();
+    let daemon_cpu_s = stat
+        .as_ref()
+        .map_or(0.0, |s| s.cpu_time(USER_HZ).as_secs_f64());
+    let daemon_cpu_sys_s = stat.as_ref().map_or(0.0, |s| {
+        let sys_only = crate::read::proc::ProcStat {
+            utime_ticks: 0,
+            ..s.clone()
+        };
+        sys_only.cpu_time(USER_HZ).as_secs_f64()
+    });
     let mut snap = Snapshot {
         version: env!("CARGO_PKG_VERSION").to_string(),
         uptime_s: uptime.as_secs_f64(),
@@ -721,6 +733,7 @@ fn build_snapshot(
         },
         kernel_vmstat_delta,
         daemon_cpu_s,
+        daemon_cpu_sys_s,
         ..Snapshot::default()
     };
     snap.set_engine_stats(engine.stats());

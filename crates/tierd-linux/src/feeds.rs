@@ -41,7 +41,8 @@ impl Feed for DamonFeed {
 
     fn poll(&mut self, now: Nanos, out: &mut Vec<AccessedRange>) -> Result<(), DaemonError> {
         // tried_regions only change once per aggregation; reading more often re-reports the
-        // same aggregation as new accesses.
+        // same aggregation as new accesses. `aggr` is the larger of the aggregation and the
+        // configured read interval.
         if self.last.is_some_and(|t| now.saturating_sub(t) < self.aggr) {
             return Ok(());
         }
@@ -232,7 +233,8 @@ pub fn start_feeds(
                         statuses.push(snapshot("damon", true, probe.reason));
                         feeds.push(Box::new(DamonFeed {
                             mon,
-                            aggr: Nanos(d.aggr_us * 1000),
+                            aggr: Nanos(d.aggr_us * 1000)
+                                .max(Nanos::from_millis(d.read_interval_ms)),
                             min_nr_accesses: u64::from(d.min_nr_accesses),
                             last: None,
                         }));

@@ -23,9 +23,9 @@
 #![deny(unsafe_code)]
 
 pub mod mover;
+pub mod read;
 #[allow(unsafe_code)]
 pub mod sys;
-pub mod read;
 
 /// The `/proc` root a reader uses unless told otherwise; readers take their root so that tests
 /// can point them at a fixture tree.
@@ -34,8 +34,8 @@ pub const DEFAULT_PROC_ROOT: &str = "/proc";
 pub const DEFAULT_SYS_ROOT: &str = "/sys";
 
 pub mod config;
-pub mod metrics;
 pub mod daemon;
+pub mod feeds;
+pub mod metrics;
 pub mod pagemap;
 pub mod source;
-pub mod feeds;

@@ -98,6 +98,9 @@ pub struct Snapshot {
     pub kernel_vmstat_delta: BTreeMap<String, u64>,
     /// CPU time of the daemon process, seconds (user + system).
     pub daemon_cpu_s: f64,
+    /// Of which in the kernel (reading numa_maps and pagemap, move_pages, sysfs), seconds.
+    #[serde(default)]
+    pub daemon_cpu_sys_s: f64,
 }
 
 fn named(values: Vec<(&'static StatDesc, u64)>) -> BTreeMap<String, u64> {

@@ -521,6 +521,33 @@ impl AnonMapping {
         self.len == 0
     }
 
+    /// `madvise(MADV_NOHUGEPAGE)` over the whole mapping: keeps it in base pages, and gives its
+    /// VMA a flag its neighbours lack, so the kernel does not merge it with an adjacent
+    /// anonymous mapping (mm/vma.c `is_mergeable_vma()` compares `vm_flags`) and
+    /// `/proc/PID/numa_maps` reports it on its own line.
+    ///
+    /// # Errors
+    /// [`SysError::Madvise`] (`EINVAL` on kernels without THP).
+    pub fn advise_nohugepage(&self) -> Result<(), SysError> {
+        // SAFETY: the range is exactly our own live mapping; MADV_NOHUGEPAGE only sets a VMA
+        // flag and never changes the contents.
+        let r = unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().cast::<libc::c_void>(),
+                self.len,
+                libc::MADV_NOHUGEPAGE,
+            )
+        };
+        if r != 0 {
+            return Err(SysError::Madvise {
+                addr: self.addr(),
+                len: self.len,
+                source: io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
+
     /// `madvise(MADV_HUGEPAGE)` over the whole mapping, so that with THP in `madvise` mode its
     /// 2 MiB-aligned parts are faulted in as huge pages.
     ///

@@ -15,6 +15,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod binaries;
 pub mod cpio;
 pub mod export;
 pub mod fixtures;

@@ -208,15 +208,31 @@ fn run_chase(a: &ChaseArgs) -> Result<()> {
         a.total_mib
     );
     ensure!(a.secs.is_finite() && a.secs >= 0.0, "--secs must be >= 0");
-    let mut m = place(a.total_mib, a.node)?;
+    // Hot and cold parts are separate mappings, the hot one marked MADV_NOHUGEPAGE so the
+    // kernel cannot merge them: /proc/PID/numa_maps then reports each part on its own line,
+    // which is how the guest test reads placement independently of tierd.
+    let mut m = place(a.hot_mib, a.node)?;
+    m.advise_nohugepage()
+        .context("marking the hot part MADV_NOHUGEPAGE")?;
     reset_policy(&m)?;
+    let cold = if a.total_mib > a.hot_mib {
+        let c = place(a.total_mib - a.hot_mib, a.node)?;
+        reset_policy(&c)?;
+        Some(c)
+    } else {
+        None
+    };
     let ps = sys::page_size();
-    let addrs = m.page_addrs();
-    let hot_pages = a.hot_mib * MIB / ps;
+    let mut addrs = m.page_addrs();
+    let hot_pages = addrs.len();
+    if let Some(c) = &cold {
+        addrs.extend(c.page_addrs());
+    }
     let hot_lines = a.hot_mib * MIB / (WORDS_PER_LINE * 8);
     if !build_cycle(m.as_mut_u64_slice(), hot_lines, a.seed) {
         bail!("hot part of {} MiB too small for a chase", a.hot_mib);
     }
+    debug_assert_eq!(hot_pages, a.hot_mib * MIB / ps);
     let mut mover = Mover::new(MoverConfig::default());
     let where_ = |mover: &mut Mover| -> Result<(Placement, Placement)> {
         let q = mover.query(0, &addrs)?;
@@ -233,6 +249,7 @@ fn run_chase(a: &ChaseArgs) -> Result<()> {
     emit(&ChaseLine::Ready(ChaseReady {
         pid: pid(),
         addr: as_u64(m.addr()),
+        cold_addr: cold.as_ref().map_or(0, |c| as_u64(c.addr())),
         node: a.node,
         total_pages: as_u64(addrs.len()),
         hot_pages: as_u64(hot_pages),

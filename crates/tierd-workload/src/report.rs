@@ -91,8 +91,10 @@ impl Placement {
 pub struct ChaseReady {
     /// The workload's pid.
     pub pid: i32,
-    /// Start of the buffer.
+    /// Start of the hot part (its own VMA).
     pub addr: u64,
+    /// Start of the cold part (a separate VMA, so `numa_maps` reports the parts apart).
+    pub cold_addr: u64,
     /// The node the buffer was first placed on (-1: default policy).
     pub node: i32,
     /// Pages of the whole buffer.
@@ -264,6 +266,7 @@ impl ChaseLine {
             return Ok(ChaseLine::Ready(ChaseReady {
                 pid: x.get("pid")?,
                 addr: x.hex("addr")?,
+                cold_addr: x.hex("cold_addr")?,
                 node: x.get("node")?,
                 total_pages: x.get("total_pages")?,
                 hot_pages: x.get("hot_pages")?,
@@ -346,8 +349,8 @@ impl fmt::Display for ChaseLine {
         match self {
             ChaseLine::Ready(r) => write!(
                 f,
-                "chase pid={} addr={:#x} node={} total_pages={} hot_pages={} tick_us={} ticker_pid={} ready",
-                r.pid, r.addr, r.node, r.total_pages, r.hot_pages, r.tick_us, r.ticker_pid
+                "chase pid={} addr={:#x} cold_addr={:#x} node={} total_pages={} hot_pages={} tick_us={} ticker_pid={} ready",
+                r.pid, r.addr, r.cold_addr, r.node, r.total_pages, r.hot_pages, r.tick_us, r.ticker_pid
             ),
             ChaseLine::Sample(s) => {
                 write!(f, "chase t={:.3} ", s.t)?;
@@ -428,7 +431,7 @@ mod tests {
     #[test]
     fn parses_the_documented_chase_lines() {
         let r = ChaseLine::parse(
-            "chase pid=812 addr=0x7f0c2e400000 node=1 total_pages=131072 hot_pages=32768 tick_us=1000 ticker_pid=813 ready\r",
+            "chase pid=812 addr=0x7f0c2e400000 cold_addr=0x7f0c26400000 node=1 total_pages=131072 hot_pages=32768 tick_us=1000 ticker_pid=813 ready\r",
         )
         .expect("ready");
         assert_eq!(
@@ -436,6 +439,7 @@ mod tests {
             ChaseLine::Ready(ChaseReady {
                 pid: 812,
                 addr: 0x7f0c_2e40_0000,
+                cold_addr: 0x7f0c_2640_0000,
                 node: 1,
                 total_pages: 131_072,
                 hot_pages: 32_768,
@@ -476,6 +480,7 @@ mod tests {
             ChaseLine::Ready(ChaseReady {
                 pid: 1,
                 addr: 0x1000,
+                cold_addr: 0x3000,
                 node: -1,
                 total_pages: 4,
                 hot_pages: 1,

@@ -54,7 +54,11 @@ pub fn run_daemon(
         eprintln!(
             "source {:<16} {}: {}",
             s.name,
-            if s.available { "running" } else { "unavailable" },
+            if s.available {
+                "running"
+            } else {
+                "unavailable"
+            },
             s.reason
         );
     }
@@ -64,7 +68,11 @@ pub fn run_daemon(
     eprintln!(
         "metrics on http://{0}/metrics, status on http://{0}/status{1}",
         server.addr(),
-        if dry_run { " (dry run: nothing is moved)" } else { "" }
+        if dry_run {
+            " (dry run: nothing is moved)"
+        } else {
+            ""
+        }
     );
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -151,7 +159,11 @@ pub fn render_status(s: &Snapshot) -> String {
             o,
             "  {:<16} {}: {}",
             src.name,
-            if src.available { "running" } else { "unavailable" },
+            if src.available {
+                "running"
+            } else {
+                "unavailable"
+            },
             src.reason
         );
     }
