@@ -13,8 +13,14 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
 # Guest tests (crates/tierd-vm) need qemu, busybox-static and zstd; as root on Debian, install
 # them. Without them those tests print SKIP (or fail when TIERD_REQUIRE_GUEST is set).
+# Once they are installed the guest tests must run: TIERD_REQUIRE_GUEST turns a SKIP into a
+# failure, so a broken harness cannot pass as "not available here".
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  ./scripts/vm-deps.sh || echo "scripts/vm-deps.sh failed: guest tests will SKIP" >&2
+  if ./scripts/vm-deps.sh; then
+    export TIERD_REQUIRE_GUEST=1
+  else
+    echo "scripts/vm-deps.sh failed: guest tests will SKIP" >&2
+  fi
 fi
 
 cargo fmt --all -- --check

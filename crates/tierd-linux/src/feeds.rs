@@ -189,6 +189,9 @@ impl Feed for PerfFeed {
     fn stop(&mut self) {}
 }
 
+/// The running feeds and one status line per configured source.
+pub type StartedFeeds = (Vec<Box<dyn Feed>>, Vec<SourceSnapshot>);
+
 fn snapshot(name: &str, available: bool, reason: impl Into<String>) -> SourceSnapshot {
     SourceSnapshot {
         name: name.to_string(),
@@ -205,7 +208,7 @@ fn snapshot(name: &str, available: bool, reason: impl Into<String>) -> SourceSna
 pub fn start_feeds(
     cfg: &DaemonConfig,
     cpu_node: &[Option<NodeId>],
-) -> Result<(Vec<Box<dyn Feed>>, Vec<SourceSnapshot>), DaemonError> {
+) -> Result<StartedFeeds, DaemonError> {
     let sys: &Path = &cfg.system.sys_root;
     let proc: &Path = &cfg.system.proc_root;
     let mut feeds: Vec<Box<dyn Feed>> = Vec::new();
