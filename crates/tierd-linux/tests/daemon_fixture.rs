@@ -98,3 +98,23 @@ fn pids_that_do_not_exist_are_not_in_scope() {
     backend.refresh(Nanos::ZERO).expect("refresh");
     assert_eq!(backend.pids(), vec![1]);
 }
+
+#[test]
+fn a_bind_policy_from_the_real_kernel_reaches_the_engine_as_a_nodemask() {
+    use tierd_engine::policy::PolicyMode;
+    use tierd_linux::read::numa_maps::{join_maps, parse_maps, parse_numa_maps, policy_ranges};
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/guest-6.12/extra");
+    let numa = std::fs::read_to_string(dir.join("numa_maps-bind")).expect("numa_maps");
+    let maps = std::fs::read_to_string(dir.join("maps-bind")).expect("maps");
+    let vmas = join_maps(
+        parse_numa_maps(&numa).expect("numa_maps parses"),
+        &parse_maps(&maps).expect("maps parses"),
+    );
+    let ranges = policy_ranges(&vmas);
+    // Exactly the 8 MiB buffer is bound, to node 1 only.
+    assert_eq!(ranges.len(), 1, "{ranges:?}");
+    let (start, end, pol) = ranges[0];
+    assert_eq!(end.0 - start.0, 2048);
+    assert_eq!(pol.mode, PolicyMode::Bind);
+    assert!(pol.nodes.contains(NodeId(1)) && !pol.nodes.contains(NodeId(0)));
+}
