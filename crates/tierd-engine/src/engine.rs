@@ -358,14 +358,19 @@ impl Engine {
         plan
     }
 
+    /// The cgroup's fast-tier share and usage, when its promotions may be thinned: only
+    /// while another cgroup is below a protected share. Protection exists to make room for
+    /// the protected; with no `memory.low` anywhere, or every protected cgroup already at its
+    /// share, thinning would only slow promotion down for nobody's benefit.
     fn over_share(&self, cgroup: CgroupId, usage: &SystemUsage) -> Option<(Bytes, Bytes)> {
+        let share_of = |low: Bytes| {
+            fast_tier_share(low, self.topo.toptier_capacity(), self.topo.total_capacity())
+        };
         let cg = usage.cgroups.get(&cgroup)?;
-        let share = fast_tier_share(
-            cg.low,
-            self.topo.toptier_capacity(),
-            self.topo.total_capacity(),
-        );
-        Some((share, cg.fast_usage))
+        let someone_short = usage.cgroups.iter().any(|(id, other)| {
+            *id != cgroup && other.low.0 > 0 && other.fast_usage < share_of(other.low)
+        });
+        someone_short.then(|| (share_of(cg.low), cg.fast_usage))
     }
 
     /// Whether some enabled source can observe accesses to top-tier pages (hardware samples

@@ -344,6 +344,47 @@ fn a_cgroup_over_its_share_is_thinned_by_the_fourth_power() {
 }
 
 #[test]
+fn no_thinning_when_no_protected_cgroup_is_short() {
+    let topo = two_tier(Bytes::gib(16), Bytes::gib(48));
+    let mut u = usage(&topo, Bytes::mib(1000));
+    // Cgroup 1 has no memory.low and uses the fast tier; cgroup 2 is protected but already
+    // at its share (8 GiB). Nobody needs room: cgroup 1 is not thinned.
+    u.cgroups.insert(
+        CgroupId(1),
+        CgroupUsage {
+            low: Bytes(0),
+            fast_usage: Bytes::gib(4),
+        },
+    );
+    u.cgroups.insert(
+        CgroupId(2),
+        CgroupUsage {
+            low: Bytes::gib(32),
+            fast_usage: Bytes::gib(8),
+        },
+    );
+    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    e.update_owner(OwnerUpdate::Owner {
+        space: SpaceId(1),
+        owner: Owner {
+            pid: 1,
+            cgroup: CgroupId(1),
+        },
+    });
+    heat(&mut e, 1, 0..1600, N1, 0);
+    let plan = e.tick(Nanos::from_millis(100), &u);
+    let n: usize = plan.batches.iter().map(|b| b.pages.len()).sum();
+    assert_eq!(n, 1600);
+    assert_eq!(e.stats().engine.pgpromote_cgroup_throttled, 0);
+    // Once cgroup 2 falls below its share, cgroup 1 (share 0) is thinned to 1/16.
+    u.cgroups.get_mut(&CgroupId(2)).unwrap().fast_usage = Bytes::gib(2);
+    heat(&mut e, 1, 2000..3600, N1, 200);
+    let plan = e.tick(Nanos::from_millis(300), &u);
+    let n: usize = plan.batches.iter().map(|b| b.pages.len()).sum();
+    assert_eq!(n, 100, "1600 / 16");
+}
+
+#[test]
 fn demotion_starts_below_low_and_stops_at_high_coldest_first() {
     let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
     let mut e = Engine::new(EngineConfig::default(), topo.clone()).unwrap();

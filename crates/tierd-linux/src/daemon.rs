@@ -91,6 +91,37 @@ pub struct AccessedRange {
     pub kind: SourceKind,
     /// The node of the CPU that made the access, when the source knows it (hardware samples).
     pub accessing_node: Option<NodeId>,
+    /// For a region-based source (DAMON), the region's `nr_accesses`; 0 for sources that name
+    /// single pages they saw accessed.
+    pub nr_accesses: u32,
+}
+
+/// Whether the pages of an accessed region that sit on slower tiers are themselves hot.
+///
+/// DAMON reports one access count for a whole region, estimated by sampling one random page
+/// per sampling interval, so a region that straddles the edge of a hot set reports heat that
+/// belongs to part of it. Once the hot part has been promoted, such a region keeps reporting
+/// accesses and would drag its cold neighbours along (the seed's DAMON over-promotion).
+/// Assuming the region's fast-tier pages are as hot as the hottest region this pass, the
+/// heat left for the slow-tier pages is `(nr_accesses * pages - fast * hottest) / slow`; they
+/// are observed only if that reaches `min_nr_accesses`. A region of sources that name single
+/// pages (`nr_accesses == 0`) is always kept.
+#[must_use]
+pub fn slow_part_is_hot(
+    nr_accesses: u32,
+    hottest: u32,
+    fast: u64,
+    slow: u64,
+    min_nr_accesses: u32,
+) -> bool {
+    if nr_accesses == 0 || slow == 0 {
+        return true;
+    }
+    let total = u128::from(fast + slow);
+    let heat = u128::from(nr_accesses) * total;
+    let explained = u128::from(fast) * u128::from(hottest.max(nr_accesses));
+    let left = heat.saturating_sub(explained);
+    left >= u128::from(min_nr_accesses.max(1)) * u128::from(slow)
 }
 
 /// A running hotness source.
@@ -238,6 +269,9 @@ pub struct LinuxBackend {
     pub gone: u64,
     /// Pages the dry run would have moved.
     pub planned_pages: u64,
+    /// Slow-tier pages of accessed regions not observed because the region's fast-tier
+    /// pages explain its accesses.
+    pub slow_explained: u64,
     /// Dry-run lines, when a dry run is printing.
     pub dry_run_log: Vec<String>,
 }
@@ -290,6 +324,7 @@ impl LinuxBackend {
                 .collect(),
             gone: 0,
             planned_pages: 0,
+            slow_explained: 0,
             dry_run_log: Vec::new(),
         }
     }
@@ -440,45 +475,64 @@ impl LinuxBackend {
     }
 
     /// Turns accessed ranges into observations: one location query per process for the pages
-    /// named (at most `max_pages` in all), skipping pages that are not present.
+    /// named (at most `max_pages` in all), skipping pages that are not present, and the
+    /// slow-tier pages of regions whose heat the fast-tier pages already explain (see
+    /// [`slow_part_is_hot`]).
     fn observations_from(
         &mut self,
         max_pages: u64,
         out: &mut Vec<Observation>,
     ) -> Result<(), DaemonError> {
-        type Seen = (Vpn, Nanos, SourceKind, Option<NodeId>);
-        let mut by_pid: BTreeMap<u32, Vec<Seen>> = BTreeMap::new();
+        let mut by_pid: BTreeMap<u32, Vec<AccessedRange>> = BTreeMap::new();
         let mut budget = max_pages;
-        for r in self.ranges.drain(..) {
-            let take = r.nr_pages.min(budget);
-            budget -= take;
-            let v = by_pid.entry(r.pid).or_default();
-            for i in 0..take {
-                v.push((Vpn(r.start.0 + i), r.time, r.kind, r.accessing_node));
-            }
+        let hottest = self.ranges.iter().map(|r| r.nr_accesses).max().unwrap_or(0);
+        for mut r in self.ranges.drain(..) {
+            r.nr_pages = r.nr_pages.min(budget);
+            budget -= r.nr_pages;
+            by_pid.entry(r.pid).or_default().push(r);
             if budget == 0 {
                 break;
             }
         }
         self.ranges.clear();
-        for (pid, pages) in by_pid {
+        let min_acc = self.cfg.sources.damon.min_nr_accesses;
+        for (pid, ranges) in by_pid {
             if !self.procs.contains_key(&pid) {
                 continue;
             }
-            let addrs: Vec<usize> = pages
+            let addrs: Vec<usize> = ranges
                 .iter()
-                .filter_map(|(v, _, _, _)| usize::try_from(v.addr()).ok())
+                .flat_map(|r| (0..r.nr_pages).map(move |i| Vpn(r.start.0 + i)))
+                .filter_map(|v| usize::try_from(v.addr()).ok())
                 .collect();
             let pid_i = i32::try_from(pid).unwrap_or(i32::MAX);
             let nodes = self.mover.query(pid_i, &addrs)?;
-            for ((vpn, time, kind, accessing_node), node) in pages.iter().zip(nodes) {
-                if let Ok(node) = node {
+            let mut at = 0;
+            for r in &ranges {
+                let n = usize::try_from(r.nr_pages).unwrap_or(usize::MAX);
+                let here = &nodes[at.min(nodes.len())..(at + n).min(nodes.len())];
+                at += n;
+                let fast = here
+                    .iter()
+                    .filter(|x| x.is_ok_and(|nd| self.fast_nodes.contains(&nd)))
+                    .count() as u64;
+                let present = here.iter().filter(|x| x.is_ok()).count() as u64;
+                let keep_slow =
+                    slow_part_is_hot(r.nr_accesses, hottest, fast, present - fast, min_acc);
+                if !keep_slow {
+                    self.slow_explained += present - fast;
+                }
+                for (i, node) in here.iter().enumerate() {
+                    let Ok(node) = *node else { continue };
+                    if !keep_slow && !self.fast_nodes.contains(&node) {
+                        continue;
+                    }
                     out.push(Observation {
-                        page: PageRef::base(SpaceId(pid), *vpn),
+                        page: PageRef::base(SpaceId(pid), Vpn(r.start.0 + i as u64)),
                         page_node: node,
-                        accessing_node: *accessing_node,
-                        source: *kind,
-                        time: *time,
+                        accessing_node: r.accessing_node,
+                        source: r.kind,
+                        time: r.time,
                     });
                 }
             }
@@ -819,4 +873,26 @@ pub fn run(
     summary.gone = backend.gone;
     summary.snapshot = publish(&engine, &backend);
     result.map(|()| summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slow_part_is_hot;
+
+    #[test]
+    fn a_region_whose_heat_its_fast_pages_explain_drops_its_slow_pages() {
+        // Hottest region this pass: 6 of 20 samples.
+        // A region 70 % promoted (hot) and 30 % cold reports 0.7 * 6 = 4.2: nothing left.
+        assert!(!slow_part_is_hot(4, 6, 70, 30, 2));
+        // 60 % promoted, 40 % still-hot on the slow node: the region is as hot as the hottest,
+        // so the slow part carries 6 of heat: keep.
+        assert!(slow_part_is_hot(6, 6, 60, 40, 2));
+        // Nothing promoted yet: the whole heat is the slow part's.
+        assert!(slow_part_is_hot(4, 6, 0, 100, 4));
+        assert!(!slow_part_is_hot(3, 6, 0, 100, 4));
+        // Sources that name single pages are never filtered.
+        assert!(slow_part_is_hot(0, 6, 99, 1, 4));
+        // All on the fast tier: nothing to decide.
+        assert!(slow_part_is_hot(5, 6, 10, 0, 4));
+    }
 }

@@ -72,6 +72,7 @@ impl Feed for DamonFeed {
                 time: now,
                 kind: SourceKind::AccessedBitScan,
                 accessing_node: None,
+                nr_accesses: u32::try_from(r.nr_accesses).unwrap_or(u32::MAX),
             });
         }
         Ok(())
@@ -142,6 +143,7 @@ impl Feed for IdleFeed {
             time: f.time,
             kind: SourceKind::AccessedBitScan,
             accessing_node: None,
+            nr_accesses: 0,
         }));
         Ok(())
     }
@@ -181,6 +183,7 @@ impl Feed for PerfFeed {
                 time: now,
                 kind: SourceKind::HwSample,
                 accessing_node: self.cpu_node.get(cpu).copied().flatten(),
+                nr_accesses: 0,
             });
         }
         Ok(())

@@ -7,9 +7,11 @@
 //! - `tierd info`: the tiers the engine derives for a DRAM + CXL machine, and its defaults.
 //! - `tierd run --config FILE`: the daemon on this machine ([`daemon_cmd`]).
 //! - `tierd status`: what a running daemon reports.
+//! - `tierd lab`: tierd against the kernel's own promotion in a tiered QEMU guest ([`lab_cmd`]).
 #![forbid(unsafe_code)]
 
 mod daemon_cmd;
+mod lab_cmd;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -110,6 +112,26 @@ enum Command {
         /// Print the raw JSON status.
         #[arg(long)]
         json: bool,
+    },
+    /// Run the lab: tierd against the kernel's own promotion in a tiered QEMU guest, measured.
+    Lab {
+        /// Experiments to run (default: all). Known: a.
+        experiments: Vec<String>,
+        /// The short versions (what CI runs).
+        #[arg(long)]
+        quick: bool,
+        /// Only these row ids (comma-separated, e.g. N2,T1).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// Write rows and time series as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write the placement time series as CSV to this file.
+        #[arg(long)]
+        csv: Option<PathBuf>,
+        /// The source tree to build the guest binaries from.
+        #[arg(long, default_value_os_t = lab_cmd::default_workspace())]
+        workspace: PathBuf,
     },
     /// Print the tiers the engine derives for a two-node DRAM + CXL machine, and its defaults.
     Info {
@@ -217,6 +239,21 @@ fn real_main() -> Result<()> {
             metrics,
         } => daemon_cmd::run_daemon(&config, dry_run, duration, metrics)?,
         Command::Status { addr, json } => daemon_cmd::status(addr, json)?,
+        Command::Lab {
+            experiments,
+            quick,
+            only,
+            json,
+            csv,
+            workspace,
+        } => lab_cmd::lab(
+            &experiments,
+            quick,
+            &only,
+            json.as_deref(),
+            csv.as_deref(),
+            &workspace,
+        )?,
         Command::Scenarios => {
             for (name, text) in SHIPPED {
                 let sc = Scenario::parse(text, std::path::Path::new(name))?;

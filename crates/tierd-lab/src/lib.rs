@@ -1,0 +1,157 @@
+//! # tierd-lab: tierd against the kernel's own promotion, measured in a tiered guest
+//!
+//! The simulator compares mechanisms in a model; the lab compares them on a real kernel.
+//! Each experiment boots the Debian 6.12 guest of `tierd-vm` (node 1, or node 2 in the
+//! three-node machine, is CPU-less and slower per HMAT, so the kernel puts it in a lower
+//! tier), places the project's workload on the slow node, starts one mechanism (no
+//! promotion, `numa_balancing=2`, a DAMOS `migrate_hot` scheme, or tierd) and samples every
+//! second what the kernel says: `numa_maps` of each part of the workload, `/proc/vmstat`,
+//! and the CPU time of the workload, the promoter and kdamond. One fresh guest per
+//! mechanism.
+//!
+//! Layout: [`mechanism`] (how each mechanism is started and stopped in the guest),
+//! [`experiment`] (the experiments), [`run`] (guest script, boot, console parsing),
+//! [`summary`] (the seed-style row, table, CSV). `tierd lab` is the command.
+//!
+//! What the guest cannot show: its nodes do not differ in speed (HMAT only advertises the
+//! slow tier; under TCG an access costs the same on both), so throughput differences between
+//! rows are overhead (faults, migration, scanning), not placement.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use tierd_vm::{binaries, default_cache_dir, Kernel};
+
+pub mod experiment;
+pub mod mechanism;
+pub mod run;
+pub mod summary;
+
+pub use experiment::Experiment;
+pub use mechanism::Mechanism;
+pub use run::RunData;
+pub use summary::Summary;
+
+/// What can go wrong in the lab.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// The guest harness failed (kernel fetch, build, boot, timeout).
+    #[error(transparent)]
+    Guest(#[from] tierd_vm::Error),
+    /// A run's console could not be read as measurements.
+    #[error("parsing the guest's output: {0}")]
+    Parse(String),
+    /// No experiment or mechanism has this name.
+    #[error("unknown {what} {name:?}; known: {known}")]
+    Unknown {
+        /// Experiment or run.
+        what: &'static str,
+        /// The name given.
+        name: String,
+        /// The names there are.
+        known: String,
+    },
+}
+
+/// The result of one experiment.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExperimentResult {
+    /// The experiment.
+    pub experiment: Experiment,
+    /// One row per run.
+    pub rows: Vec<Summary>,
+    /// The measurements behind each row, by row id.
+    pub runs: Vec<(String, RunData)>,
+}
+
+/// The static binaries and the kernel a lab needs, built or fetched once.
+#[derive(Debug, Clone)]
+pub struct LabEnv {
+    /// The guest kernel.
+    pub kernel: Kernel,
+    /// Directory with static `tierd` and `tierd-workload`.
+    pub bins: PathBuf,
+    /// Where guests keep their files.
+    pub work_dir: PathBuf,
+}
+
+impl LabEnv {
+    /// Fetches the kernel (cached) and builds the static binaries from `workspace`.
+    ///
+    /// # Errors
+    /// [`LabError::Guest`] when either fails.
+    pub fn prepare(workspace: &Path) -> Result<LabEnv, LabError> {
+        let kernel = Kernel::fetch(&default_cache_dir())?;
+        let bins = binaries::build_static(workspace, &["tierd", "tierd-workload"])?;
+        let work_dir = std::env::temp_dir().join(format!("tierd-lab-{}", std::process::id()));
+        Ok(LabEnv {
+            kernel,
+            bins,
+            work_dir,
+        })
+    }
+}
+
+/// Runs an experiment's mechanisms (all, or those whose row ids are in `only`), calling
+/// `progress` with each row as it completes.
+///
+/// # Errors
+/// [`LabError`] from the first run that fails.
+pub fn run_experiment(
+    env: &LabEnv,
+    exp: &Experiment,
+    only: &[String],
+    progress: &mut dyn FnMut(&Summary),
+) -> Result<ExperimentResult, LabError> {
+    for id in only {
+        if !exp.runs.iter().any(|(r, _)| r == id) {
+            return Err(LabError::Unknown {
+                what: "run",
+                name: id.clone(),
+                known: exp
+                    .runs
+                    .iter()
+                    .map(|(r, _)| r.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+    }
+    let mut rows = Vec::new();
+    let mut runs = Vec::new();
+    for (id, mech) in &exp.runs {
+        if !only.is_empty() && !only.contains(id) {
+            continue;
+        }
+        let dir = env.work_dir.join(format!("{}-{id}", exp.id));
+        let (data, _console) = run::run_one(&env.kernel, &env.bins, exp, mech, &dir)?;
+        std::fs::remove_dir_all(&dir).ok();
+        let row = summary::summarize(exp, id, mech.name(), &data);
+        progress(&row);
+        rows.push(row);
+        runs.push((id.clone(), data));
+    }
+    Ok(ExperimentResult {
+        experiment: exp.clone(),
+        rows,
+        runs,
+    })
+}
+
+/// The experiments by id; `quick` gives the short versions CI runs.
+///
+/// # Errors
+/// [`LabError::Unknown`] for an unknown id.
+pub fn experiment(id: &str, quick: bool) -> Result<Experiment, LabError> {
+    match id {
+        "a" => Ok(experiment::experiment_a(quick)),
+        _ => Err(LabError::Unknown {
+            what: "experiment",
+            name: id.to_string(),
+            known: EXPERIMENTS.join(", "),
+        }),
+    }
+}
+
+/// Every experiment id, in the order `tierd lab` runs them.
+pub const EXPERIMENTS: &[&str] = &["a"];

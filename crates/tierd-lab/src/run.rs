@@ -1,0 +1,310 @@
+//! One lab run: the guest script for (experiment, mechanism), the guest boot, and the parsed
+//! measurements.
+//!
+//! Every second the guest prints, for each part of the workload, its `/proc/PID/numa_maps`
+//! line (`LAB NUMA`), a subset of `/proc/vmstat` (`LAB VM`), and the CPU ticks of the
+//! workload, the promoter and kdamond (`LAB CPU`, fields 14-15 of `/proc/PID/stat`). The
+//! workload's own lines (throughput, and for the integrity workload the checksum failures)
+//! come at the end (`LAB W`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tierd_linux::read::numa_maps::parse_numa_maps_line;
+use tierd_vm::initramfs::DEFAULT_BUSYBOX;
+use tierd_vm::{Guest, GuestSpec, Initramfs, Kernel};
+
+use crate::experiment::{Experiment, Machine};
+use crate::mechanism::Mechanism;
+use crate::LabError;
+
+/// The vmstat counters sampled (mm/vmstat.c names).
+pub const VMSTAT_KEYS: &[&str] = &[
+    "pgpromote_success",
+    "pgpromote_candidate",
+    "pgmigrate_success",
+    "pgmigrate_fail",
+    "numa_hint_faults",
+    "numa_hint_faults_local",
+    "numa_pte_updates",
+    "numa_pages_migrated",
+    "pgdemote_kswapd",
+    "pgdemote_direct",
+];
+
+/// The guest script of one run.
+#[must_use]
+pub fn script(exp: &Experiment, mech: &Mechanism) -> String {
+    let parts: Vec<&str> = exp.parts.iter().map(|p| p.name.as_str()).collect();
+    let addr_lines: String = exp
+        .parts
+        .iter()
+        .map(|p| {
+            format!(
+                "ADDR_{name}=$(echo \"$READY\" | sed -n 's/.* {key}=0x\\([0-9a-f]*\\).*/\\1/p')\n",
+                name = p.name,
+                key = p.addr_key
+            )
+        })
+        .collect();
+    let vm_re = VMSTAT_KEYS.join("|");
+    format!(
+        r#"ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
+echo never > /sys/kernel/mm/transparent_hugepage/enabled
+echo 0 > /proc/sys/kernel/numa_balancing
+FAST={fast}; SLOW={slow}
+PARTS="{parts}"
+WATCH="workload promoter kdamond"
+lab_t() {{ cut -d' ' -f1 /proc/uptime; }}
+lab_sample() {{
+  T=$(lab_t)
+  for p in $PARTS; do eval A=\$ADDR_$p; echo "LAB NUMA t=$T part=$p $(grep "^$A " /proc/$PID_workload/numa_maps)"; done
+  echo "LAB VM t=$T $(grep -E '^({vm_re}) ' /proc/vmstat | tr ' ' '=' | tr '\n' ' ')"
+  for w in $WATCH; do eval P=\$PID_$w; [ -n "$P" ] && [ -r /proc/$P/stat ] && echo "LAB CPU t=$T who=$w $(sed 's/.*) //' /proc/$P/stat | cut -d' ' -f12,13)"; done
+}}
+mkdir -p /sys/fs/cgroup/work
+{setup}
+cat > /tmp/w.sh <<'EOS'
+echo $$ > /sys/fs/cgroup/work/cgroup.procs
+exec /bin/tierd-workload {workload}
+EOS
+sh /tmp/w.sh > /tmp/w.log 2>&1 &
+i=0; while ! grep -q ' ready' /tmp/w.log; do sleep 0.2; i=$((i+1)); [ $i -gt 900 ] && break; done
+READY=$(grep ' ready' /tmp/w.log | head -n1)
+echo "LAB READY $READY"
+PID_workload=$(echo "$READY" | sed -n 's/^[a-z]* pid=\([0-9]*\) .*/\1/p')
+{addr_lines}lab_sample
+echo "LAB START $(lab_t)"
+{start}k=0
+while [ $k -lt {duration} ]; do
+  sleep 1
+  k=$((k+1))
+{tick}  lab_sample
+done
+{stop}lab_sample
+echo "LAB END $(lab_t)"
+kill $PID_workload 2>/dev/null; wait $PID_workload 2>/dev/null
+[ -n "$PID_eater" ] && kill $PID_eater 2>/dev/null
+sed 's/^/LAB W /' /tmp/w.log
+"#,
+        fast = exp.fast,
+        slow = exp.slow,
+        parts = parts.join(" "),
+        setup = exp.setup,
+        workload = exp.workload,
+        start = mech.start_script(),
+        duration = exp.duration_s,
+        tick = exp.tick,
+        stop = mech.stop_script(),
+    )
+}
+
+/// The tierd configuration file for a run: the mechanism's, scoped to the workload's cgroup.
+#[must_use]
+pub fn tierd_config(config: &str) -> String {
+    format!("[scope]\ncgroups = [\"/work\"]\n\n{config}")
+}
+
+/// One second's reading.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Seconds since the mechanism started.
+    pub t: f64,
+    /// Base pages of each part on each node.
+    pub parts: BTreeMap<String, BTreeMap<u32, u64>>,
+    /// vmstat counters.
+    pub vmstat: BTreeMap<String, u64>,
+    /// CPU ticks (user + system, USER_HZ) of the workload, the promoter and kdamond.
+    pub cpu_ticks: BTreeMap<String, u64>,
+}
+
+/// Everything measured in one run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunData {
+    /// The samples, the first taken just before the mechanism started.
+    pub samples: Vec<Sample>,
+    /// The workload's own lines.
+    pub workload_lines: Vec<String>,
+    /// Other `LAB` lines (DAMOS stats, tierd's exit), for the record.
+    pub notes: Vec<String>,
+    /// tierd's `/status` at the end, when tierd ran.
+    pub tierd_status: Option<serde_json::Value>,
+    /// Wall time of the guest.
+    pub wall_s: f64,
+}
+
+fn kv(rest: &str) -> impl Iterator<Item = (&str, &str)> {
+    rest.split_whitespace().filter_map(|w| w.split_once('='))
+}
+
+/// Parses a guest console into a run's data.
+///
+/// # Errors
+/// [`LabError::Parse`] when the run never started (no `LAB START`).
+pub fn parse_console(console: &str) -> Result<RunData, LabError> {
+    let mut start = None;
+    let mut by_t: BTreeMap<String, Sample> = BTreeMap::new();
+    let mut data = RunData::default();
+    for raw in console.lines() {
+        let l = raw.trim_end_matches('\r');
+        let Some(rest) = l.strip_prefix("LAB ") else {
+            continue;
+        };
+        if let Some(t) = rest.strip_prefix("START ") {
+            start = t.trim().parse::<f64>().ok();
+            continue;
+        }
+        if let Some(w) = rest.strip_prefix("W ") {
+            data.workload_lines.push(w.to_string());
+            continue;
+        }
+        let (kind, body) = rest.split_once(' ').unwrap_or((rest, ""));
+        let Some(tpart) = body.strip_prefix("t=") else {
+            data.notes.push(rest.to_string());
+            continue;
+        };
+        let (t, body) = tpart.split_once(' ').unwrap_or((tpart, ""));
+        let s = by_t.entry(t.to_string()).or_default();
+        s.t = t.parse().unwrap_or(0.0);
+        match kind {
+            "NUMA" => {
+                let (part, line) = body.split_once(' ').unwrap_or((body, ""));
+                let part = part.strip_prefix("part=").unwrap_or(part).to_string();
+                let nodes = parse_numa_maps_line(line.trim())
+                    .map(|e| {
+                        e.nodes
+                            .iter()
+                            .map(|(n, c)| (u32::from(n.0), *c))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                s.parts.insert(part, nodes);
+            }
+            "VM" => {
+                for (k, v) in kv(body) {
+                    if let Ok(v) = v.parse() {
+                        s.vmstat.insert(k.to_string(), v);
+                    }
+                }
+            }
+            "CPU" => {
+                let mut who = None;
+                let mut ticks = 0u64;
+                for w in body.split_whitespace() {
+                    if let Some(x) = w.strip_prefix("who=") {
+                        who = Some(x.to_string());
+                    } else if let Ok(v) = w.parse::<u64>() {
+                        ticks += v;
+                    }
+                }
+                if let Some(w) = who {
+                    s.cpu_ticks.insert(w, ticks);
+                }
+            }
+            _ => data.notes.push(rest.to_string()),
+        }
+    }
+    let Some(start) = start else {
+        return Err(LabError::Parse("the run never started (no LAB START)".into()));
+    };
+    let mut samples: Vec<Sample> = by_t.into_values().collect();
+    samples.sort_by(|a, b| a.t.total_cmp(&b.t));
+    for s in &mut samples {
+        s.t -= start;
+    }
+    data.samples = samples;
+    Ok(data)
+}
+
+/// Boots the guest for one run and returns what it measured.
+///
+/// # Errors
+/// [`LabError::Guest`] when the guest cannot be built or run; [`LabError::Parse`] when the
+/// run produced no measurements.
+pub fn run_one(
+    kernel: &Kernel,
+    bins: &Path,
+    exp: &Experiment,
+    mech: &Mechanism,
+    work_dir: &Path,
+) -> Result<(RunData, String), LabError> {
+    let mut fs = Initramfs::standard(Path::new(DEFAULT_BUSYBOX), &script(exp, mech))?;
+    fs.add_host_file(&bins.join("tierd"), "/bin/tierd", Some(0o755))?;
+    fs.add_host_file(
+        &bins.join("tierd-workload"),
+        "/bin/tierd-workload",
+        Some(0o755),
+    )?;
+    if let Mechanism::Tierd { config } = mech {
+        fs.add_file("/lab/tierd.toml", tierd_config(config).into_bytes(), 0o644)?;
+    }
+    let spec = match exp.machine {
+        Machine::TwoNode => GuestSpec::two_node(),
+        Machine::ThreeNode => GuestSpec::three_node(),
+    };
+    let timeout = Duration::from_secs(u64::from(exp.duration_s) + 300);
+    let out = Guest::new(kernel.clone(), work_dir.to_path_buf()).run(&spec, &fs, "", timeout)?;
+    let mut data = parse_console(&out.console)?;
+    data.wall_s = out.wall.as_secs_f64();
+    if let Some(f) = out.file("status.json") {
+        data.tierd_status = serde_json::from_slice(&f.data).ok();
+    }
+    Ok((data, out.console))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::experiment_a;
+
+    const CONSOLE: &str = "\
+[    3.1] boot noise
+LAB READY chase pid=150 addr=0x7f0000200000 cold_addr=0x7f0000000000 node=1 total_pages=8 hot_pages=2 tick_us=0 ticker_pid=0 ready
+LAB NUMA t=10.00 part=hot 7f0000200000 default anon=2 dirty=2 N1=2 kernelpagesize_kB=4
+LAB NUMA t=10.00 part=cold 7f0000000000 default anon=6 dirty=6 N1=6 kernelpagesize_kB=4
+LAB VM t=10.00 pgpromote_success=0 pgmigrate_success=5 numa_hint_faults=0 
+LAB CPU t=10.00 who=workload 30 4
+LAB START 10.05
+LAB DAMOS_ON range=1-2 kdamond=99
+LAB NUMA t=11.10 part=hot 7f0000200000 default anon=2 dirty=2 N0=1 N1=1 kernelpagesize_kB=4\r
+LAB NUMA t=11.10 part=cold 7f0000000000 default anon=6 dirty=6 N1=6 kernelpagesize_kB=4
+LAB VM t=11.10 pgpromote_success=1 pgmigrate_success=6 numa_hint_faults=3 
+LAB CPU t=11.10 who=workload 80 5
+LAB CPU t=11.10 who=promoter 7 12
+LAB W chase t=1.000 hot_n0=1 hot_n1=1 hot_other=0 cold_n0=0 cold_n1=6 cold_other=0 steps_per_s=100 ns_per_step=10.0
+";
+
+    #[test]
+    fn console_becomes_samples_relative_to_the_start() {
+        let d = parse_console(CONSOLE).expect("parses");
+        assert_eq!(d.samples.len(), 2);
+        let (a, b) = (&d.samples[0], &d.samples[1]);
+        assert!((a.t + 0.05).abs() < 1e-9 && (b.t - 1.05).abs() < 1e-9);
+        assert_eq!(a.parts["hot"][&1], 2);
+        assert_eq!(b.parts["hot"][&0], 1);
+        assert_eq!(b.parts["cold"][&1], 6);
+        assert_eq!(b.vmstat["pgmigrate_success"], 6);
+        assert_eq!(b.cpu_ticks["workload"], 85);
+        assert_eq!(b.cpu_ticks["promoter"], 19);
+        assert_eq!(d.workload_lines.len(), 1);
+        assert!(d.notes.iter().any(|n| n.starts_with("DAMOS_ON")));
+    }
+
+    #[test]
+    fn a_run_without_a_start_is_an_error() {
+        assert!(parse_console("LAB READY x\n").is_err());
+    }
+
+    #[test]
+    fn script_samples_every_part_and_runs_the_mechanism() {
+        let exp = experiment_a(true);
+        let s = script(&exp, &exp.runs[0].1);
+        assert!(s.contains("PARTS=\"hot cold\""));
+        assert!(s.contains("ADDR_cold=$(echo \"$READY\" | sed -n 's/.* cold_addr=0x"));
+        assert!(s.contains("/bin/tierd run --config /lab/tierd.toml"));
+        assert!(s.contains("while [ $k -lt 20 ]"));
+        assert!(s.contains("chase --total-mib 512 --hot-mib 128"));
+    }
+}

@@ -1,0 +1,290 @@
+//! From a run's samples to the seed-style row, and the table, JSON and CSV.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::experiment::Experiment;
+use crate::run::RunData;
+
+/// USER_HZ: the unit of `/proc/PID/stat` CPU times (include/asm-generic/param.h).
+const USER_HZ: f64 = 100.0;
+const PAGE_MIB: f64 = 1.0 / 256.0;
+
+/// One row of an experiment's table.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Row id.
+    pub id: String,
+    /// Mechanism name.
+    pub mechanism: String,
+    /// Seconds after the start until 50 / 90 / 95 % of the first part (the hot set) was on
+    /// the fast node (`None`: never within the run).
+    pub t50_s: Option<f64>,
+    /// As above, 90 %.
+    pub t90_s: Option<f64>,
+    /// As above, 95 %.
+    pub t95_s: Option<f64>,
+    /// Share of the hot part on the fast node at the end, percent.
+    pub hot_on_fast_pct: f64,
+    /// All parts' pages on the fast node at the end, MiB.
+    pub fast_mib: f64,
+    /// `(fast_mib - hot MiB) / hot MiB`, percent (the seed's over-promotion).
+    pub over_pct: f64,
+    /// Share of the other parts (cold) moved to the fast node, percent.
+    pub cold_moved_pct: f64,
+    /// MiB migrated (growth of `pgmigrate_success`, which every mechanism's moves count in).
+    pub migrated_mib: f64,
+    /// Growth of `pgpromote_success` (NUMA balancing's promotions only).
+    pub pgpromote_success: u64,
+    /// Growth of `numa_hint_faults`.
+    pub hint_faults: u64,
+    /// Growth of `numa_pte_updates`.
+    pub pte_updates: u64,
+    /// Growth of `pgdemote_kswapd + pgdemote_direct`.
+    pub kernel_demoted: u64,
+    /// CPU seconds of the promoter (tierd or kdamond) and of tierd's kdamond, if any.
+    pub promoter_cpu_s: Option<f64>,
+    /// CPU seconds of the workload.
+    pub workload_cpu_s: f64,
+    /// Mean steps per second of the workload over the last quarter of the run.
+    pub throughput: Option<f64>,
+    /// Checksum failures the workload reported (integrity runs).
+    pub checksum_failures: Option<u64>,
+    /// Wall time of the guest, seconds.
+    pub wall_s: f64,
+}
+
+fn delta(d: &RunData, key: &str) -> u64 {
+    let get = |i: usize| {
+        d.samples
+            .get(i)
+            .and_then(|s| s.vmstat.get(key))
+            .copied()
+            .unwrap_or(0)
+    };
+    get(d.samples.len().saturating_sub(1)).saturating_sub(get(0))
+}
+
+fn cpu_delta(d: &RunData, who: &str) -> Option<u64> {
+    let first = d.samples.iter().find_map(|s| s.cpu_ticks.get(who).copied());
+    let last = d.samples.iter().rev().find_map(|s| s.cpu_ticks.get(who).copied())?;
+    // A promoter that started with the mechanism had no reading before it: count from 0.
+    let first_t = d
+        .samples
+        .iter()
+        .find(|s| s.cpu_ticks.contains_key(who))
+        .map_or(0.0, |s| s.t);
+    Some(if first_t > 0.0 { last } else { last - first.unwrap_or(0) })
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn pages_mib(p: u64) -> f64 {
+    p as f64 * PAGE_MIB
+}
+
+/// The summary row of one run.
+#[must_use]
+#[allow(clippy::cast_precision_loss)]
+pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Summary {
+    let hot = &exp.parts[0];
+    let on_fast = |s: &crate::run::Sample, part: &str| {
+        s.parts
+            .get(part)
+            .and_then(|m| m.get(&exp.fast))
+            .copied()
+            .unwrap_or(0)
+    };
+    let reach = |frac: f64| {
+        d.samples
+            .iter()
+            .filter(|s| s.t >= 0.0)
+            .find(|s| on_fast(s, &hot.name) as f64 >= frac * hot.pages as f64)
+            .map(|s| s.t)
+    };
+    let last = d.samples.last();
+    let hot_fast = last.map_or(0, |s| on_fast(s, &hot.name));
+    let others: u64 = exp.parts[1..].iter().map(|p| p.pages).sum();
+    let others_fast: u64 = last.map_or(0, |s| {
+        exp.parts[1..]
+            .iter()
+            .map(|p| on_fast(s, &p.name))
+            .sum::<u64>()
+    });
+    let fast_pages = hot_fast + others_fast;
+    let promoter = match (cpu_delta(d, "promoter"), cpu_delta(d, "kdamond")) {
+        (None, None) => None,
+        (a, b) => Some((a.unwrap_or(0) + b.unwrap_or(0)) as f64 / USER_HZ),
+    };
+    // The last quarter of the workload's interval lines (seed A's "mean of the last 25 %").
+    let rates: Vec<f64> = d
+        .workload_lines
+        .iter()
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("steps_per_s="))
+                .and_then(|v| v.parse().ok())
+        })
+        .collect();
+    let tail = &rates[rates.len() - rates.len() / 4..];
+    let throughput = (!tail.is_empty()).then(|| tail.iter().sum::<f64>() / tail.len() as f64);
+    let failures = d
+        .workload_lines
+        .iter()
+        .filter(|l| l.starts_with("integrity") && l.contains(" done"))
+        .find_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("failures="))
+                .and_then(|v| v.parse().ok())
+        });
+    Summary {
+        id: id.to_string(),
+        mechanism: mechanism.to_string(),
+        t50_s: reach(0.50),
+        t90_s: reach(0.90),
+        t95_s: reach(0.95),
+        hot_on_fast_pct: 100.0 * hot_fast as f64 / hot.pages.max(1) as f64,
+        fast_mib: pages_mib(fast_pages),
+        over_pct: 100.0 * (fast_pages as f64 - hot.pages as f64) / hot.pages.max(1) as f64,
+        cold_moved_pct: if others == 0 {
+            0.0
+        } else {
+            100.0 * others_fast as f64 / others as f64
+        },
+        migrated_mib: pages_mib(delta(d, "pgmigrate_success")),
+        pgpromote_success: delta(d, "pgpromote_success"),
+        hint_faults: delta(d, "numa_hint_faults"),
+        pte_updates: delta(d, "numa_pte_updates"),
+        kernel_demoted: delta(d, "pgdemote_kswapd") + delta(d, "pgdemote_direct"),
+        promoter_cpu_s: promoter,
+        workload_cpu_s: cpu_delta(d, "workload").unwrap_or(0) as f64 / USER_HZ,
+        throughput,
+        checksum_failures: failures,
+        wall_s: d.wall_s,
+    }
+}
+
+fn opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or_else(|| "-".to_string(), |x| format!("{x:.prec$}"))
+}
+
+/// The experiment's table, one row per run.
+#[must_use]
+pub fn table(exp: &Experiment, rows: &[Summary]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "{}", exp.title);
+    let _ = writeln!(
+        o,
+        "| id | mechanism | t50 s | t90 s | t95 s | hot on fast | fast MiB | over | cold moved | migrated MiB | pgpromote | hint faults | promoter CPU s | workload CPU s | steps/s |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {:.1} % | {:.0} | {:+.1} % | {:.1} % | {:.0} | {} | {} | {} | {:.1} | {} |",
+            r.id,
+            r.mechanism,
+            opt(r.t50_s, 1),
+            opt(r.t90_s, 1),
+            opt(r.t95_s, 1),
+            r.hot_on_fast_pct,
+            r.fast_mib,
+            r.over_pct,
+            r.cold_moved_pct,
+            r.migrated_mib,
+            r.pgpromote_success,
+            r.hint_faults,
+            opt(r.promoter_cpu_s, 2),
+            r.workload_cpu_s,
+            opt(r.throughput, 0),
+        );
+    }
+    o
+}
+
+/// CSV of the placement time series: one row per (run, second).
+#[must_use]
+pub fn csv(exp: &Experiment, runs: &[(String, RunData)]) -> String {
+    let mut o = String::from("experiment,run,t_s,part,node,pages\n");
+    for (id, d) in runs {
+        for s in &d.samples {
+            for (part, nodes) in &s.parts {
+                for (n, c) in nodes {
+                    let _ = writeln!(o, "{},{id},{:.2},{part},{n},{c}", exp.id, s.t);
+                }
+            }
+        }
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::experiment_a;
+    use crate::run::Sample;
+
+    fn sample(t: f64, hot0: u64, cold0: u64, migrated: u64, promoter: Option<u64>) -> Sample {
+        let mut s = Sample {
+            t,
+            ..Sample::default()
+        };
+        s.parts
+            .insert("hot".into(), [(0, hot0), (1, 32768 - hot0)].into());
+        s.parts
+            .insert("cold".into(), [(0, cold0), (1, 98304 - cold0)].into());
+        s.vmstat.insert("pgmigrate_success".into(), migrated);
+        if let Some(p) = promoter {
+            s.cpu_ticks.insert("promoter".into(), p);
+        }
+        s.cpu_ticks.insert("workload".into(), (t.max(0.0) * 100.0) as u64);
+        s
+    }
+
+    #[test]
+    fn times_over_promotion_and_costs_come_from_the_samples() {
+        let exp = experiment_a(true);
+        let d = RunData {
+            samples: vec![
+                sample(-0.1, 0, 0, 100, None),
+                sample(1.0, 16384, 0, 16484, Some(50)),
+                sample(2.0, 30000, 100, 30200, Some(80)),
+                sample(3.0, 32768, 3276, 36144, Some(90)),
+            ],
+            workload_lines: vec![
+                "chase t=1 steps_per_s=100".into(),
+                "chase t=2 steps_per_s=200".into(),
+                "chase t=3 steps_per_s=300".into(),
+                "chase t=4 steps_per_s=400".into(),
+            ],
+            ..RunData::default()
+        };
+        let s = summarize(&exp, "T1", "tierd", &d);
+        assert_eq!(s.t50_s, Some(1.0));
+        assert_eq!(s.t90_s, Some(2.0));
+        assert_eq!(s.t95_s, Some(3.0));
+        assert!((s.hot_on_fast_pct - 100.0).abs() < 1e-9);
+        // 3276 cold pages on top of the 32768 hot: +10.0 %.
+        assert!((s.over_pct - 10.0).abs() < 0.01, "{}", s.over_pct);
+        assert!((s.cold_moved_pct - 3.33).abs() < 0.01);
+        assert!((s.migrated_mib - 36044.0 / 256.0).abs() < 1e-9);
+        // The promoter appeared after the start: its whole count is the run's.
+        assert_eq!(s.promoter_cpu_s, Some(0.9));
+        assert_eq!(s.throughput, Some(400.0));
+        let t = table(&exp, &[s]);
+        assert!(t.contains("| T1 | tierd | 1.0 | 2.0 | 3.0 | 100.0 % |"), "{t}");
+    }
+
+    #[test]
+    fn a_mechanism_that_never_gets_there_has_no_time() {
+        let exp = experiment_a(true);
+        let d = RunData {
+            samples: vec![sample(-0.1, 0, 0, 0, None), sample(5.0, 10, 0, 10, None)],
+            ..RunData::default()
+        };
+        let s = summarize(&exp, "B0", "baseline", &d);
+        assert_eq!((s.t50_s, s.t90_s), (None, None));
+        assert_eq!(s.promoter_cpu_s, None);
+        assert!(s.over_pct < -99.0);
+    }
+}

@@ -1,0 +1,61 @@
+//! `tierd lab`: glue between the command line and `tierd_lab`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use tierd_lab::{experiment, run_experiment, summary, LabEnv, EXPERIMENTS};
+
+/// `tierd lab [EXPERIMENT...]`.
+pub fn lab(
+    experiments: &[String],
+    quick: bool,
+    only: &[String],
+    json: Option<&Path>,
+    csv: Option<&Path>,
+    workspace: &Path,
+) -> Result<()> {
+    let ids: Vec<String> = if experiments.is_empty() {
+        EXPERIMENTS.iter().map(|s| (*s).to_string()).collect()
+    } else {
+        experiments.to_vec()
+    };
+    let exps = ids
+        .iter()
+        .map(|id| experiment(id, quick))
+        .collect::<Result<Vec<_>, _>>()?;
+    eprintln!("tierd lab: fetching the guest kernel and building static guest binaries ...");
+    let env = LabEnv::prepare(workspace).context("preparing the guest")?;
+    let mut results = Vec::new();
+    let mut all_csv = String::new();
+    for exp in &exps {
+        eprintln!("tierd lab: {}", exp.title);
+        let res = run_experiment(&env, exp, only, &mut |row| {
+            eprintln!(
+                "  {} ({}) done: hot on fast {:.1} %, over {:+.1} %, guest {:.0} s",
+                row.id, row.mechanism, row.hot_on_fast_pct, row.over_pct, row.wall_s
+            );
+        })
+        .with_context(|| format!("experiment {}", exp.id))?;
+        println!("{}", summary::table(&res.experiment, &res.rows));
+        let c = summary::csv(&res.experiment, &res.runs);
+        if all_csv.is_empty() {
+            all_csv = c;
+        } else {
+            all_csv.extend(c.lines().skip(1).map(|l| format!("{l}\n")));
+        }
+        results.push(res);
+    }
+    if let Some(p) = json {
+        std::fs::write(p, serde_json::to_string_pretty(&results)? + "\n")
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = csv {
+        std::fs::write(p, all_csv).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// The source tree the binary was built from: the lab builds its guest binaries there.
+pub fn default_workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
