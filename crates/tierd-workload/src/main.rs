@@ -312,7 +312,10 @@ fn apply_policy(m: &AnonMapping, policy: ChasePolicy, nodes: NodeMask) -> Result
         ChasePolicy::PreferredManyBalancing => MPOL_PREFERRED_MANY | MPOL_F_NUMA_BALANCING,
     };
     sys::mbind(m.addr(), m.len(), mode, nodes, 0).with_context(|| {
-        format!("setting policy {policy} over nodes {nodes} (MPOL_F_NUMA_BALANCING with MPOL_PREFERRED_MANY needs Linux 6.10+)")
+        format!(
+            "setting policy {policy} over nodes {nodes} (EINVAL: a node not online, or for \
+             -balancing a kernel before 6.10)"
+        )
     })
 }
 
@@ -594,7 +597,8 @@ fn chase_threads(
 }
 
 /// Allocate on `node` in chunks until its `MemFree` (per-node meminfo, drivers/base/node.c
-/// `node_read_meminfo()`) is within 1 MiB of `leave_mib`, re-reading it after each chunk.
+/// `node_read_meminfo()`) is within 1 MiB of `leave_mib` (or below it), re-reading it after
+/// each chunk.
 fn fill_node(node: i32, leave_mib: u64) -> Result<Vec<AnonMapping>> {
     let nid = NodeId(u16::try_from(node).context("--leave-free-mib needs a --node >= 0")?);
     let sys_root = Path::new("/sys");
@@ -620,7 +624,9 @@ fn fill_node(node: i32, leave_mib: u64) -> Result<Vec<AnonMapping>> {
             allocated < total,
             "allocated {allocated} MiB on node {node} (MemTotal {total} MiB) but MemFree is still {free} MiB"
         );
-        let chunk = (free - leave_mib).min(FILL_CHUNK_MIB);
+        // Half the distance each time (at most a chunk): other allocations and the per-CPU
+        // vmstat deltas not yet folded into MemFree then cannot make us overshoot by much.
+        let chunk = (free - leave_mib).div_ceil(2).min(FILL_CHUNK_MIB);
         maps.push(place(usize::try_from(chunk).context("chunk size")?, node)?);
         allocated += chunk;
     }
