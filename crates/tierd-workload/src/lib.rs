@@ -4,21 +4,40 @@
 //! hosts, replacing vmlab's C `tiertest`. Subcommands of the `tierd-workload` binary:
 //!
 //! - `chase --total-mib N --hot-mib H --secs S --node K [--interval-ms 500] [--seed 1]
-//!   [--tick-us T]`: map N MiB, `mbind(MPOL_BIND, K)`, touch every page, then reset the range
-//!   to `MPOL_DEFAULT` (with the BIND policy left in place NUMA balancing would not consider the
-//!   pages misplaced, so nothing would ever be promoted). Then chase pointers through a random
-//!   cyclic permutation of the 64-byte lines of the first H MiB (the hot part) for S seconds.
-//!   Every interval one [`report::ChaseLine`] reports where hot and cold pages are
-//!   (`move_pages(2)` location query) and the chase speed. `--tick-us T` pins the workload to
-//!   CPU 0 together with a child process that wakes every T µs: the context switches reload
-//!   CR3, which under QEMU TCG flushes the soft TLB so that page-table Accessed bits get set
-//!   again (DAMON needs them; real hardware does not need this). Make the hot part larger than
-//!   the last-level cache if `ns_per_step` is to measure memory rather than cache latency.
-//! - `hold --mib N --node K --secs S`: allocate N MiB bound to K (-1: default policy), touch,
-//!   sleep, report placement ([`report::HoldLine`]): a memory eater.
+//!   [--tick-us T] [--policy default|preferred-many|preferred-many-balancing]
+//!   [--policy-nodes LIST] [--threads N] [--cpus LIST]`: map N MiB, `mbind(MPOL_BIND, K)`,
+//!   touch every page, then set the range's policy: `default` resets it to `MPOL_DEFAULT`
+//!   (with the BIND policy left in place NUMA balancing would not consider the pages
+//!   misplaced, so nothing would ever be promoted); `preferred-many` sets
+//!   `MPOL_PREFERRED_MANY` over `--policy-nodes` and `preferred-many-balancing` adds
+//!   `MPOL_F_NUMA_BALANCING` (mm/mempolicy.c `sanitize_mpol_flags()` accepts that flag with
+//!   `MPOL_BIND` and, since Linux 6.10, `MPOL_PREFERRED_MANY`; the 6.12 guest has it, older
+//!   kernels answer `EINVAL`). Then N threads (default 1) chase pointers, each through a random
+//!   cyclic permutation of the 64-byte lines of its own contiguous run of whole pages of the
+//!   first H MiB (the hot part; thread i uses seed + i), for S seconds, pinned round-robin to
+//!   the CPUs of `--cpus`. Every interval one [`report::ChaseLine`] reports where hot and cold
+//!   pages are (`move_pages(2)` location query), the chase speed, and per thread its speed and
+//!   the placement of its slice (so promotions to the wrong fast node show). `--tick-us T`
+//!   starts, on each chase CPU (CPU 0 without `--cpus`, the threads then pinned there), a child
+//!   process that wakes every T µs: the context switches reload CR3, which under QEMU TCG
+//!   flushes the soft TLB so that page-table Accessed bits get set again (DAMON needs them;
+//!   real hardware does not need this). Make the hot part larger than the last-level cache if
+//!   `ns_per_step` is to measure memory rather than cache latency.
+//! - `hold (--mib N | --leave-free-mib M) --node K --secs S`: allocate N MiB bound to K (-1:
+//!   default policy), or allocate on K in chunks until the node's `MemFree`
+//!   (`/sys/devices/system/node/nodeK/meminfo`) is about M MiB; touch, sleep, report placement
+//!   ([`report::HoldLine`], `mib` = MiB allocated): a memory eater.
 //! - `move --mib N --from A --to B [--chunk-pages 512]`: place N MiB on A, reset the policy, move
 //!   it to B with [`tierd_linux::mover::Mover`] and report the `move_pages` throughput
 //!   ([`report::MoveLine`]).
+//! - `integrity --mib N --node K --secs S [--interval-ms 1000] [--threads 1]`: fill N MiB on K
+//!   with per-word values of (address, generation) ([`integrity`]), reset the policy to
+//!   `MPOL_DEFAULT`, then verify every page over and over for S seconds, rewriting one
+//!   sixteenth of each thread's range per pass with the next generation, so pages are read and
+//!   written while they migrate. A wrong page is counted (a checksum failure), its first wrong
+//!   word printed (the first 8), and it is repaired so that one corruption counts once; the run
+//!   never stops on one and exits 0 ([`report::IntegrityLine`]; non-zero only if it could not
+//!   run). The checking threads make no system calls.
 //!
 //! The parsers for the output lines are in [`report`], so a harness can depend on this crate.
 //!
@@ -40,4 +59,5 @@
 //! through `/proc/self/exe` to start the ticker).
 
 pub mod chase;
+pub mod integrity;
 pub mod report;

@@ -2,23 +2,62 @@
 //! the static build).
 
 use std::io::Write;
+use std::ops::Range;
+use std::path::Path;
 use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
 use clap::{Parser, Subcommand};
 use tierd_engine::types::{NodeId, NodeMask};
 use tierd_linux::mover::{Mover, MoverConfig};
-use tierd_linux::sys::{self, AnonMapping, MPOL_BIND, MPOL_DEFAULT};
+use tierd_linux::read::meminfo::read_node_meminfo;
+use tierd_linux::read::{parse_list, parse_nodelist};
+use tierd_linux::sys::{
+    self, AnonMapping, MPOL_BIND, MPOL_DEFAULT, MPOL_F_NUMA_BALANCING, MPOL_PREFERRED_MANY,
+};
 use tierd_workload::chase::{build_cycle, chase, WORDS_PER_LINE};
+use tierd_workload::integrity::{check_page, fill_page, BadWord};
 use tierd_workload::report::{
-    ChaseDone, ChaseLine, ChaseReady, ChaseSample, HoldLine, MoveLine, Placement,
+    ChaseDone, ChaseLine, ChasePolicy, ChaseReady, ChaseSample, HoldLine, IntegrityLine,
+    IntegritySample, MoveLine, Placement, ThreadSample,
 };
 
 const MIB: usize = 1 << 20;
-/// Steps between clock reads: small enough to keep reports on time (~10 ms at TCG speeds),
-/// large enough that reading the clock costs nothing.
+/// Steps between updates of a thread's step counter (and checks of the stop flag): small
+/// enough to stop within ~10 ms at TCG speeds, large enough that the atomic add costs nothing.
 const BURST: u64 = 1 << 15;
+/// The report loop sleeps at most this long at a time, so it notices a failed thread soon.
+const POLL: Duration = Duration::from_millis(50);
+/// `integrity` rewrites one of this many slices of each thread's range per pass.
+const REWRITE_SLICES: usize = 16;
+/// `integrity` prints at most this many `bad` lines.
+const MAX_BAD: usize = 8;
+/// `hold --leave-free-mib` allocates in chunks of at most this many MiB, re-reading MemFree
+/// after each.
+const FILL_CHUNK_MIB: u64 = 256;
+
+/// A `--cpus` list (`0,1` or `0-3`).
+#[derive(Clone, Debug)]
+struct CpuList(Vec<u32>);
+
+fn cpu_list(s: &str) -> Result<CpuList, String> {
+    let v = parse_list(s)?;
+    if v.is_empty() {
+        return Err("empty CPU list".to_owned());
+    }
+    Ok(CpuList(v))
+}
+
+fn node_list(s: &str) -> Result<NodeMask, String> {
+    let m = parse_nodelist(s)?;
+    if m.is_empty() {
+        return Err("empty node list".to_owned());
+    }
+    Ok(m)
+}
 
 #[derive(Parser, Debug)]
 #[command(name = "tierd-workload", version, about = "tierd's guest workload")]
@@ -46,19 +85,41 @@ enum Cmd {
         /// Report period in milliseconds.
         #[arg(long, default_value_t = 500)]
         interval_ms: u64,
-        /// Seed of the chase permutation.
+        /// Seed of the chase permutation (thread i uses seed + i).
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Pin to CPU 0 with a ticker process waking every this many µs (0: off).
+        /// Run a ticker process waking every this many µs on each chase CPU (CPU 0 unless
+        /// --cpus), the chase threads pinned there too (0: off).
         #[arg(long, default_value_t = 0)]
         tick_us: u64,
+        /// Policy left on the buffer after placing it: default (MPOL_DEFAULT),
+        /// preferred-many or preferred-many-balancing (MPOL_PREFERRED_MANY over
+        /// --policy-nodes, the latter with MPOL_F_NUMA_BALANCING).
+        #[arg(long, default_value = "default")]
+        policy: ChasePolicy,
+        /// Nodes of the preferred-many policies (a list: `0`, `0-1`).
+        #[arg(long, value_parser = node_list)]
+        policy_nodes: Option<NodeMask>,
+        /// Chase threads, each over its own slice of the hot part.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// CPUs to pin the threads to, round-robin (a list: `0,1`; default: not pinned).
+        #[arg(long, value_parser = cpu_list)]
+        cpus: Option<CpuList>,
     },
     /// Allocate, touch and hold memory.
     Hold {
         /// Size in MiB.
+        #[arg(
+            long,
+            required_unless_present = "leave_free_mib",
+            conflicts_with = "leave_free_mib"
+        )]
+        mib: Option<usize>,
+        /// Instead of --mib: allocate on --node until its MemFree is about this many MiB.
         #[arg(long)]
-        mib: usize,
-        /// Node to bind to (-1: default policy).
+        leave_free_mib: Option<u64>,
+        /// Node to bind to (-1: default policy; --leave-free-mib needs a node).
         #[arg(long, allow_hyphen_values = true)]
         node: i32,
         /// Seconds to hold it.
@@ -79,6 +140,25 @@ enum Cmd {
         /// Addresses per move_pages call.
         #[arg(long, default_value_t = 512)]
         chunk_pages: usize,
+    },
+    /// Fill memory on a node with per-page distinct contents, then verify and rewrite it
+    /// continuously while the kernel or tierd migrates it; count checksum failures.
+    Integrity {
+        /// Size in MiB.
+        #[arg(long)]
+        mib: usize,
+        /// Node to fill it on (-1: default policy); the policy is reset to MPOL_DEFAULT after.
+        #[arg(long, allow_hyphen_values = true)]
+        node: i32,
+        /// Seconds to verify.
+        #[arg(long)]
+        secs: f64,
+        /// Report period in milliseconds.
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+        /// Checking threads, each over its own slice of the buffer.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
     },
     /// (internal) The --tick-us helper: pin to a CPU and wake every `us` until the parent exits.
     #[command(hide = true)]
@@ -105,6 +185,10 @@ fn main() -> Result<()> {
             interval_ms,
             seed,
             tick_us,
+            policy,
+            policy_nodes,
+            threads,
+            cpus,
         } => run_chase(&ChaseArgs {
             total_mib,
             hot_mib,
@@ -113,14 +197,36 @@ fn main() -> Result<()> {
             interval: Duration::from_millis(interval_ms.max(1)),
             seed,
             tick_us,
+            policy,
+            policy_nodes: policy_nodes.unwrap_or(NodeMask::EMPTY),
+            threads,
+            cpus: cpus.map(|c| c.0).unwrap_or_default(),
         }),
-        Cmd::Hold { mib, node, secs } => run_hold(mib, node, secs),
+        Cmd::Hold {
+            mib,
+            leave_free_mib,
+            node,
+            secs,
+        } => run_hold(mib, leave_free_mib, node, secs),
         Cmd::Move {
             mib,
             from,
             to,
             chunk_pages,
         } => run_move(mib, from, to, chunk_pages),
+        Cmd::Integrity {
+            mib,
+            node,
+            secs,
+            interval_ms,
+            threads,
+        } => run_integrity(
+            mib,
+            node,
+            secs,
+            Duration::from_millis(interval_ms.max(1)),
+            threads,
+        ),
         Cmd::Ticker { us, cpu, parent } => run_ticker(us, cpu, parent),
     }
 }
@@ -133,6 +239,10 @@ struct ChaseArgs {
     interval: Duration,
     seed: u64,
     tick_us: u64,
+    policy: ChasePolicy,
+    policy_nodes: NodeMask,
+    threads: usize,
+    cpus: Vec<u32>,
 }
 
 /// Map `mib` MiB, bind it to `node` (if >= 0) and touch every page so it is allocated there.
@@ -187,18 +297,58 @@ fn rate(steps: u64, d: Duration) -> (f64, f64) {
     (per_s, 1e9 / per_s)
 }
 
-/// Start the ticker (a copy of this binary) and pin ourselves to the same CPU.
-fn start_ticker(us: u64) -> Result<Child> {
-    const CPU: usize = 0;
-    sys::pin_to_cpu(0, CPU).context("pinning the chase to CPU 0")?;
-    let exe = std::env::current_exe().context("locating /proc/self/exe for the ticker")?;
-    Command::new(exe)
-        .args(["ticker", "--us", &us.to_string(), "--cpu", &CPU.to_string()])
-        .args(["--parent", &std::process::id().to_string()])
-        .spawn()
-        .context("starting the ticker")
+/// Leave `policy` on the range once it is placed. `MPOL_DEFAULT` lets the kernel (NUMA
+/// balancing, DAMOS) and tierd move the pages anywhere. `MPOL_PREFERRED_MANY` keeps new
+/// allocations on `nodes`; with `MPOL_F_NUMA_BALANCING` the kernel's `mpol_misplaced()`
+/// (mm/mempolicy.c) migrates a hinting-faulted folio to the faulting CPU's node when that node
+/// is in `nodes`, leaves it alone when it already sits in `nodes`, and otherwise proposes no
+/// node outside the mask. `sanitize_mpol_flags()` accepts `MPOL_F_NUMA_BALANCING` only with
+/// `MPOL_BIND` and (since 6.10, so on the 6.12 guest) `MPOL_PREFERRED_MANY`; older kernels
+/// answer `EINVAL`.
+fn apply_policy(m: &AnonMapping, policy: ChasePolicy, nodes: NodeMask) -> Result<()> {
+    let mode = match policy {
+        ChasePolicy::Default => return reset_policy(m),
+        ChasePolicy::PreferredMany => MPOL_PREFERRED_MANY,
+        ChasePolicy::PreferredManyBalancing => MPOL_PREFERRED_MANY | MPOL_F_NUMA_BALANCING,
+    };
+    sys::mbind(m.addr(), m.len(), mode, nodes, 0).with_context(|| {
+        format!(
+            "setting policy {policy} over nodes {nodes} (EINVAL: a node not online, or for \
+             -balancing a kernel before 6.10)"
+        )
+    })
 }
 
+/// `n` contiguous, nearly equal ranges covering `0..len` (`n <= len`).
+fn split(len: usize, n: usize) -> Vec<Range<usize>> {
+    (0..n).map(|i| i * len / n..(i + 1) * len / n).collect()
+}
+
+/// Start a ticker (a copy of this binary) pinned to `cpu`.
+fn start_ticker(us: u64, cpu: u32) -> Result<Child> {
+    let exe = std::env::current_exe().context("locating /proc/self/exe for the ticker")?;
+    Command::new(exe)
+        .args(["ticker", "--us", &us.to_string(), "--cpu", &cpu.to_string()])
+        .args(["--parent", &std::process::id().to_string()])
+        .spawn()
+        .with_context(|| format!("starting the ticker on CPU {cpu}"))
+}
+
+/// Sleep until `deadline` (measured from `t0`), at most [`POLL`], so that the caller can check
+/// its stop flag.
+fn nap(t0: Instant, deadline: Duration) {
+    let now = t0.elapsed();
+    if deadline > now {
+        std::thread::sleep((deadline - now).min(POLL));
+    }
+}
+
+/// Steps per second of `steps` over `d`.
+fn per_s(steps: u64, d: Duration) -> f64 {
+    rate(steps, d).0
+}
+
+#[allow(clippy::too_many_lines)]
 fn run_chase(a: &ChaseArgs) -> Result<()> {
     ensure!(a.hot_mib >= 1, "--hot-mib must be at least 1");
     ensure!(
@@ -208,106 +358,225 @@ fn run_chase(a: &ChaseArgs) -> Result<()> {
         a.total_mib
     );
     ensure!(a.secs.is_finite() && a.secs >= 0.0, "--secs must be >= 0");
+    ensure!(a.threads >= 1, "--threads must be at least 1");
+    match (a.policy, a.policy_nodes.is_empty()) {
+        (ChasePolicy::Default, false) => bail!("--policy-nodes needs a preferred-many --policy"),
+        (ChasePolicy::PreferredMany | ChasePolicy::PreferredManyBalancing, true) => {
+            bail!("--policy {} needs --policy-nodes", a.policy)
+        }
+        _ => {}
+    }
+    let ps = sys::page_size();
+    let words_per_page = ps / 8;
     // Hot and cold parts are separate mappings, the hot one marked MADV_NOHUGEPAGE so the
     // kernel cannot merge them: /proc/PID/numa_maps then reports each part on its own line,
     // which is how the guest test reads placement independently of tierd.
     let mut m = place(a.hot_mib, a.node)?;
     m.advise_nohugepage()
         .context("marking the hot part MADV_NOHUGEPAGE")?;
-    reset_policy(&m)?;
+    apply_policy(&m, a.policy, a.policy_nodes)?;
     let cold = if a.total_mib > a.hot_mib {
         let c = place(a.total_mib - a.hot_mib, a.node)?;
-        reset_policy(&c)?;
+        apply_policy(&c, a.policy, a.policy_nodes)?;
         Some(c)
     } else {
         None
     };
-    let ps = sys::page_size();
     let mut addrs = m.page_addrs();
     let hot_pages = addrs.len();
     if let Some(c) = &cold {
         addrs.extend(c.page_addrs());
     }
-    let hot_lines = a.hot_mib * MIB / (WORDS_PER_LINE * 8);
-    if !build_cycle(m.as_mut_u64_slice(), hot_lines, a.seed) {
-        bail!("hot part of {} MiB too small for a chase", a.hot_mib);
+    ensure!(
+        a.threads <= hot_pages,
+        "--threads {} exceeds the {hot_pages} hot pages",
+        a.threads
+    );
+    // Each thread chases its own cycle over a contiguous run of whole hot pages, so a page's
+    // placement belongs to exactly one thread.
+    let slices = split(hot_pages, a.threads);
+    {
+        let words = m.as_mut_u64_slice();
+        for (i, r) in slices.iter().enumerate() {
+            let w = &mut words[r.start * words_per_page..r.end * words_per_page];
+            let lines = w.len() / WORDS_PER_LINE;
+            if !build_cycle(w, lines, a.seed.wrapping_add(as_u64(i))) {
+                bail!("hot slice {i} ({} pages) too small for a chase", r.len());
+            }
+        }
     }
-    debug_assert_eq!(hot_pages, a.hot_mib * MIB / ps);
+    // Pinning: --cpus round-robin; with a ticker and no --cpus, CPU 0 (the ticker's).
+    let pins: Vec<u32> = if !a.cpus.is_empty() {
+        a.cpus.clone()
+    } else if a.tick_us > 0 {
+        vec![0]
+    } else {
+        Vec::new()
+    };
+    let mut tickers = Vec::new();
+    if a.tick_us > 0 {
+        let mut distinct = pins.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        for cpu in distinct {
+            tickers.push(start_ticker(a.tick_us, cpu)?);
+        }
+    }
+    let result = chase_threads(
+        a,
+        &m,
+        &addrs,
+        hot_pages,
+        &slices,
+        &pins,
+        &tickers,
+        cold.as_ref(),
+    );
+    for c in &mut tickers {
+        // Best effort: they also exit on their own once we are gone.
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    result
+}
+
+/// Start the chase threads, report every interval, stop them and report the totals.
+#[allow(clippy::too_many_arguments)]
+fn chase_threads(
+    a: &ChaseArgs,
+    m: &AnonMapping,
+    addrs: &[usize],
+    hot_pages: usize,
+    slices: &[Range<usize>],
+    pins: &[u32],
+    tickers: &[Child],
+    cold: Option<&AnonMapping>,
+) -> Result<()> {
+    let words_per_page = sys::page_size() / 8;
     let mut mover = Mover::new(MoverConfig::default());
-    let where_ = |mover: &mut Mover| -> Result<(Placement, Placement)> {
-        let q = mover.query(0, &addrs)?;
+    let where_ = |mover: &mut Mover| -> Result<(Placement, Placement, Vec<Placement>)> {
+        let q = mover.query(0, addrs)?;
+        let per_thread = slices
+            .iter()
+            .map(|r| Placement::of(&q[r.clone()]))
+            .collect();
         Ok((
             Placement::of(&q[..hot_pages]),
             Placement::of(&q[hot_pages..]),
+            per_thread,
         ))
-    };
-    let mut ticker = if a.tick_us > 0 {
-        Some(start_ticker(a.tick_us)?)
-    } else {
-        None
     };
     emit(&ChaseLine::Ready(ChaseReady {
         pid: pid(),
         addr: as_u64(m.addr()),
-        cold_addr: cold.as_ref().map_or(0, |c| as_u64(c.addr())),
+        cold_addr: cold.map_or(0, |c| as_u64(c.addr())),
         node: a.node,
         total_pages: as_u64(addrs.len()),
         hot_pages: as_u64(hot_pages),
         tick_us: a.tick_us,
-        ticker_pid: ticker
-            .as_ref()
+        ticker_pid: tickers
+            .first()
             .map_or(0, |c| i32::try_from(c.id()).unwrap_or(0)),
+        threads: u32::try_from(slices.len()).unwrap_or(u32::MAX),
+        cpus: pins.to_vec(),
+        policy: a.policy,
+        policy_nodes: a.policy_nodes,
     }))?;
     let words = m.as_u64_slice();
-    let total = Duration::from_secs_f64(a.secs);
-    let (mut pos, mut steps, mut iv_steps) = (0u64, 0u64, 0u64);
-    let mut chase_time = Duration::ZERO;
-    let mut iv_time = Duration::ZERO;
+    let stop = AtomicBool::new(false);
+    let counters: Vec<AtomicU64> = slices.iter().map(|_| AtomicU64::new(0)).collect();
     let t0 = Instant::now();
-    let mut next = a.interval;
-    let result = loop {
-        let b0 = Instant::now();
-        pos = chase(words, pos, BURST);
-        let b = b0.elapsed();
-        steps += BURST;
-        iv_steps += BURST;
-        chase_time += b;
-        iv_time += b;
-        let now = t0.elapsed();
-        if now >= next {
-            let (hot, cold) = match where_(&mut mover) {
-                Ok(p) => p,
-                Err(e) => break Err(e),
-            };
-            let (steps_per_s, ns_per_step) = rate(iv_steps, iv_time);
-            let sample = ChaseLine::Sample(ChaseSample {
-                t: now.as_secs_f64(),
-                hot,
-                cold,
-                steps_per_s,
-                ns_per_step,
-            });
-            if let Err(e) = emit(&sample) {
-                break Err(e);
+    let total = Duration::from_secs_f64(a.secs);
+    std::thread::scope(|s| -> Result<()> {
+        let handles: Vec<_> = slices
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let w = &words[r.start * words_per_page..r.end * words_per_page];
+                let cpu = (!pins.is_empty()).then(|| pins[i % pins.len()]);
+                let (stop, ctr) = (&stop, &counters[i]);
+                s.spawn(move || -> Result<u64> {
+                    if let Some(cpu) = cpu {
+                        if let Err(e) = sys::pin_to_cpu(0, cpu as usize) {
+                            stop.store(true, Relaxed);
+                            return Err(e).with_context(|| format!("pinning chase thread {i}"));
+                        }
+                    }
+                    // The hot loop: loads and one relaxed add per burst, no system calls.
+                    let mut pos = 0;
+                    while !stop.load(Relaxed) {
+                        pos = chase(w, pos, BURST);
+                        ctr.fetch_add(BURST, Relaxed);
+                    }
+                    Ok(pos)
+                })
+            })
+            .collect();
+        let mut next = a.interval;
+        let (mut last_t, mut last) = (Duration::ZERO, vec![0u64; slices.len()]);
+        let looped = loop {
+            if stop.load(Relaxed) {
+                break Ok(());
             }
-            (iv_steps, iv_time) = (0, Duration::ZERO);
-            while next <= t0.elapsed() {
-                next += a.interval;
+            let now = t0.elapsed();
+            if now >= next {
+                let counts: Vec<u64> = counters.iter().map(|c| c.load(Relaxed)).collect();
+                let (hot, cold, per_thread) = match where_(&mut mover) {
+                    Ok(p) => p,
+                    Err(e) => break Err(e),
+                };
+                let dt = now.saturating_sub(last_t);
+                let threads: Vec<ThreadSample> = counts
+                    .iter()
+                    .zip(&last)
+                    .zip(per_thread)
+                    .map(|((c, l), hot)| ThreadSample {
+                        steps_per_s: per_s(c - l, dt),
+                        hot,
+                    })
+                    .collect();
+                let (steps_per_s, ns_per_step) =
+                    rate(counts.iter().sum::<u64>() - last.iter().sum::<u64>(), dt);
+                let sample = ChaseLine::Sample(ChaseSample {
+                    t: now.as_secs_f64(),
+                    hot,
+                    cold,
+                    steps_per_s,
+                    ns_per_step,
+                    threads,
+                });
+                if let Err(e) = emit(&sample) {
+                    break Err(e);
+                }
+                (last_t, last) = (now, counts);
+                while next <= t0.elapsed() {
+                    next += a.interval;
+                }
+            }
+            if now >= total {
+                break Ok(());
+            }
+            nap(t0, next.min(total));
+        };
+        stop.store(true, Relaxed);
+        let mut joined = Ok(());
+        for h in handles {
+            match h.join() {
+                Ok(Ok(pos)) => {
+                    std::hint::black_box(pos);
+                }
+                Ok(Err(e)) => joined = joined.and(Err(e)),
+                Err(_) => joined = joined.and(Err(anyhow!("a chase thread panicked"))),
             }
         }
-        if now >= total {
-            break Ok(now);
-        }
-    };
-    std::hint::black_box(pos);
-    if let Some(c) = ticker.as_mut() {
-        // Best effort: it also exits on its own once we are gone.
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-    let t = result?;
-    let (hot, cold) = where_(&mut mover)?;
-    let (steps_per_s, ns_per_step) = rate(steps, chase_time);
+        joined?;
+        looped
+    })?;
+    let t = t0.elapsed();
+    let counts: Vec<u64> = counters.iter().map(|c| c.load(Relaxed)).collect();
+    let (hot, cold, per_thread) = where_(&mut mover)?;
+    let steps = counts.iter().sum();
+    let (steps_per_s, ns_per_step) = rate(steps, t);
     emit(&ChaseLine::Done(ChaseDone {
         t: t.as_secs_f64(),
         steps,
@@ -315,21 +584,70 @@ fn run_chase(a: &ChaseArgs) -> Result<()> {
         cold,
         steps_per_s,
         ns_per_step,
+        threads: counts
+            .iter()
+            .zip(per_thread)
+            .map(|(c, hot)| ThreadSample {
+                steps_per_s: per_s(*c, t),
+                hot,
+            })
+            .collect(),
     }))?;
     Ok(())
 }
 
-fn run_hold(mib: usize, node: i32, secs: f64) -> Result<()> {
+/// Allocate on `node` in chunks until its `MemFree` (per-node meminfo, drivers/base/node.c
+/// `node_read_meminfo()`) is within 1 MiB of `leave_mib` (or below it), re-reading it after
+/// each chunk.
+fn fill_node(node: i32, leave_mib: u64) -> Result<Vec<AnonMapping>> {
+    let nid = NodeId(u16::try_from(node).context("--leave-free-mib needs a --node >= 0")?);
+    let sys_root = Path::new("/sys");
+    let mib = as_u64(MIB);
+    let read = || -> Result<(u64, u64)> {
+        let mi = read_node_meminfo(sys_root, nid)
+            .with_context(|| format!("reading node {node}'s meminfo"))?;
+        let free = mi.mem_free().context("no MemFree in the node's meminfo")?;
+        let total = mi
+            .mem_total()
+            .context("no MemTotal in the node's meminfo")?;
+        Ok((free.0 / mib, total.0 / mib))
+    };
+    let (mut maps, mut allocated) = (Vec::new(), 0u64);
+    loop {
+        let (free, total) = read()?;
+        if free <= leave_mib + 1 {
+            return Ok(maps);
+        }
+        // A node whose MemFree does not fall as we allocate (the binding not honoured) would
+        // have us eat the machine: stop at the node's size.
+        ensure!(
+            allocated < total,
+            "allocated {allocated} MiB on node {node} (MemTotal {total} MiB) but MemFree is still {free} MiB"
+        );
+        // Half the distance each time (at most a chunk): other allocations and the per-CPU
+        // vmstat deltas not yet folded into MemFree then cannot make us overshoot by much.
+        let chunk = (free - leave_mib).div_ceil(2).min(FILL_CHUNK_MIB);
+        maps.push(place(usize::try_from(chunk).context("chunk size")?, node)?);
+        allocated += chunk;
+    }
+}
+
+fn run_hold(mib: Option<usize>, leave_free_mib: Option<u64>, node: i32, secs: f64) -> Result<()> {
     ensure!(secs.is_finite() && secs >= 0.0, "--secs must be >= 0");
-    let m = place(mib, node)?;
-    let addrs = m.page_addrs();
+    let maps = match (mib, leave_free_mib) {
+        (Some(mib), None) => vec![place(mib, node)?],
+        (None, Some(leave)) => fill_node(node, leave)?,
+        _ => bail!("give exactly one of --mib and --leave-free-mib"),
+    };
+    let addrs: Vec<usize> = maps.iter().flat_map(AnonMapping::page_addrs).collect();
+    let held: usize = maps.iter().map(AnonMapping::len).sum();
     let mut mover = Mover::default();
     let placement = Placement::of(&mover.query(0, &addrs)?);
     emit(&HoldLine::Ready {
         pid: pid(),
-        addr: as_u64(m.addr()),
+        addr: maps.first().map_or(0, |m| as_u64(m.addr())),
         node,
-        mib: as_u64(mib),
+        mib: as_u64(held / MIB),
         placement,
     })?;
     std::thread::sleep(Duration::from_secs_f64(secs));
@@ -361,6 +679,170 @@ fn run_move(mib: usize, from: u16, to: u16, chunk_pages: usize) -> Result<()> {
         moved_mib_s: s.moved_mib_per_s().unwrap_or(0.0),
         requested_mib_s: s.requested_mib_per_s().unwrap_or(0.0),
     })?;
+    Ok(())
+}
+
+/// Counters shared by the integrity threads and the report loop.
+#[derive(Default)]
+struct IntegrityCounters {
+    verified: AtomicU64,
+    failures: AtomicU64,
+    rewritten: AtomicU64,
+    bad: Mutex<Vec<BadWord>>,
+}
+
+/// One integrity thread: verify every page of `words` (starting at virtual address `base`)
+/// pass after pass, rewriting one slice per pass with the next generation, until `stop`.
+/// A failing page is counted, its first wrong word kept (the first [`MAX_BAD`]), and it is
+/// rewritten with its expected contents so that one corruption counts once.
+fn integrity_worker(
+    words: &mut [u64],
+    base: u64,
+    stop: &AtomicBool,
+    c: &IntegrityCounters,
+    passes: &AtomicU64,
+) {
+    let ps = sys::page_size();
+    let pages = words.len() / (ps / 8);
+    let mut generation = vec![0u32; pages];
+    let slices = split(pages, REWRITE_SLICES.min(pages).max(1));
+    let mut pass = 0usize;
+    // The hot loop: loads, stores and relaxed atomics; the mutex only on a failure.
+    loop {
+        let rewrite = &slices[pass % slices.len()];
+        for (j, page) in words.chunks_mut(ps / 8).enumerate() {
+            if stop.load(Relaxed) {
+                return;
+            }
+            let pbase = base + as_u64(j * ps);
+            if let Some(bad) = check_page(page, pbase, generation[j]) {
+                c.failures.fetch_add(1, Relaxed);
+                if let Ok(mut v) = c.bad.lock() {
+                    if v.len() < MAX_BAD {
+                        v.push(bad);
+                    }
+                }
+                fill_page(page, pbase, generation[j]);
+            }
+            c.verified.fetch_add(1, Relaxed);
+            if rewrite.contains(&j) {
+                generation[j] = generation[j].wrapping_add(1);
+                fill_page(page, pbase, generation[j]);
+                c.rewritten.fetch_add(1, Relaxed);
+            }
+        }
+        pass += 1;
+        passes.store(as_u64(pass), Relaxed);
+    }
+}
+
+#[allow(clippy::too_many_lines)]
+fn run_integrity(
+    mib: usize,
+    node: i32,
+    secs: f64,
+    interval: Duration,
+    threads: usize,
+) -> Result<()> {
+    ensure!(secs.is_finite() && secs >= 0.0, "--secs must be >= 0");
+    ensure!(threads >= 1, "--threads must be at least 1");
+    let mut m = place(mib, node)?;
+    let ps = sys::page_size();
+    let words_per_page = ps / 8;
+    let base = as_u64(m.addr());
+    let pages = m.len() / ps;
+    ensure!(
+        threads <= pages,
+        "--threads {threads} exceeds the {pages} pages"
+    );
+    for (i, page) in m.as_mut_u64_slice().chunks_mut(words_per_page).enumerate() {
+        fill_page(page, base + as_u64(i * ps), 0);
+    }
+    reset_policy(&m)?;
+    let addrs = m.page_addrs();
+    let mut mover = Mover::default();
+    emit(&IntegrityLine::Ready {
+        pid: pid(),
+        addr: base,
+        node,
+        mib: as_u64(mib),
+        pages: as_u64(pages),
+        threads: u32::try_from(threads).unwrap_or(u32::MAX),
+        placement: Placement::of(&mover.query(0, &addrs)?),
+    })?;
+    let stop = AtomicBool::new(false);
+    let counters = IntegrityCounters::default();
+    let passes: Vec<AtomicU64> = (0..threads).map(|_| AtomicU64::new(0)).collect();
+    let slices = split(pages, threads);
+    let t0 = Instant::now();
+    let total = Duration::from_secs_f64(secs);
+    let mut printed = 0usize;
+    let sample = |t: Duration, mover: &mut Mover| -> Result<IntegritySample> {
+        Ok(IntegritySample {
+            t: t.as_secs_f64(),
+            verified_pages: counters.verified.load(Relaxed),
+            failures: counters.failures.load(Relaxed),
+            passes: passes.iter().map(|p| p.load(Relaxed)).min().unwrap_or(0),
+            rewritten_pages: counters.rewritten.load(Relaxed),
+            placement: Placement::of(&mover.query(0, &addrs)?),
+        })
+    };
+    let print_bad = |printed: &mut usize| -> Result<()> {
+        let bad: Vec<BadWord> = counters
+            .bad
+            .lock()
+            .map(|v| v[(*printed).min(v.len())..].to_vec())
+            .unwrap_or_default();
+        for b in bad {
+            emit(&IntegrityLine::Bad {
+                addr: b.addr,
+                got: b.got,
+                want: b.want,
+            })?;
+            *printed += 1;
+        }
+        Ok(())
+    };
+    let words = m.as_mut_u64_slice();
+    std::thread::scope(|s| -> Result<()> {
+        let mut rest = words;
+        let mut handles = Vec::new();
+        for (i, r) in slices.iter().enumerate() {
+            let (mine, tail) = rest.split_at_mut(r.len() * words_per_page);
+            rest = tail;
+            let (stop, c, p) = (&stop, &counters, &passes[i]);
+            let b = base + as_u64(r.start * ps);
+            handles.push(s.spawn(move || integrity_worker(mine, b, stop, c, p)));
+        }
+        let mut next = interval;
+        let looped = loop {
+            let now = t0.elapsed();
+            if now >= next {
+                let r = print_bad(&mut printed)
+                    .and_then(|()| sample(now, &mut mover))
+                    .and_then(|x| emit(&IntegrityLine::Sample(x)));
+                if let Err(e) = r {
+                    break Err(e);
+                }
+                while next <= t0.elapsed() {
+                    next += interval;
+                }
+            }
+            if now >= total {
+                break Ok(());
+            }
+            nap(t0, next.min(total));
+        };
+        stop.store(true, Relaxed);
+        for h in handles {
+            h.join()
+                .map_err(|_| anyhow!("an integrity thread panicked"))?;
+        }
+        looped
+    })?;
+    print_bad(&mut printed)?;
+    let done = sample(t0.elapsed(), &mut mover)?;
+    emit(&IntegrityLine::Done(done))?;
     Ok(())
 }
 

@@ -2,9 +2,12 @@
 //! crate's own parsers (what the guest harness will do).
 #![allow(clippy::tests_outside_test_module)]
 
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Output, Stdio};
 
-use tierd_workload::report::{ChaseLine, HoldLine, MoveLine, Placement};
+use tierd_workload::report::{
+    ChaseLine, ChasePolicy, HoldLine, IntegrityLine, MoveLine, Placement,
+};
 
 fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tierd-workload"))
@@ -27,11 +30,7 @@ fn stdout_lines(out: &Output) -> Vec<String> {
 }
 
 fn all_on_node0(pages: u64) -> Placement {
-    Placement {
-        n0: pages,
-        n1: 0,
-        other: 0,
-    }
+    Placement::all_on(0, pages)
 }
 
 #[test]
@@ -53,7 +52,7 @@ fn chase_on_node0_reports_placement_and_speed() {
         .iter()
         .map(|l| ChaseLine::parse(l).expect("every stdout line parses"))
         .collect();
-    let ChaseLine::Ready(ready) = lines[0] else {
+    let ChaseLine::Ready(ready) = &lines[0] else {
         panic!("first line is not ready: {:?}", lines[0])
     };
     assert_eq!((ready.total_pages, ready.hot_pages), (4096, 1024));
@@ -62,7 +61,7 @@ fn chase_on_node0_reports_placement_and_speed() {
     let samples: Vec<_> = lines
         .iter()
         .filter_map(|l| match l {
-            ChaseLine::Sample(s) => Some(*s),
+            ChaseLine::Sample(s) => Some(s.clone()),
             _ => None,
         })
         .collect();
@@ -178,4 +177,287 @@ fn bad_arguments_fail_with_a_message() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("node7") && err.contains("ENODEV"), "{err}");
+}
+
+fn chase_lines(args: &[&str]) -> Vec<ChaseLine> {
+    stdout_lines(&run(args))
+        .iter()
+        .map(|l| ChaseLine::parse(l).expect("every stdout line parses"))
+        .collect()
+}
+
+#[test]
+fn chase_threads_split_the_hot_part_and_report_each_slice() {
+    let lines = chase_lines(&[
+        "chase",
+        "--total-mib",
+        "8",
+        "--hot-mib",
+        "4",
+        "--secs",
+        "1",
+        "--node",
+        "0",
+        "--interval-ms",
+        "250",
+        "--threads",
+        "3",
+        "--cpus",
+        "0,1",
+    ]);
+    let ChaseLine::Ready(ready) = &lines[0] else {
+        panic!("first line: {:?}", lines[0])
+    };
+    assert_eq!(ready.threads, 3);
+    // Pinned round-robin: CPU 0 and 1 exist on any host this test runs on (2+ CPUs).
+    assert_eq!(ready.cpus, vec![0, 1]);
+    assert_eq!(ready.policy, ChasePolicy::Default);
+    let samples: Vec<_> = lines
+        .iter()
+        .filter_map(|l| match l {
+            ChaseLine::Sample(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    assert!(samples.len() >= 2, "{} samples", samples.len());
+    for s in &samples {
+        assert_eq!(s.threads.len(), 3, "{s:?}");
+        // 1024 hot pages split 341/341/342: each slice counted once, all on node 0.
+        let sizes: Vec<u64> = s.threads.iter().map(|t| t.hot.total()).collect();
+        assert_eq!(sizes, vec![341, 341, 342]);
+        assert!(s.threads.iter().all(|t| t.hot.node(0) == t.hot.total()));
+        assert!(s.threads.iter().all(|t| t.steps_per_s > 0.0), "{s:?}");
+        let sum: f64 = s.threads.iter().map(|t| t.steps_per_s).sum();
+        assert!((sum / s.steps_per_s - 1.0).abs() < 0.01, "{sum} vs {s:?}");
+    }
+    let Some(ChaseLine::Done(done)) = lines.last() else {
+        panic!("last line is not done")
+    };
+    assert_eq!(done.threads.len(), 3);
+    assert_eq!(done.hot, all_on_node0(1024));
+}
+
+#[test]
+fn chase_preferred_many_policies_are_set_and_reported() {
+    // mm/mempolicy.c mpol_to_str(): mode name, `=balancing` for MPOL_F_NUMA_BALANCING, `:nodes`.
+    for (policy, shown) in [
+        ("preferred-many", "prefer (many):0 "),
+        ("preferred-many-balancing", "prefer (many)=balancing:0 "),
+    ] {
+        let args = [
+            "chase",
+            "--total-mib",
+            "4",
+            "--hot-mib",
+            "2",
+            "--secs",
+            "0.5",
+            "--node",
+            "0",
+            "--interval-ms",
+            "100",
+            "--policy",
+            policy,
+            "--policy-nodes",
+            "0",
+        ];
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tierd-workload"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut first = String::new();
+        out.read_line(&mut first).expect("ready line");
+        // The policy as the kernel shows it, read while the chase runs.
+        let maps =
+            std::fs::read_to_string(format!("/proc/{}/numa_maps", child.id())).expect("numa_maps");
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).expect("rest");
+        assert!(child.wait().expect("wait").success());
+        let ChaseLine::Ready(ready) = ChaseLine::parse(&first).expect("ready") else {
+            panic!("first line: {first}")
+        };
+        let hot = format!("{:x} {shown}", ready.addr);
+        let cold = format!("{:x} {shown}", ready.cold_addr);
+        assert!(
+            maps.contains(&hot) && maps.contains(&cold),
+            "{hot:?} / {cold:?} in\n{maps}"
+        );
+        assert_eq!(ready.policy.as_str(), policy);
+        assert_eq!(ready.policy_nodes.to_string(), "0");
+        assert_eq!(ready.threads, 1);
+        let lines: Vec<ChaseLine> = rest
+            .lines()
+            .map(|l| ChaseLine::parse(l).expect("parses"))
+            .collect();
+        let Some(ChaseLine::Done(done)) = lines.last() else {
+            panic!("last line is not done")
+        };
+        assert_eq!(done.hot, all_on_node0(512));
+        assert_eq!(done.cold, all_on_node0(512));
+    }
+    let out = run(&[
+        "chase",
+        "--total-mib",
+        "4",
+        "--hot-mib",
+        "2",
+        "--secs",
+        "0.1",
+        "--node",
+        "0",
+        "--policy",
+        "preferred-many",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs --policy-nodes"));
+}
+
+#[test]
+fn integrity_verifies_and_rewrites_without_failures() {
+    let out = run(&[
+        "integrity",
+        "--mib",
+        "8",
+        "--node",
+        "0",
+        "--secs",
+        "1.2",
+        "--interval-ms",
+        "300",
+        "--threads",
+        "2",
+    ]);
+    let lines: Vec<IntegrityLine> = stdout_lines(&out)
+        .iter()
+        .map(|l| IntegrityLine::parse(l).expect("every stdout line parses"))
+        .collect();
+    let IntegrityLine::Ready {
+        pages,
+        threads,
+        placement,
+        ..
+    } = lines[0]
+    else {
+        panic!("first line: {:?}", lines[0])
+    };
+    assert_eq!((pages, threads), (2048, 2));
+    assert_eq!(placement, all_on_node0(2048));
+    let samples: Vec<_> = lines
+        .iter()
+        .filter_map(|l| match l {
+            IntegrityLine::Sample(s) => Some(*s),
+            _ => None,
+        })
+        .collect();
+    assert!(samples.len() >= 2, "{lines:?}");
+    for w in samples.windows(2) {
+        assert!(w[1].verified_pages > w[0].verified_pages, "{w:?}");
+    }
+    let Some(IntegrityLine::Done(done)) = lines.last() else {
+        panic!("last line: {lines:?}")
+    };
+    assert_eq!(done.failures, 0, "{lines:?}");
+    assert!(done.passes >= 1 && done.verified_pages >= 2048, "{done:?}");
+    assert!(done.rewritten_pages > 0, "{done:?}");
+    assert_eq!(done.placement, all_on_node0(2048));
+}
+
+/// `Node 0 MemFree:` of this host in MiB.
+fn node0_free_mib() -> u64 {
+    let text = std::fs::read_to_string("/sys/devices/system/node/node0/meminfo").expect("meminfo");
+    let kib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Node 0 MemFree:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("MemFree line");
+    kib / 1024
+}
+
+#[test]
+fn hold_leave_free_fills_node0_down_to_the_mark() {
+    // Ask to leave all but ~48 MiB free: the workload must allocate about that much. Other
+    // processes allocate and free meanwhile, so allow a wide margin.
+    let leave = node0_free_mib().saturating_sub(48);
+    let out = run(&[
+        "hold",
+        "--leave-free-mib",
+        &leave.to_string(),
+        "--node",
+        "0",
+        "--secs",
+        "0.1",
+    ]);
+    let lines = stdout_lines(&out);
+    let HoldLine::Ready { mib, placement, .. } = HoldLine::parse(&lines[0]).expect("ready") else {
+        panic!("{lines:?}")
+    };
+    assert!((16..=160).contains(&mib), "allocated {mib} MiB: {lines:?}");
+    assert_eq!(placement, all_on_node0(mib * 256));
+    let out = run(&[
+        "hold",
+        "--leave-free-mib",
+        "10",
+        "--node",
+        "-1",
+        "--secs",
+        "0",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs a --node"));
+}
+
+#[test]
+fn integrity_counts_a_word_corrupted_behind_its_back_once() {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tierd-workload"))
+        .args(["integrity", "--mib", "4", "--node", "0", "--secs", "1.5"])
+        .args(["--interval-ms", "300"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    out.read_line(&mut first).expect("ready line");
+    let IntegrityLine::Ready { addr, .. } = IntegrityLine::parse(&first).expect("ready") else {
+        panic!("first line: {first}")
+    };
+    // Corrupt one word through /proc/PID/mem (we are its parent, so ptrace access is allowed),
+    // as a migration that lost a write would.
+    let target = addr + 5 * 4096 + 24;
+    let mut mem = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/{}/mem", child.id()))
+        .expect("open /proc/PID/mem");
+    mem.seek(SeekFrom::Start(target)).expect("seek");
+    mem.write_all(&[0u8; 8]).expect("write");
+    drop(mem);
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).expect("rest");
+    assert!(
+        child.wait().expect("wait").success(),
+        "exit 0 despite failures"
+    );
+    let lines: Vec<IntegrityLine> = rest
+        .lines()
+        .map(|l| IntegrityLine::parse(l).expect("parses"))
+        .collect();
+    let bad: Vec<_> = lines
+        .iter()
+        .filter_map(|l| match l {
+            IntegrityLine::Bad { addr, got, want } => Some((*addr, *got, *want)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(bad.len(), 1, "{rest}");
+    assert_eq!((bad[0].0, bad[0].1), (target, 0));
+    assert_ne!(bad[0].2, 0);
+    let Some(IntegrityLine::Done(done)) = lines.last() else {
+        panic!("{rest}")
+    };
+    // Repaired after the first failure, so counted once although verified many times over.
+    assert_eq!(done.failures, 1, "{rest}");
+    assert!(done.passes >= 2, "{done:?}");
 }
