@@ -364,7 +364,11 @@ impl Engine {
     /// share, thinning would only slow promotion down for nobody's benefit.
     fn over_share(&self, cgroup: CgroupId, usage: &SystemUsage) -> Option<(Bytes, Bytes)> {
         let share_of = |low: Bytes| {
-            fast_tier_share(low, self.topo.toptier_capacity(), self.topo.total_capacity())
+            fast_tier_share(
+                low,
+                self.topo.toptier_capacity(),
+                self.topo.total_capacity(),
+            )
         };
         let cg = usage.cgroups.get(&cgroup)?;
         let someone_short = usage.cgroups.iter().any(|(id, other)| {

@@ -36,8 +36,8 @@ pub struct Experiment {
     pub title: String,
     /// The guest.
     pub machine: Machine,
-    /// The promotion target for the kernel's DAMOS scheme and the slow node.
-    pub fast: u32,
+    /// The fast (top-tier) nodes; the first is the DAMOS scheme's `target_nid`.
+    pub fast: Vec<u32>,
     /// The slow (CPU-less) node.
     pub slow: u32,
     /// Shell run before the workload starts (memory eaters, sysctls).
@@ -53,6 +53,9 @@ pub struct Experiment {
     pub duration_s: u32,
     /// The mechanisms, with the row ids of the table.
     pub runs: Vec<(String, Mechanism)>,
+    /// For multi-threaded chases: the node each thread runs on (thread i's slice of the hot
+    /// part belongs there); empty otherwise.
+    pub home_nodes: Vec<u32>,
 }
 
 const MIB_PAGES: u64 = 256;
@@ -118,14 +121,14 @@ pub fn experiment_a(quick: bool) -> Experiment {
         title: "A: hot set on the slow node, node 0 filled; time to promote, over-promotion, cost"
             .into(),
         machine: Machine::TwoNode,
-        fast: 0,
+        fast: vec![0],
         slow: 1,
         // 1100 MiB bound to node 0 leaves about 600 MiB free there: below the kernel's
         // free-space shortcut, above its watermarks.
         setup: "/bin/tierd-workload hold --mib 1100 --node 0 --secs 100000 > /tmp/eater.log 2>&1 &\n\
-                PID_eater=$!\n\
-                i=0; while ! grep -q 'ready' /tmp/eater.log; do sleep 0.2; i=$((i+1)); [ $i -gt 600 ] && break; done\n"
-            .into(),
+                PID_eater=$!\n"
+            .to_string()
+            + EATER_WAIT,
         tick: String::new(),
         workload: format!(
             "chase --total-mib {total} --hot-mib {hot} --secs 100000 --node 1 --interval-ms 1000 --tick-us 1000"
@@ -133,5 +136,187 @@ pub fn experiment_a(quick: bool) -> Experiment {
         parts: chase_parts(hot, total),
         duration_s,
         runs,
+        home_nodes: Vec::new(),
     }
+}
+
+const EATER_WAIT: &str = "i=0; while ! grep -q 'ready' /tmp/eater.log; do sleep 0.2; i=$((i+1)); [ $i -gt 600 ] && break; done\n";
+
+/// A memory eater on node 0 that comes (at second `on`) and goes (at second `off`) every
+/// `period` seconds, to put the fast node under pressure and take it off again.
+fn cycling_eater(mib: u64, period: u32, on: u32, off: u32) -> String {
+    format!(
+        "  if [ $((k % {period})) -eq {on} ]; then /bin/tierd-workload hold --mib {mib} --node 0 --secs 100000 > /tmp/eater.log 2>&1 & PID_eater=$!; echo \"LAB EATER on t=$(lab_t)\"; fi\n\
+           if [ $((k % {period})) -eq {off} ] && [ -n \"$PID_eater\" ]; then kill $PID_eater; wait $PID_eater 2>/dev/null; PID_eater=; echo \"LAB EATER off t=$(lab_t)\"; fi\n"
+    )
+}
+
+/// tierd's configuration for churn: demotion between 25 % and 35 % free on the fast node.
+fn tierd_churn_config() -> String {
+    tierd_damon_config(
+        "[engine]\nfreq_threshold = 1\npingpong_window_ms = 10000\n\n[engine.demotion]\nenabled = true\nlow_free_permille = 250\nhigh_free_permille = 350\n",
+    )
+}
+
+/// Integrity: tierd promotes and demotes aggressively (every page hot, demotion when an
+/// eater takes node 0, promotion when it leaves) while the workload checksums all of its
+/// memory continuously. Pages moved and checksum failures (must be 0).
+#[must_use]
+pub fn experiment_integrity(quick: bool) -> Experiment {
+    let mib = 384;
+    let duration_s = if quick { 40 } else { 150 };
+    Experiment {
+        id: "integrity".into(),
+        title: "Integrity: tierd promotes and demotes while every page is checksummed".into(),
+        machine: Machine::TwoNode,
+        fast: vec![0],
+        slow: 1,
+        setup: String::new(),
+        tick: cycling_eater(1100, 20, 8, 16),
+        workload: format!("integrity --mib {mib} --node 1 --secs 100000 --interval-ms 2000"),
+        parts: vec![Part {
+            name: "all".into(),
+            addr_key: "addr".into(),
+            pages: mib * MIB_PAGES,
+        }],
+        duration_s,
+        runs: vec![(
+            "T1".to_string(),
+            Mechanism::Tierd {
+                config: tierd_churn_config(),
+            },
+        )],
+        home_nodes: Vec::new(),
+    }
+}
+
+/// Demotion and churn: the hot set must come back after a second process takes the fast
+/// node and leaves again; pages demoted and promoted again per mechanism. The kernel's rows
+/// demote through reclaim (`demotion_enabled=1`), tierd through its own watermarks.
+#[must_use]
+pub fn experiment_churn() -> Experiment {
+    let (total, hot) = (512, 128);
+    let kernel_demotion = "echo 1 > /sys/kernel/mm/numa/demotion_enabled\n";
+    Experiment {
+        id: "churn".into(),
+        title: "Churn: an eater takes node 0 for 8 s of every 20; demoted and re-promoted pages"
+            .into(),
+        machine: Machine::TwoNode,
+        fast: vec![0],
+        slow: 1,
+        setup: kernel_demotion.into(),
+        // 1700 MiB bound to node 0 leaves too little for the hot set: reclaim demotes.
+        tick: cycling_eater(1700, 20, 8, 16),
+        workload: format!(
+            "chase --total-mib {total} --hot-mib {hot} --secs 100000 --node 1 --interval-ms 1000 --tick-us 1000"
+        ),
+        parts: chase_parts(hot, total),
+        duration_s: 80,
+        runs: vec![
+            ("N2".to_string(), Mechanism::Numab2),
+            (
+                "D3".to_string(),
+                Mechanism::DamonMigrateHot(DamosParams::default()),
+            ),
+            (
+                "T1".to_string(),
+                Mechanism::Tierd {
+                    config: tierd_damon_config(
+                        "[engine.demotion]\nenabled = true\nlow_free_permille = 100\nhigh_free_permille = 150\n",
+                    ),
+                },
+            ),
+        ],
+        home_nodes: Vec::new(),
+    }
+}
+
+/// Three nodes: two CPU nodes (one thread on each, each chasing its own half of the hot
+/// part) and a CPU-less slow node holding everything at the start. Default target (node 0
+/// for every page) against promotion to the accessing node.
+#[must_use]
+pub fn experiment_three_node() -> Experiment {
+    let (total, hot) = (512, 128);
+    Experiment {
+        id: "three-node".into(),
+        title: "Three nodes: threads on nodes 0 and 1, memory on node 2; wrong-node promotions"
+            .into(),
+        machine: Machine::ThreeNode,
+        fast: vec![0, 1],
+        slow: 2,
+        setup: String::new(),
+        tick: String::new(),
+        workload: format!(
+            "chase --total-mib {total} --hot-mib {hot} --secs 100000 --node 2 --interval-ms 1000 --threads 2 --cpus 0,1 --tick-us 1000"
+        ),
+        parts: chase_parts(hot, total),
+        duration_s: 45,
+        runs: vec![
+            ("N2".to_string(), Mechanism::Numab2),
+            (
+                "Tdef".to_string(),
+                Mechanism::Tierd {
+                    config: tierd_damon_config("[engine]\nmode = \"default\"\n"),
+                },
+            ),
+            (
+                "Tprec".to_string(),
+                Mechanism::Tierd {
+                    config: tierd_damon_config("[engine]\nmode = \"precise\"\n"),
+                },
+            ),
+        ],
+        home_nodes: vec![0, 1],
+    }
+}
+
+/// Mempolicy: the workload's pages carry MPOL_PREFERRED_MANY over the fast node (with and
+/// without MPOL_F_NUMA_BALANCING) but sit on the slow node. The kernel promotes them only
+/// with the flag (6.10+, mm/mempolicy.c `mpol_misplaced()`); tierd's nodemask rule allows
+/// moves inside the preferred set either way.
+#[must_use]
+pub fn experiment_mempolicy() -> Experiment {
+    let (total, hot) = (512, 128);
+    let chase = |policy: &str| {
+        format!(
+            "chase --total-mib {total} --hot-mib {hot} --secs 100000 --node 1 --interval-ms 1000 --tick-us 1000 --policy {policy} --policy-nodes 0"
+        )
+    };
+    // The workload differs per row, so this experiment is run as two: see `mempolicy_rows`.
+    Experiment {
+        id: "mempolicy".into(),
+        title: "Mempolicy: MPOL_PREFERRED_MANY over node 0, pages on node 1".into(),
+        machine: Machine::TwoNode,
+        fast: vec![0],
+        slow: 1,
+        setup: String::new(),
+        tick: String::new(),
+        workload: chase("preferred-many"),
+        parts: chase_parts(hot, total),
+        duration_s: 30,
+        runs: vec![
+            ("N2".to_string(), Mechanism::Numab2),
+            (
+                "T1".to_string(),
+                Mechanism::Tierd {
+                    config: tierd_damon_config("[engine.demotion]\nenabled = false\n"),
+                },
+            ),
+        ],
+        home_nodes: Vec::new(),
+    }
+}
+
+/// The mempolicy experiment with `MPOL_F_NUMA_BALANCING` on the policy.
+#[must_use]
+pub fn experiment_mempolicy_balancing() -> Experiment {
+    let mut e = experiment_mempolicy();
+    e.id = "mempolicy-balancing".into();
+    e.title = "Mempolicy: MPOL_PREFERRED_MANY | MPOL_F_NUMA_BALANCING over node 0, pages on node 1"
+        .into();
+    e.workload = e.workload.replace(
+        "--policy preferred-many",
+        "--policy preferred-many-balancing",
+    );
+    e
 }

@@ -145,6 +145,11 @@ pub fn run_experiment(
 pub fn experiment(id: &str, quick: bool) -> Result<Experiment, LabError> {
     match id {
         "a" => Ok(experiment::experiment_a(quick)),
+        "integrity" => Ok(experiment::experiment_integrity(quick)),
+        "churn" => Ok(experiment::experiment_churn()),
+        "three-node" => Ok(experiment::experiment_three_node()),
+        "mempolicy" => Ok(experiment::experiment_mempolicy()),
+        "mempolicy-balancing" => Ok(experiment::experiment_mempolicy_balancing()),
         _ => Err(LabError::Unknown {
             what: "experiment",
             name: id.to_string(),
@@ -154,4 +159,11 @@ pub fn experiment(id: &str, quick: bool) -> Result<Experiment, LabError> {
 }
 
 /// Every experiment id, in the order `tierd lab` runs them.
-pub const EXPERIMENTS: &[&str] = &["a"];
+pub const EXPERIMENTS: &[&str] = &[
+    "a",
+    "churn",
+    "three-node",
+    "mempolicy",
+    "mempolicy-balancing",
+    "integrity",
+];

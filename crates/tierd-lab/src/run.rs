@@ -89,7 +89,7 @@ kill $PID_workload 2>/dev/null; wait $PID_workload 2>/dev/null
 [ -n "$PID_eater" ] && kill $PID_eater 2>/dev/null
 sed 's/^/LAB W /' /tmp/w.log
 "#,
-        fast = exp.fast,
+        fast = exp.fast.first().copied().unwrap_or(0),
         slow = exp.slow,
         parts = parts.join(" "),
         setup = exp.setup,
@@ -173,12 +173,7 @@ pub fn parse_console(console: &str) -> Result<RunData, LabError> {
                 let (part, line) = body.split_once(' ').unwrap_or((body, ""));
                 let part = part.strip_prefix("part=").unwrap_or(part).to_string();
                 let nodes = parse_numa_maps_line(line.trim())
-                    .map(|e| {
-                        e.nodes
-                            .iter()
-                            .map(|(n, c)| (u32::from(n.0), *c))
-                            .collect()
-                    })
+                    .map(|e| e.nodes.iter().map(|(n, c)| (u32::from(n.0), *c)).collect())
                     .unwrap_or_default();
                 s.parts.insert(part, nodes);
             }
@@ -207,7 +202,9 @@ pub fn parse_console(console: &str) -> Result<RunData, LabError> {
         }
     }
     let Some(start) = start else {
-        return Err(LabError::Parse("the run never started (no LAB START)".into()));
+        return Err(LabError::Parse(
+            "the run never started (no LAB START)".into(),
+        ));
     };
     let mut samples: Vec<Sample> = by_t.into_values().collect();
     samples.sort_by(|a, b| a.t.total_cmp(&b.t));

@@ -51,6 +51,15 @@ pub struct Summary {
     pub throughput: Option<f64>,
     /// Checksum failures the workload reported (integrity runs).
     pub checksum_failures: Option<u64>,
+    /// Whether the workload printed its `done` line (it did not crash and was not killed).
+    pub workload_finished: bool,
+    /// Multi-threaded chases: hot pages on a fast node other than their thread's, percent of
+    /// the hot pages on fast nodes (promotions that landed on the wrong fast node).
+    pub wrong_node_pct: Option<f64>,
+    /// Pages tierd demoted (its `pgdemote_success`, from its status), when tierd ran.
+    pub tierd_demoted: Option<u64>,
+    /// Pages tierd promoted (`pgpromote_success` of its status), when tierd ran.
+    pub tierd_promoted: Option<u64>,
     /// Wall time of the guest, seconds.
     pub wall_s: f64,
 }
@@ -68,14 +77,22 @@ fn delta(d: &RunData, key: &str) -> u64 {
 
 fn cpu_delta(d: &RunData, who: &str) -> Option<u64> {
     let first = d.samples.iter().find_map(|s| s.cpu_ticks.get(who).copied());
-    let last = d.samples.iter().rev().find_map(|s| s.cpu_ticks.get(who).copied())?;
+    let last = d
+        .samples
+        .iter()
+        .rev()
+        .find_map(|s| s.cpu_ticks.get(who).copied())?;
     // A promoter that started with the mechanism had no reading before it: count from 0.
     let first_t = d
         .samples
         .iter()
         .find(|s| s.cpu_ticks.contains_key(who))
         .map_or(0.0, |s| s.t);
-    Some(if first_t > 0.0 { last } else { last - first.unwrap_or(0) })
+    Some(if first_t > 0.0 {
+        last
+    } else {
+        last - first.unwrap_or(0)
+    })
 }
 
 #[allow(clippy::cast_precision_loss)]
@@ -89,11 +106,12 @@ fn pages_mib(p: u64) -> f64 {
 pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Summary {
     let hot = &exp.parts[0];
     let on_fast = |s: &crate::run::Sample, part: &str| {
-        s.parts
-            .get(part)
-            .and_then(|m| m.get(&exp.fast))
-            .copied()
-            .unwrap_or(0)
+        s.parts.get(part).map_or(0, |m| {
+            m.iter()
+                .filter(|(n, _)| exp.fast.contains(n))
+                .map(|(_, c)| *c)
+                .sum::<u64>()
+        })
     };
     let reach = |frac: f64| {
         d.samples
@@ -137,7 +155,23 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
                 .find_map(|w| w.strip_prefix("failures="))
                 .and_then(|v| v.parse().ok())
         });
+    let finished = d
+        .workload_lines
+        .iter()
+        .any(|l| l.split_whitespace().nth(1) == Some("done"));
+    let wrong_node_pct = wrong_node(exp, d);
+    let tierd_stat = |k: &str| {
+        d.tierd_status
+            .as_ref()
+            .and_then(|s| s.get("engine"))
+            .and_then(|e| e.get(k))
+            .and_then(serde_json::Value::as_u64)
+    };
     Summary {
+        workload_finished: finished,
+        wrong_node_pct,
+        tierd_demoted: tierd_stat("pgdemote_success"),
+        tierd_promoted: tierd_stat("pgpromote_success"),
         id: id.to_string(),
         mechanism: mechanism.to_string(),
         t50_s: reach(0.50),
@@ -164,8 +198,67 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
     }
 }
 
+/// From the workload's last interval line: for each thread i with home node `home[i]`, its
+/// hot pages on fast nodes other than home (`hot_t<i>_n<j>` keys).
+#[allow(clippy::cast_precision_loss)]
+fn wrong_node(exp: &Experiment, d: &RunData) -> Option<f64> {
+    if exp.home_nodes.is_empty() {
+        return None;
+    }
+    let line = d
+        .workload_lines
+        .iter()
+        .rev()
+        .find(|l| l.starts_with("chase t=") || l.starts_with("chase done"))?;
+    let (mut on_fast, mut wrong) = (0u64, 0u64);
+    for w in line.split_whitespace() {
+        let Some((k, v)) = w.split_once('=') else {
+            continue;
+        };
+        let Some(rest) = k.strip_prefix("hot_t") else {
+            continue;
+        };
+        let Some((t, n)) = rest.split_once("_n") else {
+            continue;
+        };
+        let (Ok(t), Ok(n), Ok(v)) = (t.parse::<usize>(), n.parse::<u32>(), v.parse::<u64>()) else {
+            continue;
+        };
+        if exp.fast.contains(&n) {
+            on_fast += v;
+            if exp.home_nodes.get(t) != Some(&n) {
+                wrong += v;
+            }
+        }
+    }
+    (on_fast > 0).then(|| 100.0 * wrong as f64 / on_fast as f64)
+}
+
 fn opt(v: Option<f64>, prec: usize) -> String {
     v.map_or_else(|| "-".to_string(), |x| format!("{x:.prec$}"))
+}
+
+/// What only some experiments have: churn, wrong nodes, checksums.
+fn notes(r: &Summary) -> String {
+    let mut n = Vec::new();
+    if r.kernel_demoted > 0 {
+        n.push(format!("kernel demoted {}", r.kernel_demoted));
+    }
+    if let (Some(p), Some(d)) = (r.tierd_promoted, r.tierd_demoted) {
+        if d > 0 {
+            n.push(format!("tierd promoted {p} demoted {d}"));
+        }
+    }
+    if let Some(w) = r.wrong_node_pct {
+        n.push(format!("wrong fast node {w:.1} %"));
+    }
+    if let Some(f) = r.checksum_failures {
+        n.push(format!("checksum failures {f}"));
+    }
+    if !r.workload_finished {
+        n.push("workload did not finish".into());
+    }
+    n.join("; ")
 }
 
 /// The experiment's table, one row per run.
@@ -175,13 +268,16 @@ pub fn table(exp: &Experiment, rows: &[Summary]) -> String {
     let _ = writeln!(o, "{}", exp.title);
     let _ = writeln!(
         o,
-        "| id | mechanism | t50 s | t90 s | t95 s | hot on fast | fast MiB | over | cold moved | migrated MiB | pgpromote | hint faults | promoter CPU s | workload CPU s | steps/s |"
+        "| id | mechanism | t50 s | t90 s | t95 s | hot on fast | fast MiB | over | cold moved | migrated MiB | pgpromote | hint faults | promoter CPU s | workload CPU s | steps/s | notes |"
     );
-    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        o,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     for r in rows {
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} | {:.1} % | {:.0} | {:+.1} % | {:.1} % | {:.0} | {} | {} | {} | {:.1} | {} |",
+            "| {} | {} | {} | {} | {} | {:.1} % | {:.0} | {:+.1} % | {:.1} % | {:.0} | {} | {} | {} | {:.1} | {} | {} |",
             r.id,
             r.mechanism,
             opt(r.t50_s, 1),
@@ -197,6 +293,7 @@ pub fn table(exp: &Experiment, rows: &[Summary]) -> String {
             opt(r.promoter_cpu_s, 2),
             r.workload_cpu_s,
             opt(r.throughput, 0),
+            notes(r),
         );
     }
     o
@@ -237,7 +334,8 @@ mod tests {
         if let Some(p) = promoter {
             s.cpu_ticks.insert("promoter".into(), p);
         }
-        s.cpu_ticks.insert("workload".into(), (t.max(0.0) * 100.0) as u64);
+        s.cpu_ticks
+            .insert("workload".into(), (t.max(0.0) * 100.0) as u64);
         s
     }
 
@@ -272,7 +370,31 @@ mod tests {
         assert_eq!(s.promoter_cpu_s, Some(0.9));
         assert_eq!(s.throughput, Some(400.0));
         let t = table(&exp, &[s]);
-        assert!(t.contains("| T1 | tierd | 1.0 | 2.0 | 3.0 | 100.0 % |"), "{t}");
+        assert!(
+            t.contains("| T1 | tierd | 1.0 | 2.0 | 3.0 | 100.0 % |"),
+            "{t}"
+        );
+        assert!(t.contains("workload did not finish"), "{t}");
+    }
+
+    #[test]
+    fn wrong_node_and_checksums_come_from_the_workload_lines() {
+        let mut exp = experiment_a(true);
+        exp.fast = vec![0, 1];
+        exp.home_nodes = vec![0, 1];
+        let d = RunData {
+            samples: vec![sample(0.0, 0, 0, 0, None)],
+            workload_lines: vec![
+                "chase t=9 threads=2 hot_t0_n0=90 hot_t0_n1=10 hot_t0_n2=0 hot_t1_n0=30 hot_t1_n1=70 hot_t1_n2=50".into(),
+                "integrity done t=9 verified_pages=100 failures=0 passes=3".into(),
+            ],
+            ..RunData::default()
+        };
+        let s = summarize(&exp, "X", "tierd", &d);
+        // Fast-node pages: 90+10+30+70 = 200; wrong: t0 on n1 (10) + t1 on n0 (30).
+        assert!((s.wrong_node_pct.expect("threads") - 20.0).abs() < 1e-9);
+        assert_eq!(s.checksum_failures, Some(0));
+        assert!(s.workload_finished);
     }
 
     #[test]

@@ -175,7 +175,19 @@ enum Cmd {
     },
 }
 
+/// Set by SIGTERM: `chase` and `integrity` then finish like at the end of `--secs`, printing
+/// their `done` line, so a harness can stop them and still read the totals.
+static TERM: std::sync::OnceLock<std::sync::Arc<AtomicBool>> = std::sync::OnceLock::new();
+
+fn terminated() -> bool {
+    TERM.get().is_some_and(|t| t.load(Relaxed))
+}
+
 fn main() -> Result<()> {
+    let term = std::sync::Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, std::sync::Arc::clone(&term))
+        .context("installing the SIGTERM handler")?;
+    let _ = TERM.set(term);
     match Cli::parse().cmd {
         Cmd::Chase {
             total_mib,
@@ -553,7 +565,7 @@ fn chase_threads(
                     next += a.interval;
                 }
             }
-            if now >= total {
+            if now >= total || terminated() {
                 break Ok(());
             }
             nap(t0, next.min(total));
@@ -828,7 +840,7 @@ fn run_integrity(
                     next += interval;
                 }
             }
-            if now >= total {
+            if now >= total || terminated() {
                 break Ok(());
             }
             nap(t0, next.min(total));

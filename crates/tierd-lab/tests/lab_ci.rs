@@ -1,0 +1,85 @@
+//! The short versions of lab experiments A and integrity, run by the README's test command:
+//! tierd (DAMON source) in the two-node HMAT guest must
+//! - place >= 90 % of the hot set on node 0, with <= 10 % over-promotion (experiment A, node 0
+//!   filled by an eater so the kernel's free-space shortcut does not apply);
+//! - move pages both ways while every page is checksummed, with 0 checksum failures and the
+//!   workload finishing normally (integrity).
+//!
+//! Needs qemu, busybox-static and the kernel download like the tierd-vm guest tests; SKIPs
+//! without them unless `TIERD_REQUIRE_GUEST` is set.
+#![allow(clippy::tests_outside_test_module)]
+
+use std::path::Path;
+
+use tierd_lab::{experiment, run_experiment, summary, LabEnv};
+use tierd_vm::guest;
+use tierd_vm::initramfs::DEFAULT_BUSYBOX;
+
+fn env_or_skip(test: &str) -> Option<LabEnv> {
+    let why = if !guest::qemu_available() {
+        Some("qemu-system-x86_64 not found".to_string())
+    } else if !Path::new(DEFAULT_BUSYBOX).is_file() {
+        Some("/bin/busybox (busybox-static) not found".to_string())
+    } else {
+        None
+    };
+    let why = why.or_else(|| {
+        tierd_vm::Kernel::fetch(&tierd_vm::default_cache_dir())
+            .err()
+            .map(|e| format!("kernel fetch failed: {e}"))
+    });
+    if let Some(why) = why {
+        assert!(
+            std::env::var_os("TIERD_REQUIRE_GUEST").is_none(),
+            "guest prerequisites missing and TIERD_REQUIRE_GUEST is set: {why}"
+        );
+        println!("SKIP {test}: {why} (set TIERD_REQUIRE_GUEST=1 to make this a failure)");
+        return None;
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    Some(LabEnv::prepare(&workspace).expect("kernel and static guest binaries"))
+}
+
+#[test]
+fn experiment_a_short_tierd_places_the_hot_set_without_over_promoting() {
+    let Some(env) = env_or_skip("experiment_a_short") else {
+        return;
+    };
+    let exp = experiment("a", true).expect("experiment a");
+    let res = run_experiment(&env, &exp, &[], &mut |_| {}).expect("lab run");
+    println!("{}", summary::table(&res.experiment, &res.rows));
+    let t1 = res.rows.iter().find(|r| r.id == "T1").expect("tierd row");
+    assert!(
+        t1.hot_on_fast_pct >= 90.0,
+        "tierd placed {:.1} % of the hot set on node 0",
+        t1.hot_on_fast_pct
+    );
+    assert!(t1.t90_s.is_some(), "90 % reached within the run");
+    assert!(
+        t1.over_pct <= 10.0,
+        "over-promotion {:+.1} % (bound 10 %)",
+        t1.over_pct
+    );
+    assert_eq!(t1.hint_faults, 0, "numa_balancing was off: no hint faults");
+    assert!(t1.workload_finished, "the chase ended normally");
+}
+
+#[test]
+fn integrity_short_moves_pages_both_ways_with_no_checksum_failure() {
+    let Some(env) = env_or_skip("integrity_short") else {
+        return;
+    };
+    let exp = experiment("integrity", true).expect("experiment integrity");
+    let res = run_experiment(&env, &exp, &[], &mut |_| {}).expect("lab run");
+    println!("{}", summary::table(&res.experiment, &res.rows));
+    let t1 = &res.rows[0];
+    assert_eq!(t1.checksum_failures, Some(0), "checksum failures");
+    assert!(
+        t1.workload_finished,
+        "the integrity workload must not crash"
+    );
+    let promoted = t1.tierd_promoted.expect("tierd status");
+    let demoted = t1.tierd_demoted.expect("tierd status");
+    println!("tierd promoted {promoted} and demoted {demoted} pages under checksumming");
+    assert!(promoted > 0 && demoted > 0, "pages moved both ways");
+}
