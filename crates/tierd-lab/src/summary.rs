@@ -335,7 +335,7 @@ mod tests {
             s.cpu_ticks.insert("promoter".into(), p);
         }
         s.cpu_ticks
-            .insert("workload".into(), (t.max(0.0) * 100.0) as u64);
+            .insert("workload".into(), if t > 0.0 { 100 } else { 0 });
         s
     }
 
