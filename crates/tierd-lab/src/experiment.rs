@@ -205,8 +205,10 @@ pub fn experiment_churn() -> Experiment {
         fast: vec![0],
         slow: 1,
         setup: kernel_demotion.into(),
-        // 1700 MiB bound to node 0 leaves too little for the hot set: reclaim demotes.
-        tick: cycling_eater(1700, 20, 8, 16),
+        // 1450 MiB bound to node 0 leaves ~200 MiB free next to the promoted hot set: below
+        // tierd's demotion watermark, above the kernel's reclaim watermarks. (1700 MiB forced
+        // reclaim, and the TCG guest stalled for minutes in it.)
+        tick: cycling_eater(1450, 20, 8, 16),
         workload: format!(
             "chase --total-mib {total} --hot-mib {hot} --secs 100000 --node 1 --interval-ms 1000 --tick-us 1000"
         ),
@@ -222,7 +224,7 @@ pub fn experiment_churn() -> Experiment {
                 "T1".to_string(),
                 Mechanism::Tierd {
                     config: tierd_damon_config(
-                        "[engine.demotion]\nenabled = true\nlow_free_permille = 100\nhigh_free_permille = 150\n",
+                        "[engine.demotion]\nenabled = true\nlow_free_permille = 150\nhigh_free_permille = 250\n",
                     ),
                 },
             ),

@@ -124,9 +124,22 @@ pub fn run_experiment(
             continue;
         }
         let dir = env.work_dir.join(format!("{}-{id}", exp.id));
-        let (data, _console) = run::run_one(&env.kernel, &env.bins, exp, mech, &dir)?;
+        // A guest that hangs or a run that breaks is a result too: record it and go on, so
+        // one bad row does not cost the rest of a half-hour lab.
+        let outcome = run::run_one(&env.kernel, &env.bins, exp, mech, &dir);
         std::fs::remove_dir_all(&dir).ok();
-        let row = summary::summarize(exp, id, mech.name(), &data);
+        let (row, data) = match outcome {
+            Ok((data, _console)) => (summary::summarize(exp, id, mech.name(), &data), data),
+            Err(e) => (
+                Summary {
+                    id: id.clone(),
+                    mechanism: mech.name().to_string(),
+                    error: Some(e.to_string()),
+                    ..Summary::default()
+                },
+                RunData::default(),
+            ),
+        };
         progress(&row);
         rows.push(row);
         runs.push((id.clone(), data));

@@ -62,6 +62,8 @@ pub struct Summary {
     pub tierd_promoted: Option<u64>,
     /// Wall time of the guest, seconds.
     pub wall_s: f64,
+    /// Why the run produced no measurements (the guest hung, failed to boot, ...).
+    pub error: Option<String>,
 }
 
 fn delta(d: &RunData, key: &str) -> u64 {
@@ -195,6 +197,7 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
         throughput,
         checksum_failures: failures,
         wall_s: d.wall_s,
+        error: None,
     }
 }
 
@@ -241,6 +244,10 @@ fn opt(v: Option<f64>, prec: usize) -> String {
 /// What only some experiments have: churn, wrong nodes, checksums.
 fn notes(r: &Summary) -> String {
     let mut n = Vec::new();
+    if let Some(e) = &r.error {
+        let first = e.lines().next().unwrap_or_default();
+        return format!("FAILED: {first}");
+    }
     if r.kernel_demoted > 0 {
         n.push(format!("kernel demoted {}", r.kernel_demoted));
     }

@@ -49,6 +49,7 @@ fn experiment_a_short_tierd_places_the_hot_set_without_over_promoting() {
     let res = run_experiment(&env, &exp, &[], &mut |_| {}).expect("lab run");
     println!("{}", summary::table(&res.experiment, &res.rows));
     let t1 = res.rows.iter().find(|r| r.id == "T1").expect("tierd row");
+    assert!(t1.error.is_none(), "the run failed: {:?}", t1.error);
     assert!(
         t1.hot_on_fast_pct >= 90.0,
         "tierd placed {:.1} % of the hot set on node 0",
@@ -73,6 +74,7 @@ fn integrity_short_moves_pages_both_ways_with_no_checksum_failure() {
     let res = run_experiment(&env, &exp, &[], &mut |_| {}).expect("lab run");
     println!("{}", summary::table(&res.experiment, &res.rows));
     let t1 = &res.rows[0];
+    assert!(t1.error.is_none(), "the run failed: {:?}", t1.error);
     assert_eq!(t1.checksum_failures, Some(0), "checksum failures");
     assert!(
         t1.workload_finished,

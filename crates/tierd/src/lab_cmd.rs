@@ -29,11 +29,12 @@ pub fn lab(
     let mut all_csv = String::new();
     for exp in &exps {
         eprintln!("tierd lab: {}", exp.title);
-        let res = run_experiment(&env, exp, only, &mut |row| {
-            eprintln!(
+        let res = run_experiment(&env, exp, only, &mut |row| match &row.error {
+            Some(e) => eprintln!("  {} ({}) FAILED: {e}", row.id, row.mechanism),
+            None => eprintln!(
                 "  {} ({}) done: hot on fast {:.1} %, over {:+.1} %, guest {:.0} s",
                 row.id, row.mechanism, row.hot_on_fast_pct, row.over_pct, row.wall_s
-            );
+            ),
         })
         .with_context(|| format!("experiment {}", exp.id))?;
         println!("{}", summary::table(&res.experiment, &res.rows));
@@ -52,6 +53,15 @@ pub fn lab(
     if let Some(p) = csv {
         std::fs::write(p, all_csv).with_context(|| format!("writing {}", p.display()))?;
     }
+    let failed = results
+        .iter()
+        .flat_map(|r| &r.rows)
+        .filter(|r| r.error.is_some())
+        .count();
+    anyhow::ensure!(
+        failed == 0,
+        "{failed} lab run(s) failed: see the FAILED rows"
+    );
     Ok(())
 }
 
