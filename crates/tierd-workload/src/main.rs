@@ -183,12 +183,22 @@ fn terminated() -> bool {
     TERM.get().is_some_and(|t| t.load(Relaxed))
 }
 
-fn main() -> Result<()> {
+/// Makes SIGTERM end `chase` and `integrity` gracefully. Only they install it: the other
+/// modes (`hold`, the ticker) must keep dying on SIGTERM, which harnesses rely on.
+fn graceful_sigterm() -> Result<()> {
     let term = std::sync::Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGTERM, std::sync::Arc::clone(&term))
         .context("installing the SIGTERM handler")?;
     let _ = TERM.set(term);
-    match Cli::parse().cmd {
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    if matches!(cli.cmd, Cmd::Chase { .. } | Cmd::Integrity { .. }) {
+        graceful_sigterm()?;
+    }
+    match cli.cmd {
         Cmd::Chase {
             total_mib,
             hot_mib,
@@ -759,6 +769,9 @@ fn run_integrity(
     ensure!(secs.is_finite() && secs >= 0.0, "--secs must be >= 0");
     ensure!(threads >= 1, "--threads must be at least 1");
     let mut m = place(mib, node)?;
+    // Its own VMA (a flag no neighbour has), so numa_maps reports exactly this buffer.
+    m.advise_nohugepage()
+        .context("marking the buffer MADV_NOHUGEPAGE")?;
     let ps = sys::page_size();
     let words_per_page = ps / 8;
     let base = as_u64(m.addr());
