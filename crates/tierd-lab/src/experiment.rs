@@ -180,9 +180,7 @@ pub fn experiment_integrity(quick: bool) -> Experiment {
         // 1400 MiB on node 0 next to the promoted buffer leaves ~20 % free: below tierd's
         // 25 % watermark, far above the kernel's reclaim point.
         tick: cycling_eater(1400, 20, 8, 16),
-        workload: format!(
-            "integrity --mib {mib} --node 1 --secs 100000 --interval-ms 2000"
-        ),
+        workload: format!("integrity --mib {mib} --node 1 --secs 100000 --interval-ms 2000"),
         parts: vec![Part {
             name: "all".into(),
             addr_key: "addr".into(),

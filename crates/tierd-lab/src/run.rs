@@ -16,7 +16,7 @@ use tierd_linux::read::numa_maps::parse_numa_maps_line;
 use tierd_vm::initramfs::DEFAULT_BUSYBOX;
 use tierd_vm::{Guest, GuestSpec, Initramfs, Kernel};
 
-use crate::experiment::{Experiment, Machine};
+use crate::experiment::{Experiment, Machine, Part};
 use crate::mechanism::Mechanism;
 use crate::LabError;
 
@@ -37,30 +37,17 @@ pub const VMSTAT_KEYS: &[&str] = &[
 /// The guest script of one run.
 #[must_use]
 pub fn script(exp: &Experiment, mech: &Mechanism) -> String {
-    let parts: Vec<&str> = exp.parts.iter().map(|p| p.name.as_str()).collect();
-    let addr_lines: String = exp
-        .parts
-        .iter()
-        .map(|p| {
-            format!(
-                "ADDR_{name}=$(echo \"$READY\" | sed -n 's/.* {key}=0x\\([0-9a-f]*\\).*/\\1/p')\n",
-                name = p.name,
-                key = p.addr_key
-            )
-        })
-        .collect();
     let vm_re = VMSTAT_KEYS.join("|");
     format!(
         r#"ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
 echo never > /sys/kernel/mm/transparent_hugepage/enabled
 echo 0 > /proc/sys/kernel/numa_balancing
 FAST={fast}; SLOW={slow}
-PARTS="{parts}"
 WATCH="workload promoter kdamond"
 lab_t() {{ cut -d' ' -f1 /proc/uptime; }}
 lab_sample() {{
   T=$(lab_t)
-  for p in $PARTS; do eval A=\$ADDR_$p; echo "LAB NUMA t=$T part=$p $(grep "^$A " /proc/$PID_workload/numa_maps)"; done
+  sed "s/^/LAB NM t=$T /" /proc/$PID_workload/numa_maps
   echo "LAB VM t=$T $(grep -E '^({vm_re}) ' /proc/vmstat | tr ' ' '=' | tr '\n' ' ')"
   for w in $WATCH; do eval P=\$PID_$w; [ -n "$P" ] && [ -r /proc/$P/stat ] && echo "LAB CPU t=$T who=$w $(sed 's/.*) //' /proc/$P/stat | cut -d' ' -f12,13)"; done
 }}
@@ -75,7 +62,7 @@ i=0; while ! grep -q ' ready' /tmp/w.log; do sleep 0.2; i=$((i+1)); [ $i -gt 900
 READY=$(grep ' ready' /tmp/w.log | head -n1)
 echo "LAB READY $READY"
 PID_workload=$(echo "$READY" | sed -n 's/^[a-z]* pid=\([0-9]*\) .*/\1/p')
-{addr_lines}lab_sample
+lab_sample
 echo "LAB START $(lab_t)"
 {start}k=0
 while [ $k -lt {duration} ]; do
@@ -91,7 +78,6 @@ sed 's/^/LAB W /' /tmp/w.log
 "#,
         fast = exp.fast.first().copied().unwrap_or(0),
         slow = exp.slow,
-        parts = parts.join(" "),
         setup = exp.setup,
         workload = exp.workload,
         start = mech.start_script(),
@@ -139,12 +125,31 @@ fn kv(rest: &str) -> impl Iterator<Item = (&str, &str)> {
     rest.split_whitespace().filter_map(|w| w.split_once('='))
 }
 
-/// Parses a guest console into a run's data.
+/// The parts' start addresses from the workload's ready line (`addr=0x...` keys).
+fn part_addrs(ready: &str, parts: &[Part]) -> Vec<(String, u64)> {
+    parts
+        .iter()
+        .filter_map(|p| {
+            let key = format!("{}=0x", p.addr_key);
+            let v = ready
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(key.as_str()))?;
+            Some((p.name.clone(), u64::from_str_radix(v, 16).ok()?))
+        })
+        .collect()
+}
+
+/// Parses a guest console into a run's data. Each part's placement is the `numa_maps` entry
+/// of the VMA that contains the part's start (the largest start not above it): a buffer can
+/// share its VMA with a neighbour of equal flags (a thread stack is MADV_NOHUGEPAGE too), so
+/// an exact-start match is not enough.
 ///
 /// # Errors
 /// [`LabError::Parse`] when the run never started (no `LAB START`).
-pub fn parse_console(console: &str) -> Result<RunData, LabError> {
+pub fn parse_console(console: &str, parts: &[Part]) -> Result<RunData, LabError> {
     let mut start = None;
+    let mut addrs: Vec<(String, u64)> = Vec::new();
+    let mut maps: BTreeMap<String, Vec<(u64, BTreeMap<u32, u64>)>> = BTreeMap::new();
     let mut by_t: BTreeMap<String, Sample> = BTreeMap::new();
     let mut data = RunData::default();
     for raw in console.lines() {
@@ -154,6 +159,11 @@ pub fn parse_console(console: &str) -> Result<RunData, LabError> {
         };
         if let Some(t) = rest.strip_prefix("START ") {
             start = t.trim().parse::<f64>().ok();
+            continue;
+        }
+        if let Some(r) = rest.strip_prefix("READY ") {
+            addrs = part_addrs(r, parts);
+            data.notes.push(rest.to_string());
             continue;
         }
         if let Some(w) = rest.strip_prefix("W ") {
@@ -169,6 +179,14 @@ pub fn parse_console(console: &str) -> Result<RunData, LabError> {
         let s = by_t.entry(t.to_string()).or_default();
         s.t = t.parse().unwrap_or(0.0);
         match kind {
+            "NM" => {
+                if let Ok(e) = parse_numa_maps_line(body.trim()) {
+                    let nodes = e.nodes.iter().map(|(n, c)| (u32::from(n.0), *c)).collect();
+                    maps.entry(t.to_string())
+                        .or_default()
+                        .push((e.start, nodes));
+                }
+            }
             "NUMA" => {
                 let (part, line) = body.split_once(' ').unwrap_or((body, ""));
                 let part = part.strip_prefix("part=").unwrap_or(part).to_string();
@@ -206,6 +224,15 @@ pub fn parse_console(console: &str) -> Result<RunData, LabError> {
             "the run never started (no LAB START)".into(),
         ));
     };
+    for (t, mut vmas) in maps {
+        vmas.sort_by_key(|(s, _)| *s);
+        let s = by_t.entry(t).or_default();
+        for (name, a) in &addrs {
+            if let Some((_, nodes)) = vmas.iter().rev().find(|(s, _)| s <= a) {
+                s.parts.insert(name.clone(), nodes.clone());
+            }
+        }
+    }
     let mut samples: Vec<Sample> = by_t.into_values().collect();
     samples.sort_by(|a, b| a.t.total_cmp(&b.t));
     for s in &mut samples {
@@ -244,7 +271,7 @@ pub fn run_one(
     // Under TCG a one-second sampling step takes about 1.5 s; boot and setup about 30 s.
     let timeout = Duration::from_secs(u64::from(exp.duration_s) * 2 + 150);
     let out = Guest::new(kernel.clone(), work_dir.to_path_buf()).run(&spec, &fs, "", timeout)?;
-    let mut data = parse_console(&out.console)?;
+    let mut data = parse_console(&out.console, &exp.parts)?;
     data.wall_s = out.wall.as_secs_f64();
     if let Some(f) = out.file("status.json") {
         data.tierd_status = serde_json::from_slice(&f.data).ok();
@@ -260,14 +287,15 @@ mod tests {
     const CONSOLE: &str = "\
 [    3.1] boot noise
 LAB READY chase pid=150 addr=0x7f0000200000 cold_addr=0x7f0000000000 node=1 total_pages=8 hot_pages=2 tick_us=0 ticker_pid=0 ready
-LAB NUMA t=10.00 part=hot 7f0000200000 default anon=2 dirty=2 N1=2 kernelpagesize_kB=4
-LAB NUMA t=10.00 part=cold 7f0000000000 default anon=6 dirty=6 N1=6 kernelpagesize_kB=4
+LAB NM t=10.00 7effff000000 default anon=1 dirty=1 N0=1 kernelpagesize_kB=4
+LAB NM t=10.00 7f0000200000 default anon=2 dirty=2 N1=2 kernelpagesize_kB=4
+LAB NM t=10.00 7f0000000000 default anon=6 dirty=6 N1=6 kernelpagesize_kB=4
 LAB VM t=10.00 pgpromote_success=0 pgmigrate_success=5 numa_hint_faults=0 
 LAB CPU t=10.00 who=workload 30 4
 LAB START 10.05
 LAB DAMOS_ON range=1-2 kdamond=99
-LAB NUMA t=11.10 part=hot 7f0000200000 default anon=2 dirty=2 N0=1 N1=1 kernelpagesize_kB=4\r
-LAB NUMA t=11.10 part=cold 7f0000000000 default anon=6 dirty=6 N1=6 kernelpagesize_kB=4
+LAB NM t=11.10 7f0000100000 default anon=2 dirty=2 N0=1 N1=1 kernelpagesize_kB=4\r
+LAB NM t=11.10 7f0000000000 default anon=6 dirty=6 N1=6 kernelpagesize_kB=4
 LAB VM t=11.10 pgpromote_success=1 pgmigrate_success=6 numa_hint_faults=3 
 LAB CPU t=11.10 who=workload 80 5
 LAB CPU t=11.10 who=promoter 7 12
@@ -276,7 +304,8 @@ LAB W chase t=1.000 hot_n0=1 hot_n1=1 hot_other=0 cold_n0=0 cold_n1=6 cold_other
 
     #[test]
     fn console_becomes_samples_relative_to_the_start() {
-        let d = parse_console(CONSOLE).expect("parses");
+        let exp = experiment_a(true);
+        let d = parse_console(CONSOLE, &exp.parts).expect("parses");
         assert_eq!(d.samples.len(), 2);
         let (a, b) = (&d.samples[0], &d.samples[1]);
         assert!((a.t + 0.05).abs() < 1e-9 && (b.t - 1.05).abs() < 1e-9);
@@ -292,15 +321,14 @@ LAB W chase t=1.000 hot_n0=1 hot_n1=1 hot_other=0 cold_n0=0 cold_n1=6 cold_other
 
     #[test]
     fn a_run_without_a_start_is_an_error() {
-        assert!(parse_console("LAB READY x\n").is_err());
+        assert!(parse_console("LAB READY x\n", &[]).is_err());
     }
 
     #[test]
     fn script_samples_every_part_and_runs_the_mechanism() {
         let exp = experiment_a(true);
         let s = script(&exp, &exp.runs[0].1);
-        assert!(s.contains("PARTS=\"hot cold\""));
-        assert!(s.contains("ADDR_cold=$(echo \"$READY\" | sed -n 's/.* cold_addr=0x"));
+        assert!(s.contains("sed \"s/^/LAB NM t=$T /\" /proc/$PID_workload/numa_maps"));
         assert!(s.contains("/bin/tierd run --config /lab/tierd.toml"));
         assert!(s.contains("while [ $k -lt 20 ]"));
         assert!(s.contains("chase --total-mib 512 --hot-mib 128"));

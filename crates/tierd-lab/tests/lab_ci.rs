@@ -15,6 +15,10 @@ use tierd_lab::{experiment, run_experiment, summary, LabEnv};
 use tierd_vm::guest;
 use tierd_vm::initramfs::DEFAULT_BUSYBOX;
 
+/// One guest at a time: the test harness runs tests in parallel, and two TCG guests on a
+/// 2-core host halve each other's speed, which is a different experiment.
+static GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn env_or_skip(test: &str) -> Option<LabEnv> {
     let why = if !guest::qemu_available() {
         Some("qemu-system-x86_64 not found".to_string())
@@ -42,6 +46,9 @@ fn env_or_skip(test: &str) -> Option<LabEnv> {
 
 #[test]
 fn experiment_a_short_tierd_places_the_hot_set_without_over_promoting() {
+    let _one = GUEST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(env) = env_or_skip("experiment_a_short") else {
         return;
     };
@@ -67,6 +74,9 @@ fn experiment_a_short_tierd_places_the_hot_set_without_over_promoting() {
 
 #[test]
 fn integrity_short_moves_pages_both_ways_with_no_checksum_failure() {
+    let _one = GUEST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(env) = env_or_skip("integrity_short") else {
         return;
     };
