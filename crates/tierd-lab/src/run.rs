@@ -149,7 +149,9 @@ fn part_addrs(ready: &str, parts: &[Part]) -> Vec<(String, u64)> {
 pub fn parse_console(console: &str, parts: &[Part]) -> Result<RunData, LabError> {
     let mut start = None;
     let mut addrs: Vec<(String, u64)> = Vec::new();
-    let mut maps: BTreeMap<String, Vec<(u64, BTreeMap<u32, u64>)>> = BTreeMap::new();
+    // Per sample time: each VMA's start and its pages per node.
+    type Vmas = Vec<(u64, BTreeMap<u32, u64>)>;
+    let mut maps: BTreeMap<String, Vmas> = BTreeMap::new();
     let mut by_t: BTreeMap<String, Sample> = BTreeMap::new();
     let mut data = RunData::default();
     for raw in console.lines() {
