@@ -368,6 +368,16 @@ impl Memory {
     pub fn node_of(&self, u: UnitId) -> NodeId {
         NodeId(u16::from(self.unit_node[u.idx()]))
     }
+    /// The node byte of every unit, by unit index (what [`Memory::node_of`] reads).
+    #[must_use]
+    pub fn unit_nodes(&self) -> &[u8] {
+        &self.unit_node
+    }
+    /// The class of every unit, by unit index (what [`Memory::class_of`] reads).
+    #[must_use]
+    pub fn unit_classes(&self) -> &[u16] {
+        &self.unit_class
+    }
     /// A unit's class.
     #[must_use]
     pub fn class_of(&self, u: UnitId) -> ClassId {

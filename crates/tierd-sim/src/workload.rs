@@ -182,6 +182,7 @@ impl Load {
 
     /// The access rate of one unit, per second.
     #[must_use]
+    #[inline]
     pub fn unit_rate(&self, mem: &Memory, u: UnitId) -> f64 {
         let c = mem.class_of(u);
         let class = mem.class(c);
