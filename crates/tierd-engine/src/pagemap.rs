@@ -14,8 +14,9 @@
 //!  free:  [slot]                                  freed slots, reused before the arena grows
 //! ```
 //!
-//! The presence bitmap is 1/128 of the arena's size, so asking about a page that is not there
-//! (the engine's commonest question: is this slow page in the fast index?) stays in cache.
+//! The presence bitmap (an entry is `Some` exactly when its bit is set) is 1/128 of the
+//! arena's size, so asking about a page that is not there (the engine's commonest question:
+//! is this slow page in the fast index?) stays in cache.
 //!
 //! A chunk is freed when its last entry goes; when more than half the arena is free after a
 //! [`PageMap::retain`], live chunks are moved down and the arena shrunk. Iteration order is
@@ -173,12 +174,13 @@ impl<V: Copy> PageMap<V> {
     pub(crate) fn get_or_insert_with(&mut self, key: PageKey, f: impl FnOnce() -> V) -> &mut V {
         let slot = self.find_or_alloc(ChunkKey::of(key));
         let i = slot_idx(slot) * CHUNK_PAGES + offset(key);
-        let (w, m) = bit(i);
-        if self.bits[w] & m == 0 {
+        // Presence from the entry itself (the line is needed anyway); the bitmap is only
+        // written, which does not hold up what follows.
+        if self.vals[i].is_none() {
+            let (w, m) = bit(i);
             self.bits[w] |= m;
             self.live[slot_idx(slot)] += 1;
             self.len += 1;
-            self.vals[i] = None;
         }
         self.vals[i].get_or_insert_with(f)
     }
@@ -187,16 +189,13 @@ impl<V: Copy> PageMap<V> {
     pub(crate) fn insert(&mut self, key: PageKey, v: V) -> Option<V> {
         let slot = self.find_or_alloc(ChunkKey::of(key));
         let i = slot_idx(slot) * CHUNK_PAGES + offset(key);
-        let (w, m) = bit(i);
-        let old = if self.bits[w] & m == 0 {
+        let old = self.vals[i].replace(v);
+        if old.is_none() {
+            let (w, m) = bit(i);
             self.bits[w] |= m;
             self.live[slot_idx(slot)] += 1;
             self.len += 1;
-            None
-        } else {
-            self.vals[i]
-        };
-        self.vals[i] = Some(v);
+        }
         old
     }
 
@@ -251,20 +250,25 @@ impl<V: Copy> PageMap<V> {
             }
             let ck = self.keys[s];
             let mut removed = 0u16;
-            for (off, v) in self.vals[s * CHUNK_PAGES..(s + 1) * CHUNK_PAGES]
-                .iter_mut()
-                .enumerate()
-            {
-                let Some(x) = v else { continue };
-                let key = PageKey {
-                    space: ck.space,
-                    vpn: Vpn((ck.index << CHUNK_SHIFT) | off as u64),
-                };
-                if !f(key, x) {
-                    *v = None;
-                    let (w, m) = bit(s * CHUNK_PAGES + off);
-                    self.bits[w] &= !m;
-                    removed += 1;
+            // Only the entries present: the bitmap says where they are, so a sparse chunk
+            // costs a few cache lines, not the whole 512 entries.
+            for w in s * WORDS..(s + 1) * WORDS {
+                let mut word = self.bits[w];
+                while word != 0 {
+                    let b = word.trailing_zeros() as usize;
+                    word &= word - 1;
+                    let i = w * 64 + b;
+                    let off = i - s * CHUNK_PAGES;
+                    let Some(x) = &mut self.vals[i] else { continue };
+                    let key = PageKey {
+                        space: ck.space,
+                        vpn: Vpn((ck.index << CHUNK_SHIFT) | off as u64),
+                    };
+                    if !f(key, x) {
+                        self.vals[i] = None;
+                        self.bits[w] &= !(1u64 << b);
+                        removed += 1;
+                    }
                 }
             }
             self.len -= usize::from(removed);
