@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use crate::backend::OwnerUpdate;
 use crate::config::{ConfigError, EngineConfig};
 use crate::hotness::{HotnessMode, HotnessParams, HotnessStore, ReadyPage};
-use crate::pagemap::PageMap;
+use crate::pagemap::SizedPageMap;
 use crate::plan::{
     MigrationBatch, MigrationKind, MigrationPlan, MigrationReport, MoveError, MoveOutcome,
     PlannedMove, SystemUsage,
@@ -55,18 +55,18 @@ struct FastPage {
 
 /// The demoter's index of top-tier pages, with its size in base pages kept as entries come
 /// and go (summing the map on every pass was the engine's hottest loop in the simulator's
-/// profile). Chunked by PMD ([`PageMap`]): one lookup per observation, and an accessed-bit
+/// profile). Chunked by PMD ([`SizedPageMap`]): one lookup per observation, and an accessed-bit
 /// scan's observations, which come in address order, walk it sequentially.
 #[derive(Debug, Default)]
 struct FastIndex {
-    map: PageMap<FastPage>,
+    map: SizedPageMap<FastPage>,
     pages: u64,
 }
 
 impl FastIndex {
     fn insert(&mut self, key: PageKey, page: FastPage) {
         self.pages += page.size.nr_pages().0;
-        if let Some(old) = self.map.insert(key, page) {
+        if let Some(old) = self.map.insert(key, page.size, page) {
             self.pages -= old.size.nr_pages().0;
         }
     }
@@ -75,7 +75,7 @@ impl FastIndex {
     #[inline]
     fn touch(&mut self, key: PageKey, node: NodeId, size: PageSize, time: Nanos) {
         let mut fresh = false;
-        let f = self.map.get_or_insert_with(key, || {
+        let f = self.map.get_or_insert_with(key, size, || {
             fresh = true;
             FastPage {
                 node,
@@ -131,7 +131,7 @@ pub struct Engine {
     stores: BTreeMap<NodeId, HotnessStore>,
     /// Top-tier pages the engine has seen or promoted: the demoter's candidates.
     fast: FastIndex,
-    history: PageMap<MoveHistory>,
+    history: SizedPageMap<MoveHistory>,
     owners: OwnerMap,
     targets: BTreeMap<NodeId, TargetState>,
     /// Fractional admission credit per cgroup for thinning (see `cgroup_promotion_scale`).
@@ -194,7 +194,7 @@ impl Engine {
             target,
             stores,
             fast: FastIndex::default(),
-            history: PageMap::default(),
+            history: SizedPageMap::default(),
             owners: OwnerMap::default(),
             targets,
             cgroup_credit: BTreeMap::new(),
@@ -730,7 +730,9 @@ impl Engine {
                     } else {
                         e.pgpromote_success += nr;
                         self.stats.nodes.entry(node).or_default().pgpromote_success += nr;
-                        let h = self.history.get_or_insert_with(key, MoveHistory::default);
+                        let h =
+                            self.history
+                                .get_or_insert_with(key, r.page.size, MoveHistory::default);
                         if within(h.demoted_at) {
                             e.pingpong_promoted += nr;
                         }
@@ -754,7 +756,9 @@ impl Engine {
                     } else {
                         e.pgdemote_success += nr;
                         self.stats.nodes.entry(r.from).or_default().pgdemote_success += nr;
-                        let h = self.history.get_or_insert_with(key, MoveHistory::default);
+                        let h =
+                            self.history
+                                .get_or_insert_with(key, r.page.size, MoveHistory::default);
                         if within(h.promoted_at) {
                             e.pingpong_demoted += nr;
                         }

@@ -18,13 +18,17 @@
 //! arena's size, so asking about a page that is not there (the engine's commonest question:
 //! is this slow page in the fast index?) stays in cache.
 //!
+//! A 2 MiB page would have a chunk to itself (one entry in 512), so [`SizedPageMap`] keeps
+//! huge pages in a plain hash map beside the chunks of base pages, and behaves as one map
+//! keyed by page (an entry moves across when a page's size changes).
+//!
 //! A chunk is freed when its last entry goes; when more than half the arena is free after a
 //! [`PageMap::retain`], live chunks are moved down and the arena shrunk. Iteration order is
 //! unspecified (as a hash map's is).
 
 use rustc_hash::FxHashMap;
 
-use crate::types::{PageKey, SpaceId, Vpn};
+use crate::types::{PageKey, PageSize, SpaceId, Vpn};
 
 const CHUNK_SHIFT: u32 = 9;
 const CHUNK_PAGES: usize = 1 << CHUNK_SHIFT;
@@ -330,6 +334,105 @@ impl<V: Copy> PageMap<V> {
     }
 }
 
+/// One map keyed by page, base pages in a [`PageMap`] and huge pages in a hash map (see the
+/// module docs). A key is in at most one of the two.
+#[derive(Clone, Debug)]
+pub(crate) struct SizedPageMap<V: Copy> {
+    base: PageMap<V>,
+    huge: FxHashMap<PageKey, V>,
+}
+
+impl<V: Copy> Default for SizedPageMap<V> {
+    fn default() -> Self {
+        SizedPageMap {
+            base: PageMap::default(),
+            huge: FxHashMap::default(),
+        }
+    }
+}
+
+impl<V: Copy> SizedPageMap<V> {
+    /// Entries in the map.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.base.len() + self.huge.len()
+    }
+
+    /// Whether the map is empty.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.base.is_empty() && self.huge.is_empty()
+    }
+
+    /// Moves `key`'s entry, if any, to the side for `size`.
+    #[inline]
+    fn settle(&mut self, key: PageKey, size: PageSize) {
+        match size {
+            PageSize::Base => {
+                if !self.huge.is_empty() {
+                    if let Some(v) = self.huge.remove(&key) {
+                        self.base.insert(key, v);
+                    }
+                }
+            }
+            PageSize::Huge2M => {
+                if let Some(v) = self.base.remove(key) {
+                    self.huge.insert(key, v);
+                }
+            }
+        }
+    }
+
+    /// The value of `key` (a page of `size`), inserted as `f()` first if absent.
+    #[inline]
+    pub(crate) fn get_or_insert_with(
+        &mut self,
+        key: PageKey,
+        size: PageSize,
+        f: impl FnOnce() -> V,
+    ) -> &mut V {
+        self.settle(key, size);
+        match size {
+            PageSize::Base => self.base.get_or_insert_with(key, f),
+            PageSize::Huge2M => self.huge.entry(key).or_insert_with(f),
+        }
+    }
+
+    /// Sets the value of `key` (a page of `size`); returns the old one.
+    pub(crate) fn insert(&mut self, key: PageKey, size: PageSize, v: V) -> Option<V> {
+        self.settle(key, size);
+        match size {
+            PageSize::Base => self.base.insert(key, v),
+            PageSize::Huge2M => self.huge.insert(key, v),
+        }
+    }
+
+    /// Removes `key`; returns its value.
+    #[inline]
+    pub(crate) fn remove(&mut self, key: PageKey) -> Option<V> {
+        if let Some(v) = self.base.remove(key) {
+            return Some(v);
+        }
+        if self.huge.is_empty() {
+            None
+        } else {
+            self.huge.remove(&key)
+        }
+    }
+
+    /// Every entry, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (PageKey, &V)> + '_ {
+        self.base
+            .iter()
+            .chain(self.huge.iter().map(|(k, v)| (*k, v)))
+    }
+
+    /// Keeps the entries for which `f` is true.
+    pub(crate) fn retain(&mut self, mut f: impl FnMut(PageKey, &mut V) -> bool) {
+        self.base.retain(&mut f);
+        self.huge.retain(|k, v| f(*k, v));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -413,5 +516,24 @@ mod tests {
         let mut keys: Vec<PageKey> = m.iter().map(|(k, _)| k).collect();
         keys.sort_unstable();
         assert_eq!(keys, vec![k(1, 63 * CHUNK_PAGES as u64), k(2, 5)]);
+    }
+
+    #[test]
+    fn sized_map_is_one_map_keyed_by_page() {
+        let mut m: SizedPageMap<u32> = SizedPageMap::default();
+        let head = k(1, 1024);
+        assert_eq!(m.insert(head, PageSize::Huge2M, 1), None);
+        assert_eq!(m.insert(k(1, 5), PageSize::Base, 2), None);
+        // The same key seen as a base page (the huge page was split): one entry, moved.
+        *m.get_or_insert_with(head, PageSize::Base, || 0) += 10;
+        assert_eq!(m.len(), 2);
+        assert_eq!(m.insert(head, PageSize::Huge2M, 7), Some(11));
+        assert_eq!(m.len(), 2);
+        m.retain(|key, _| key.vpn.0 != 5);
+        let all: Vec<(PageKey, u32)> = m.iter().map(|(k, v)| (k, *v)).collect();
+        assert_eq!(all, vec![(head, 7)]);
+        assert_eq!(m.remove(head), Some(7));
+        assert!(m.is_empty());
+        assert_eq!(m.remove(head), None);
     }
 }
