@@ -27,11 +27,10 @@
 
 use std::collections::BTreeMap;
 
-use rustc_hash::FxHashMap;
-
 use crate::backend::OwnerUpdate;
 use crate::config::{ConfigError, EngineConfig};
 use crate::hotness::{HotnessMode, HotnessParams, HotnessStore, ReadyPage};
+use crate::pagemap::SizedPageMap;
 use crate::plan::{
     MigrationBatch, MigrationKind, MigrationPlan, MigrationReport, MoveError, MoveOutcome,
     PlannedMove, SystemUsage,
@@ -56,44 +55,46 @@ struct FastPage {
 
 /// The demoter's index of top-tier pages, with its size in base pages kept as entries come
 /// and go (summing the map on every pass was the engine's hottest loop in the simulator's
-/// profile).
+/// profile). Chunked by PMD ([`SizedPageMap`]): one lookup per observation, and an accessed-bit
+/// scan's observations, which come in address order, walk it sequentially.
 #[derive(Debug, Default)]
 struct FastIndex {
-    map: FxHashMap<PageKey, FastPage>,
+    map: SizedPageMap<FastPage>,
     pages: u64,
 }
 
 impl FastIndex {
     fn insert(&mut self, key: PageKey, page: FastPage) {
         self.pages += page.size.nr_pages().0;
-        if let Some(old) = self.map.insert(key, page) {
+        if let Some(old) = self.map.insert(key, page.size, page) {
             self.pages -= old.size.nr_pages().0;
         }
     }
 
-    /// Records an access to a fast page: one hash lookup (this runs per observation).
+    /// Records an access to a fast page: one lookup (this runs per observation).
+    #[inline]
     fn touch(&mut self, key: PageKey, node: NodeId, size: PageSize, time: Nanos) {
-        use std::collections::hash_map::Entry;
-        match self.map.entry(key) {
-            Entry::Occupied(mut e) => {
-                let f = e.get_mut();
-                self.pages = self.pages - f.size.nr_pages().0 + size.nr_pages().0;
-                f.node = node;
-                f.size = size;
-                f.last_access = f.last_access.max(time);
+        let mut fresh = false;
+        let f = self.map.get_or_insert_with(key, size, || {
+            fresh = true;
+            FastPage {
+                node,
+                size,
+                last_access: time,
             }
-            Entry::Vacant(e) => {
-                self.pages += size.nr_pages().0;
-                e.insert(FastPage {
-                    node,
-                    size,
-                    last_access: time,
-                });
-            }
+        });
+        if fresh {
+            self.pages += size.nr_pages().0;
+        } else {
+            self.pages = self.pages - f.size.nr_pages().0 + size.nr_pages().0;
+            f.node = node;
+            f.size = size;
+            f.last_access = f.last_access.max(time);
         }
     }
 
-    fn remove(&mut self, key: &PageKey) {
+    #[inline]
+    fn remove(&mut self, key: PageKey) {
         if let Some(old) = self.map.remove(key) {
             self.pages -= old.size.nr_pages().0;
         }
@@ -101,7 +102,7 @@ impl FastIndex {
 
     fn retain_spaces_except(&mut self, space: crate::types::SpaceId) {
         self.map.retain(|k, _| k.space != space);
-        self.pages = self.map.values().map(|f| f.size.nr_pages().0).sum();
+        self.pages = self.map.iter().map(|(_, f)| f.size.nr_pages().0).sum();
     }
 }
 
@@ -130,7 +131,7 @@ pub struct Engine {
     stores: BTreeMap<NodeId, HotnessStore>,
     /// Top-tier pages the engine has seen or promoted: the demoter's candidates.
     fast: FastIndex,
-    history: FxHashMap<PageKey, MoveHistory>,
+    history: SizedPageMap<MoveHistory>,
     owners: OwnerMap,
     targets: BTreeMap<NodeId, TargetState>,
     /// Fractional admission credit per cgroup for thinning (see `cgroup_promotion_scale`).
@@ -193,7 +194,7 @@ impl Engine {
             target,
             stores,
             fast: FastIndex::default(),
-            history: FxHashMap::default(),
+            history: SizedPageMap::default(),
             owners: OwnerMap::default(),
             targets,
             cgroup_credit: BTreeMap::new(),
@@ -290,7 +291,7 @@ impl Engine {
         // A page seen on a slow node is no longer where the demoter thought it was (the
         // kernel demoted it, or it was never promoted by us).
         if !self.fast.map.is_empty() {
-            self.fast.remove(&key);
+            self.fast.remove(key);
         }
         // The kernel refuses a non-top-tier nid in precise mode (`pghot_nid_valid()`);
         // tierd treats it as "accessor unknown" so the access still counts toward hotness.
@@ -448,7 +449,7 @@ impl Engine {
                     let over = self
                         .over_share(cg, usage)
                         .is_some_and(|(share, used)| self.config.cgroup_fairness && used > share);
-                    (!over, f.last_access, *k, f.size)
+                    (!over, f.last_access, k, f.size)
                 })
                 .collect();
             if !below_low {
@@ -738,7 +739,9 @@ impl Engine {
                     } else {
                         e.pgpromote_success += nr;
                         self.stats.nodes.entry(node).or_default().pgpromote_success += nr;
-                        let h = self.history.entry(key).or_default();
+                        let h =
+                            self.history
+                                .get_or_insert_with(key, r.page.size, MoveHistory::default);
                         if within(h.demoted_at) {
                             e.pingpong_promoted += nr;
                         }
@@ -756,13 +759,15 @@ impl Engine {
                     }
                 }
                 (MigrationKind::Demote, MoveOutcome::Moved(node)) => {
-                    self.fast.remove(&key);
+                    self.fast.remove(key);
                     if node != report.target {
                         e.pgdemote_fail += nr;
                     } else {
                         e.pgdemote_success += nr;
                         self.stats.nodes.entry(r.from).or_default().pgdemote_success += nr;
-                        let h = self.history.entry(key).or_default();
+                        let h =
+                            self.history
+                                .get_or_insert_with(key, r.page.size, MoveHistory::default);
                         if within(h.promoted_at) {
                             e.pingpong_demoted += nr;
                         }
@@ -785,7 +790,7 @@ impl Engine {
                     match err {
                         MoveError::NoProcess => self.forget_space(r.page.space),
                         MoveError::Fault | MoveError::NotPresent => {
-                            self.fast.remove(&key);
+                            self.fast.remove(key);
                             if let Some(s) = self.stores.get_mut(&r.from) {
                                 s.remove(key);
                             }

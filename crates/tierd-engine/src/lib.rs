@@ -54,6 +54,7 @@ pub mod config;
 pub mod engine;
 
 pub mod hotness;
+mod pagemap;
 pub mod plan;
 pub mod policy;
 pub mod ratelimit;

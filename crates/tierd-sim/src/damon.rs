@@ -356,6 +356,9 @@ pub struct Damon {
     /// Per unit: when its accessed bit was last known clear, ms, or [`KNOWN_YOUNG`]. Kept
     /// only with the `young` filter.
     last_clear_ms: Vec<u32>,
+    /// Per region of the current pass: its draw, the sampled unit (or `u32::MAX`) and its
+    /// access rate (see `sample`).
+    draws: Vec<(u64, u32, f64)>,
 }
 
 impl Damon {
@@ -376,6 +379,7 @@ impl Damon {
             quota: Quota::default(),
             stats: DamosStats::default(),
             last_clear_ms: Vec::new(),
+            draws: Vec::new(),
         };
         // kdamond_init_ctx(): the first aggregation and ops update are one interval away.
         d.next_aggregation_sis = d.aggr_samples();
@@ -527,21 +531,47 @@ impl Damon {
         // One draw from the run's ChaCha seeds a SplitMix64 stream for the pass: a ChaCha
         // draw per region would take most of the simulator's time with thousands of regions.
         let mut stream = SplitMix64(ctx.rng.gen());
-        for r in &mut self.regions {
+        // Three passes over the regions: draw and look up the sampled units, then their
+        // rates, then decide. Each lookup is a cache miss (the slot table, then the unit's
+        // class); with nothing else in a loop the CPU overlaps many of them. Same draws, in
+        // the same order, as one pass would make.
+        let mut draws = std::mem::take(&mut self.draws);
+        draws.clear();
+        draws.extend(self.regions.iter().map(|r| {
             // One 64-bit draw per region: the high half picks the page
             // (__damon_pa_prepare_access_check(): damon_rand(r->ar.start, r->ar.end)), the
             // low half decides whether it was accessed.
             let x = stream.next_u64();
             let addr = r.start + (((x >> 32) * u64::from(r.len())) >> 32) as u32;
-            let Some(u) = space.unit_at(addr) else {
+            (x, space.unit_at(addr).map_or(u32::MAX, |u| u.0), 0.0)
+        }));
+        for d in &mut draws {
+            if d.1 != u32::MAX {
+                d.2 = ctx.load.unit_rate(ctx.mem, UnitId(d.1));
+            }
+        }
+        // The access probability of the last rate seen: units of a uniform class share one.
+        let mut last_p: Option<(f64, f64)> = None;
+        for (r, &(x, raw, rate)) in self.regions.iter_mut().zip(&draws) {
+            if raw == u32::MAX {
                 cost += SAMPLE_FREE_NS;
                 max_nr_accesses = max_nr_accesses.max(r.nr_accesses);
                 continue;
-            };
+            }
+            let u = UnitId(raw);
             cost += SAMPLE_REGION_NS;
-            let rate = ctx.load.unit_rate(ctx.mem, u);
             let coin = (x & 0xFFFF_FFFF) as f64 / 4_294_967_296.0;
-            let accessed = rate > 0.0 && coin < -(-rate * tau_s).exp_m1();
+            let accessed = rate > 0.0 && {
+                let p = match last_p {
+                    Some((r0, p)) if r0 == rate => p,
+                    _ => {
+                        let p = -(-rate * tau_s).exp_m1();
+                        last_p = Some((rate, p));
+                        p
+                    }
+                };
+                coin < p
+            };
             if accessed {
                 r.nr_accesses += 1;
             }
@@ -555,6 +585,7 @@ impl Damon {
             }
             max_nr_accesses = max_nr_accesses.max(r.nr_accesses);
         }
+        self.draws = draws;
         self.passed_sample_intervals += 1;
 
         let aggregating = self.passed_sample_intervals >= self.next_aggregation_sis;
@@ -1012,6 +1043,7 @@ impl<'a> Space<'a> {
     }
 
     /// The unit at a monitored address, if any (`damon_get_folio()` returning a folio).
+    #[inline]
     fn unit_at(&self, addr: u32) -> Option<UnitId> {
         match self {
             Space::Paddr(node) => node.and_then(|n| n.unit_in(addr)),

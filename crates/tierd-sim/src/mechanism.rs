@@ -8,7 +8,7 @@ use serde::Serialize;
 use tierd_engine::types::{CgroupId, NodeId, Pages};
 use tierd_engine::MoveError;
 
-use crate::memory::{Memory, UnitId};
+use crate::memory::{ClassId, Memory, UnitId};
 use crate::workload::{Load, Process};
 
 /// The random number generator of a run: ChaCha8, seeded from the scenario seed, so the same
@@ -184,6 +184,8 @@ pub struct Sampled {
     pub process: usize,
     /// When, ns since the start of the run.
     pub time_ns: u64,
+    /// The unit's class (as [`crate::memory::Memory::class_of`] would say).
+    pub class: ClassId,
 }
 
 /// Draws the hardware samples of one step: `accesses x IBS_SAMPLES_PER_ACCESS / period`
@@ -204,22 +206,29 @@ pub fn draw_samples(ctx: &mut Ctx<'_>, period: u64, out: &mut Vec<Sampled>) {
     let start = out.len();
     let (mut dram, mut ext) = (0, 0);
     for _ in 0..n {
-        let Some((unit, node, process)) = ctx.load.sample_access(ctx.mem, ctx.rng) else {
+        let Some((unit, node, process, class)) =
+            ctx.load.sample_access_with_class(ctx.mem, ctx.rng)
+        else {
             break;
         };
         let time_ns = ctx.now + ctx.rng.gen_range(0..ctx.dt.max(1));
         ctx.charge_app(process, crate::cost::SAMPLE_INTERRUPT_NS);
-        if ctx.mem.topology().is_toptier(ctx.mem.node_of(unit)) {
-            dram += 1;
-        } else {
-            ext += 1;
-        }
         out.push(Sampled {
             unit,
             node,
             process,
             time_ns,
+            class,
         });
+    }
+    // Where the sampled pages are, in a loop of its own: each lookup is a cache miss, and
+    // without the draws in between the CPU overlaps them.
+    for smp in &out[start..] {
+        if ctx.mem.topology().is_toptier(ctx.mem.node_of(smp.unit)) {
+            dram += 1;
+        } else {
+            ext += 1;
+        }
     }
     // Counted once per step: the counters are keyed by name.
     ctx.acct.count("hwhint_total_events", dram + ext);

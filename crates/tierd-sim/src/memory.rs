@@ -368,6 +368,16 @@ impl Memory {
     pub fn node_of(&self, u: UnitId) -> NodeId {
         NodeId(u16::from(self.unit_node[u.idx()]))
     }
+    /// The node byte of every unit, by unit index (what [`Memory::node_of`] reads).
+    #[must_use]
+    pub fn unit_nodes(&self) -> &[u8] {
+        &self.unit_node
+    }
+    /// The class of every unit, by unit index (what [`Memory::class_of`] reads).
+    #[must_use]
+    pub fn unit_classes(&self) -> &[u16] {
+        &self.unit_class
+    }
     /// A unit's class.
     #[must_use]
     pub fn class_of(&self, u: UnitId) -> ClassId {
@@ -684,17 +694,38 @@ impl Memory {
     pub fn check(&self) -> Option<String> {
         let mut used: BTreeMap<NodeId, u64> =
             self.nodes.iter().map(|(n, m)| (*n, m.reserved.0)).collect();
+        // Per node byte (a unit's node is stored as one): its memory and the units counted
+        // on it, so the walk over every unit does no map lookups.
+        let by_byte: Vec<Option<&NodeMem>> = (0..=u8::MAX)
+            .map(|b| self.nodes.get(&NodeId(u16::from(b))))
+            .collect();
+        let mut units_on = [0u64; 256];
         for r in self.regions.iter().filter(|r| r.alive) {
-            for u in r.first_unit..r.first_unit + r.units {
-                let u = UnitId(u);
-                let n = self.node_of(u);
-                let Some(m) = self.nodes.get(&n) else {
+            let range = r.first_unit as usize..(r.first_unit + r.units) as usize;
+            let mut count = [0u64; 256];
+            for ((i, &b), &slot) in range
+                .clone()
+                .zip(&self.unit_node[range.clone()])
+                .zip(&self.unit_slot[range])
+            {
+                let u = UnitId(u32::try_from(i).unwrap_or(u32::MAX));
+                let Some(m) = by_byte[usize::from(b)] else {
                     return Some(format!("unit {} of {} is on no node", u.0, r.name));
                 };
-                if m.unit_in(self.slot_of(u)) != Some(u) {
+                if m.unit_in(slot) != Some(u) {
                     return Some(format!("unit {} of {} does not own its slot", u.0, r.name));
                 }
-                *used.entry(n).or_default() += r.unit_pages();
+                count[usize::from(b)] += 1;
+            }
+            for (b, c) in count.iter().enumerate() {
+                units_on[b] += c * r.unit_pages();
+            }
+        }
+        for (b, pages) in units_on.iter().enumerate() {
+            if *pages > 0 {
+                // Only bytes with a node can have a count (checked above).
+                let n = NodeId(u16::try_from(b).unwrap_or(u16::MAX));
+                *used.entry(n).or_default() += pages;
             }
         }
         for (n, m) in &self.nodes {

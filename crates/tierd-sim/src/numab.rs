@@ -438,6 +438,43 @@ fn rss_pages(mem: &Memory, p: &Process) -> u64 {
         .sum()
 }
 
+/// What [`Scanner::change_prot_numa`] needs to tell a unit it would pass over untouched.
+struct QuietTest<'a> {
+    t_ms: u32,
+    horizon_ms: u64,
+    /// By node byte: an unarmed unit there is not armed (single-node task, tier skipped).
+    unarmed_skip: &'a [bool; 256],
+    /// By class: nobody accesses it.
+    cold: &'a [bool],
+}
+
+impl QuietTest<'_> {
+    /// How many leading units of the slices `change_prot_numa()` would skip without a change
+    /// or a draw: armed ones with a fault pending, idle in a cold class, or drawn recently
+    /// (quiet for less than the horizon, not idle); unarmed ones it does not arm.
+    fn run(&self, state: &[u32], armed: &[u8], node: &[u8], class: &[u16]) -> usize {
+        state
+            .iter()
+            .zip(armed)
+            .zip(node)
+            .zip(class)
+            .position(|(((&st, &a), &n), &c)| {
+                let skip = if st != NOT_ARMED && a == n {
+                    st & PENDING != 0
+                        || (st & IDLE != 0
+                            && self.cold.get(usize::from(c)).copied().unwrap_or(false))
+                        || (st & IDLE == 0
+                            && u64::from(self.t_ms.wrapping_sub(st & TIME_MASK) & TIME_MASK)
+                                < self.horizon_ms)
+                } else {
+                    self.unarmed_skip[usize::from(n)]
+                };
+                !skip
+            })
+            .unwrap_or(state.len())
+    }
+}
+
 fn ms_of(ns: u64) -> u32 {
     // Modulo 2^30 ms, as the kernel's access-time bits wrap.
     ((ns / NS_PER_MS) & u64::from(TIME_MASK)) as u32
@@ -700,8 +737,40 @@ impl Scanner {
         let t_ms = ms_of(t);
         let horizon_ms = self.params.horizon_ms();
         let mut entries = 0u64;
-        for k in lo..hi {
+        // Most units of a pass need nothing (already armed with a fault queued, or idle in a
+        // class nobody accesses): find the next one that does with a tight walk over the
+        // per-unit arrays, and take only that one through the full logic below. The walk
+        // tests exactly the conditions under which the loop body would `continue` without
+        // touching anything, so the result and the random draws are the same.
+        let unarmed_skip: [bool; 256] = std::array::from_fn(|n| {
+            let node = NodeId(n as u16);
+            single == Some(node)
+                || (self.skip_toptier && topo.is_toptier(node))
+                || (self.skip_slow && !topo.is_toptier(node))
+        });
+        let cold: Vec<bool> = load.class_rate.iter().map(|r| *r <= 0.0).collect();
+        let quiet = QuietTest {
+            t_ms,
+            horizon_ms,
+            unarmed_skip: &unarmed_skip,
+            cold: &cold,
+        };
+        let base = region.first_unit as usize;
+        let mut k = lo;
+        while k < hi {
+            let from = base + k as usize;
+            let to = base + hi as usize;
+            k += quiet.run(
+                &self.state[from..to],
+                &self.armed_node[from..to],
+                &mem.unit_nodes()[from..to],
+                &mem.unit_classes()[from..to],
+            ) as u64;
+            if k >= hi {
+                break;
+            }
             let u = UnitId(region.first_unit + k as u32);
+            k += 1;
             let st = self.state[u.idx()];
             let node = mem.node_of(u);
             if st != NOT_ARMED && self.armed_node[u.idx()] == node.0 as u8 {

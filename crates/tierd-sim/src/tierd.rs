@@ -111,7 +111,11 @@ struct SimBackend<'c, 'm> {
 struct NoError;
 
 fn page_ref(ctx: &Ctx<'_>, u: UnitId) -> PageRef {
-    let r = ctx.mem.region_of(u);
+    page_ref_in(ctx.mem.region_of(u), u)
+}
+
+/// [`page_ref`] when the unit's region is known (a sample knows its class).
+fn page_ref_in(r: &crate::memory::Region, u: UnitId) -> PageRef {
     let vpn = r.vpn_of(u);
     match r.page_size {
         PageSize::Base => PageRef::base(r.space, vpn),
@@ -247,7 +251,10 @@ impl Tierd {
         draw_samples(ctx, self.params.sample_period, &mut samples);
         for smp in samples {
             out.push(Observation {
-                page: page_ref(ctx, smp.unit),
+                page: page_ref_in(
+                    &ctx.mem.regions()[ctx.mem.class(smp.class).region.0 as usize],
+                    smp.unit,
+                ),
                 page_node: ctx.mem.node_of(smp.unit),
                 accessing_node: Some(smp.node),
                 source: SourceKind::HwSample,
@@ -279,9 +286,18 @@ impl Tierd {
                 }
                 // Each unit is found accessed at most once per scan, with probability
                 // 1 - exp(-its rate x interval).
+                // The probability of the last rate seen: a uniform class has one for all.
+                let mut last_p: Option<(f64, f64)> = None;
                 for (idx, u) in class.iter_units() {
                     let unit_rate = rate * class.weight(idx) / class.total_weight;
-                    let p = 1.0 - (-unit_rate * tau).exp();
+                    let p = match last_p {
+                        Some((r, p)) if r == unit_rate => p,
+                        _ => {
+                            let p = 1.0 - (-unit_rate * tau).exp();
+                            last_p = Some((unit_rate, p));
+                            p
+                        }
+                    };
                     if ctx.rng.gen::<f64>() >= p {
                         continue;
                     }

@@ -182,6 +182,7 @@ impl Load {
 
     /// The access rate of one unit, per second.
     #[must_use]
+    #[inline]
     pub fn unit_rate(&self, mem: &Memory, u: UnitId) -> f64 {
         let c = mem.class_of(u);
         let class = mem.class(c);
@@ -222,6 +223,17 @@ impl Load {
         mem: &Memory,
         rng: &mut R,
     ) -> Option<(UnitId, NodeId, usize)> {
+        self.sample_access_with_class(mem, rng)
+            .map(|(u, node, process, _)| (u, node, process))
+    }
+
+    /// [`Load::sample_access`], with the class the unit was drawn from (its
+    /// [`Memory::class_of`], known without looking it up).
+    pub fn sample_access_with_class<R: Rng>(
+        &self,
+        mem: &Memory,
+        rng: &mut R,
+    ) -> Option<(UnitId, NodeId, usize, ClassId)> {
         if self.total_rate <= 0.0 {
             return None;
         }
@@ -232,7 +244,7 @@ impl Load {
             .min(self.flows.len() - 1);
         let f = self.flows[i];
         self.sample_unit(mem, f.class, rng)
-            .map(|u| (u, f.node, f.process))
+            .map(|u| (u, f.node, f.process, f.class))
     }
 
     /// The node of a CPU that accesses `class`, drawn in proportion to the accessing groups'

@@ -1,0 +1,539 @@
+//! [`PageMap`]: a map from pages to small values, stored in dense 512-page chunks.
+//!
+//! The engine's per-page side tables (the demoter's fast-page index, the ping-pong history)
+//! hold millions of entries on a large machine. As plain hash maps keyed by page they cost a
+//! cache miss per lookup, and growing them rehashes (and the kernel zeroes) hundreds of MiB.
+//! Observations arrive mostly in address order (an accessed-bit scan walks a VMA), so the
+//! layout of the hotness store fits here too:
+//!
+//! ```text
+//!  index: FxHashMap<(space, vpn >> 9), slot>    one-entry cache of the last lookup
+//!  vals:  [Option<V>; n * 512]                   slot s owns vals[s*512 .. s*512+512]
+//!  bits:  [u64; n * 8]                            which of a chunk's pages are present
+//!  live:  [u16; n]                                entries present per slot (0: free slot)
+//!  free:  [slot]                                  freed slots, reused before the arena grows
+//! ```
+//!
+//! The presence bitmap (an entry is `Some` exactly when its bit is set) is 1/128 of the
+//! arena's size, so asking about a page that is not there (the engine's commonest question:
+//! is this slow page in the fast index?) stays in cache.
+//!
+//! A 2 MiB page would have a chunk to itself (one entry in 512), so [`SizedPageMap`] keeps
+//! huge pages in a plain hash map beside the chunks of base pages, and behaves as one map
+//! keyed by page (an entry moves across when a page's size changes).
+//!
+//! A chunk is freed when its last entry goes; when more than half the arena is free after a
+//! [`PageMap::retain`], live chunks are moved down and the arena shrunk. Iteration order is
+//! unspecified (as a hash map's is).
+
+use rustc_hash::FxHashMap;
+
+use crate::types::{PageKey, PageSize, SpaceId, Vpn};
+
+const CHUNK_SHIFT: u32 = 9;
+const CHUNK_PAGES: usize = 1 << CHUNK_SHIFT;
+const CHUNK_MASK: u64 = (1 << CHUNK_SHIFT) - 1;
+/// The cache's "no such chunk" slot.
+const ABSENT: u32 = u32::MAX;
+/// Bitmap words per chunk.
+const WORDS: usize = CHUNK_PAGES / 64;
+
+/// Which chunk a page falls in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct ChunkKey {
+    space: SpaceId,
+    index: u64,
+}
+
+impl ChunkKey {
+    fn of(key: PageKey) -> Self {
+        ChunkKey {
+            space: key.space,
+            index: key.vpn.0 >> CHUNK_SHIFT,
+        }
+    }
+}
+
+/// The position of a page inside its chunk.
+fn offset(key: PageKey) -> usize {
+    // Masked to 9 bits before the cast: cannot truncate.
+    #[allow(clippy::cast_possible_truncation)]
+    let off = (key.vpn.0 & CHUNK_MASK) as usize;
+    off
+}
+
+fn slot_idx(slot: u32) -> usize {
+    slot as usize
+}
+
+/// The bitmap word and mask of entry `i` of the arena.
+fn bit(i: usize) -> (usize, u64) {
+    (i / 64, 1 << (i % 64))
+}
+
+/// A map from [`PageKey`] to `V` (see the module docs).
+#[derive(Clone, Debug)]
+pub(crate) struct PageMap<V: Copy> {
+    index: FxHashMap<ChunkKey, u32>,
+    keys: Vec<ChunkKey>,
+    vals: Vec<Option<V>>,
+    bits: Vec<u64>,
+    live: Vec<u16>,
+    free: Vec<u32>,
+    /// The last chunk looked up and its slot ([`ABSENT`] when it has none).
+    cache: Option<(ChunkKey, u32)>,
+    len: usize,
+}
+
+impl<V: Copy> Default for PageMap<V> {
+    fn default() -> Self {
+        PageMap {
+            index: FxHashMap::default(),
+            keys: Vec::new(),
+            vals: Vec::new(),
+            bits: Vec::new(),
+            live: Vec::new(),
+            free: Vec::new(),
+            cache: None,
+            len: 0,
+        }
+    }
+}
+
+impl<V: Copy> PageMap<V> {
+    #[cfg(test)]
+    /// Entries in the map.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the map is empty.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline]
+    fn find(&mut self, ck: ChunkKey) -> Option<u32> {
+        let slot = match self.cache {
+            Some((k, s)) if k == ck => s,
+            _ => {
+                let s = self.index.get(&ck).copied().unwrap_or(ABSENT);
+                self.cache = Some((ck, s));
+                s
+            }
+        };
+        (slot != ABSENT).then_some(slot)
+    }
+
+    #[inline]
+    fn find_or_alloc(&mut self, ck: ChunkKey) -> u32 {
+        match self.find(ck) {
+            Some(s) => s,
+            None => self.alloc(ck),
+        }
+    }
+
+    #[cold]
+    fn alloc(&mut self, ck: ChunkKey) -> u32 {
+        let slot = if let Some(s) = self.free.pop() {
+            self.keys[slot_idx(s)] = ck;
+            s
+        } else {
+            self.vals.resize(self.vals.len() + CHUNK_PAGES, None);
+            self.bits.resize(self.bits.len() + WORDS, 0);
+            self.keys.push(ck);
+            self.live.push(0);
+            // Fewer than 2^32 chunks: the arena would be 2^41 entries.
+            u32::try_from(self.keys.len() - 1).unwrap_or(ABSENT)
+        };
+        self.index.insert(ck, slot);
+        self.cache = Some((ck, slot));
+        slot
+    }
+
+    /// Frees an empty chunk.
+    fn release(&mut self, slot: u32) {
+        let ck = self.keys[slot_idx(slot)];
+        self.index.remove(&ck);
+        self.free.push(slot);
+        if matches!(self.cache, Some((k, _)) if k == ck) {
+            self.cache = Some((ck, ABSENT));
+        }
+    }
+
+    /// The value of `key`.
+    #[cfg(test)]
+    pub(crate) fn get(&mut self, key: PageKey) -> Option<&V> {
+        let slot = self.find(ChunkKey::of(key))?;
+        let i = slot_idx(slot) * CHUNK_PAGES + offset(key);
+        let (w, m) = bit(i);
+        if self.bits[w] & m == 0 {
+            return None;
+        }
+        self.vals[i].as_ref()
+    }
+
+    /// The value of `key`, inserted as `f()` first if absent.
+    #[inline]
+    pub(crate) fn get_or_insert_with(&mut self, key: PageKey, f: impl FnOnce() -> V) -> &mut V {
+        let slot = self.find_or_alloc(ChunkKey::of(key));
+        let i = slot_idx(slot) * CHUNK_PAGES + offset(key);
+        // Presence from the entry itself (the line is needed anyway); the bitmap is only
+        // written, which does not hold up what follows.
+        if self.vals[i].is_none() {
+            let (w, m) = bit(i);
+            self.bits[w] |= m;
+            self.live[slot_idx(slot)] += 1;
+            self.len += 1;
+        }
+        self.vals[i].get_or_insert_with(f)
+    }
+
+    /// Sets the value of `key`; returns the old one.
+    pub(crate) fn insert(&mut self, key: PageKey, v: V) -> Option<V> {
+        let slot = self.find_or_alloc(ChunkKey::of(key));
+        let i = slot_idx(slot) * CHUNK_PAGES + offset(key);
+        let old = self.vals[i].replace(v);
+        if old.is_none() {
+            let (w, m) = bit(i);
+            self.bits[w] |= m;
+            self.live[slot_idx(slot)] += 1;
+            self.len += 1;
+        }
+        old
+    }
+
+    /// Removes `key`; returns its value.
+    #[inline]
+    pub(crate) fn remove(&mut self, key: PageKey) -> Option<V> {
+        let slot = self.find(ChunkKey::of(key))?;
+        let i = slot_idx(slot) * CHUNK_PAGES + offset(key);
+        let (w, m) = bit(i);
+        if self.bits[w] & m == 0 {
+            return None;
+        }
+        self.bits[w] &= !m;
+        let old = self.vals[i].take();
+        self.len -= 1;
+        let live = &mut self.live[slot_idx(slot)];
+        *live -= 1;
+        if *live == 0 {
+            self.release(slot);
+        }
+        old
+    }
+
+    /// Every entry, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (PageKey, &V)> + '_ {
+        self.live
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .flat_map(move |(s, _)| {
+                let ck = self.keys[s];
+                self.vals[s * CHUNK_PAGES..(s + 1) * CHUNK_PAGES]
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(off, v)| {
+                        v.as_ref().map(|v| {
+                            let key = PageKey {
+                                space: ck.space,
+                                vpn: Vpn((ck.index << CHUNK_SHIFT) | off as u64),
+                            };
+                            (key, v)
+                        })
+                    })
+            })
+    }
+
+    /// Keeps the entries for which `f` is true.
+    pub(crate) fn retain(&mut self, mut f: impl FnMut(PageKey, &mut V) -> bool) {
+        for s in 0..self.live.len() {
+            if self.live[s] == 0 {
+                continue;
+            }
+            let ck = self.keys[s];
+            let mut removed = 0u16;
+            // Only the entries present: the bitmap says where they are, so a sparse chunk
+            // costs a few cache lines, not the whole 512 entries.
+            for w in s * WORDS..(s + 1) * WORDS {
+                let mut word = self.bits[w];
+                while word != 0 {
+                    let b = word.trailing_zeros() as usize;
+                    word &= word - 1;
+                    let i = w * 64 + b;
+                    let off = i - s * CHUNK_PAGES;
+                    let Some(x) = &mut self.vals[i] else { continue };
+                    let key = PageKey {
+                        space: ck.space,
+                        vpn: Vpn((ck.index << CHUNK_SHIFT) | off as u64),
+                    };
+                    if !f(key, x) {
+                        self.vals[i] = None;
+                        self.bits[w] &= !(1u64 << b);
+                        removed += 1;
+                    }
+                }
+            }
+            self.len -= usize::from(removed);
+            self.live[s] -= removed;
+            if self.live[s] == 0 {
+                // Fewer than 2^32 slots (see `alloc`).
+                self.release(u32::try_from(s).unwrap_or(ABSENT));
+            }
+        }
+        if self.free.len() * 2 > self.live.len() {
+            self.compact();
+        }
+    }
+
+    /// Moves live chunks down over free ones and shrinks the arena to them.
+    fn compact(&mut self) {
+        let mut to = 0usize;
+        for from in 0..self.live.len() {
+            if self.live[from] == 0 {
+                continue;
+            }
+            if from != to {
+                self.vals.copy_within(
+                    from * CHUNK_PAGES..(from + 1) * CHUNK_PAGES,
+                    to * CHUNK_PAGES,
+                );
+                self.bits
+                    .copy_within(from * WORDS..(from + 1) * WORDS, to * WORDS);
+                self.keys[to] = self.keys[from];
+                self.live[to] = self.live[from];
+            }
+            to += 1;
+        }
+        self.vals.truncate(to * CHUNK_PAGES);
+        self.vals.shrink_to_fit();
+        self.bits.truncate(to * WORDS);
+        self.bits.shrink_to_fit();
+        self.keys.truncate(to);
+        self.keys.shrink_to_fit();
+        self.live.truncate(to);
+        self.live.shrink_to_fit();
+        self.free.clear();
+        self.free.shrink_to_fit();
+        self.index.clear();
+        for (s, ck) in self.keys.iter().enumerate() {
+            // Fewer than 2^32 slots (see `alloc`).
+            self.index.insert(*ck, u32::try_from(s).unwrap_or(ABSENT));
+        }
+        self.index.shrink_to_fit();
+        self.cache = None;
+    }
+
+    /// Bytes held (arena, chunk keys and index), for the memory gauge.
+    #[cfg(test)]
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.vals.capacity() * std::mem::size_of::<Option<V>>()
+            + self.keys.capacity() * (std::mem::size_of::<ChunkKey>() + 2)
+            + self.index.capacity() * (std::mem::size_of::<ChunkKey>() + 4)
+    }
+}
+
+/// One map keyed by page, base pages in a [`PageMap`] and huge pages in a hash map (see the
+/// module docs). A key is in at most one of the two.
+#[derive(Clone, Debug)]
+pub(crate) struct SizedPageMap<V: Copy> {
+    base: PageMap<V>,
+    huge: FxHashMap<PageKey, V>,
+}
+
+impl<V: Copy> Default for SizedPageMap<V> {
+    fn default() -> Self {
+        SizedPageMap {
+            base: PageMap::default(),
+            huge: FxHashMap::default(),
+        }
+    }
+}
+
+impl<V: Copy> SizedPageMap<V> {
+    /// Entries in the map.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.base.len() + self.huge.len()
+    }
+
+    /// Whether the map is empty.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.base.is_empty() && self.huge.is_empty()
+    }
+
+    /// Moves `key`'s entry, if any, to the side for `size`.
+    #[inline]
+    fn settle(&mut self, key: PageKey, size: PageSize) {
+        match size {
+            PageSize::Base => {
+                if !self.huge.is_empty() {
+                    if let Some(v) = self.huge.remove(&key) {
+                        self.base.insert(key, v);
+                    }
+                }
+            }
+            PageSize::Huge2M => {
+                if let Some(v) = self.base.remove(key) {
+                    self.huge.insert(key, v);
+                }
+            }
+        }
+    }
+
+    /// The value of `key` (a page of `size`), inserted as `f()` first if absent.
+    #[inline]
+    pub(crate) fn get_or_insert_with(
+        &mut self,
+        key: PageKey,
+        size: PageSize,
+        f: impl FnOnce() -> V,
+    ) -> &mut V {
+        self.settle(key, size);
+        match size {
+            PageSize::Base => self.base.get_or_insert_with(key, f),
+            PageSize::Huge2M => self.huge.entry(key).or_insert_with(f),
+        }
+    }
+
+    /// Sets the value of `key` (a page of `size`); returns the old one.
+    pub(crate) fn insert(&mut self, key: PageKey, size: PageSize, v: V) -> Option<V> {
+        self.settle(key, size);
+        match size {
+            PageSize::Base => self.base.insert(key, v),
+            PageSize::Huge2M => self.huge.insert(key, v),
+        }
+    }
+
+    /// Removes `key`; returns its value.
+    #[inline]
+    pub(crate) fn remove(&mut self, key: PageKey) -> Option<V> {
+        if let Some(v) = self.base.remove(key) {
+            return Some(v);
+        }
+        if self.huge.is_empty() {
+            None
+        } else {
+            self.huge.remove(&key)
+        }
+    }
+
+    /// Every entry, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (PageKey, &V)> + '_ {
+        self.base
+            .iter()
+            .chain(self.huge.iter().map(|(k, v)| (*k, v)))
+    }
+
+    /// Keeps the entries for which `f` is true.
+    pub(crate) fn retain(&mut self, mut f: impl FnMut(PageKey, &mut V) -> bool) {
+        self.base.retain(&mut f);
+        self.huge.retain(|k, v| f(*k, v));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn k(space: u32, vpn: u64) -> PageKey {
+        PageKey {
+            space: SpaceId(space),
+            vpn: Vpn(vpn),
+        }
+    }
+
+    /// A small deterministic generator (xorshift) for the model test.
+    fn next(x: &mut u64) -> u64 {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x
+    }
+
+    #[test]
+    fn behaves_like_a_btreemap_under_random_operations() {
+        let mut m: PageMap<u64> = PageMap::default();
+        let mut model: BTreeMap<PageKey, u64> = BTreeMap::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for round in 0..40_000u64 {
+            let r = next(&mut x);
+            // Keys clustered in a few chunks of two spaces, so chunks fill and empty.
+            let key = k(1 + (r & 1) as u32, (r >> 1) % 3000);
+            match (r >> 20) % 5 {
+                0 | 1 => assert_eq!(m.insert(key, round), model.insert(key, round)),
+                2 => assert_eq!(m.remove(key), model.remove(&key)),
+                3 => {
+                    *m.get_or_insert_with(key, || 7) += 1;
+                    *model.entry(key).or_insert(7) += 1;
+                }
+                _ => assert_eq!(m.get(key).copied(), model.get(&key).copied()),
+            }
+            if round % 5000 == 4999 {
+                let cut = next(&mut x) % 40_000;
+                m.retain(|_, v| *v >= cut);
+                model.retain(|_, v| *v >= cut);
+            }
+            assert_eq!(m.len(), model.len());
+        }
+        let mut all: Vec<(PageKey, u64)> = m.iter().map(|(k, v)| (k, *v)).collect();
+        all.sort_unstable();
+        let want: Vec<(PageKey, u64)> = model.into_iter().collect();
+        assert_eq!(all, want);
+    }
+
+    #[test]
+    fn retain_frees_and_compacts_chunks() {
+        let mut m: PageMap<u32> = PageMap::default();
+        for vpn in 0..(64 * CHUNK_PAGES as u64) {
+            m.insert(k(1, vpn), 1);
+        }
+        let full = m.memory_bytes();
+        // Keep one page in each of the last two chunks only.
+        let keep = [
+            k(1, 62 * CHUNK_PAGES as u64 + 5),
+            k(1, 63 * CHUNK_PAGES as u64),
+        ];
+        m.retain(|key, _| keep.contains(&key));
+        assert_eq!(m.len(), 2);
+        assert!(
+            m.memory_bytes() * 8 < full,
+            "{} vs {full}",
+            m.memory_bytes()
+        );
+        assert_eq!(m.get(keep[0]), Some(&1));
+        assert_eq!(m.get(keep[1]), Some(&1));
+        assert_eq!(m.get(k(1, 0)), None);
+        // Removing the last entry of a chunk frees it; the slot is reused.
+        assert_eq!(m.remove(keep[0]), Some(1));
+        assert!(m.get(keep[0]).is_none());
+        m.insert(k(2, 5), 9);
+        assert_eq!(m.get(k(2, 5)), Some(&9));
+        assert_eq!(m.len(), 2);
+        let mut keys: Vec<PageKey> = m.iter().map(|(k, _)| k).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, vec![k(1, 63 * CHUNK_PAGES as u64), k(2, 5)]);
+    }
+
+    #[test]
+    fn sized_map_is_one_map_keyed_by_page() {
+        let mut m: SizedPageMap<u32> = SizedPageMap::default();
+        let head = k(1, 1024);
+        assert_eq!(m.insert(head, PageSize::Huge2M, 1), None);
+        assert_eq!(m.insert(k(1, 5), PageSize::Base, 2), None);
+        // The same key seen as a base page (the huge page was split): one entry, moved.
+        *m.get_or_insert_with(head, PageSize::Base, || 0) += 10;
+        assert_eq!(m.len(), 2);
+        assert_eq!(m.insert(head, PageSize::Huge2M, 7), Some(11));
+        assert_eq!(m.len(), 2);
+        m.retain(|key, _| key.vpn.0 != 5);
+        let all: Vec<(PageKey, u32)> = m.iter().map(|(k, v)| (k, *v)).collect();
+        assert_eq!(all, vec![(head, 7)]);
+        assert_eq!(m.remove(head), Some(7));
+        assert!(m.is_empty());
+        assert_eq!(m.remove(head), None);
+    }
+}
