@@ -153,3 +153,14 @@ fn the_systemd_unit_starts_a_command_that_parses() {
     );
     assert!(unit.contains("KillSignal=SIGTERM"));
 }
+
+#[test]
+fn lab_refuses_an_unknown_experiment_before_building_anything() {
+    let (ok, _, err) = tierd(&["lab", "nosuch", "--quick"]);
+    assert!(!ok);
+    let line = one_line(&err);
+    assert!(
+        line.starts_with("tierd: unknown experiment \"nosuch\"; known: a, churn, three-node"),
+        "{line}"
+    );
+}
