@@ -196,3 +196,62 @@ pub fn status(addr: SocketAddr, json: bool) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tierd_linux::metrics::{NodeSnapshot, ProcessSnapshot, SourceSnapshot};
+
+    #[test]
+    fn status_shows_placement_per_process_sources_and_nonzero_counters() {
+        let mut s = Snapshot {
+            version: "0.1.0".into(),
+            uptime_s: 12.0,
+            nodes: vec![
+                NodeSnapshot {
+                    id: 0,
+                    tier: 0,
+                    has_cpus: true,
+                    total_bytes: 2 << 30,
+                    free_bytes: 1 << 30,
+                },
+                NodeSnapshot {
+                    id: 1,
+                    tier: 1,
+                    has_cpus: false,
+                    total_bytes: 2 << 30,
+                    free_bytes: 1 << 29,
+                },
+            ],
+            processes: vec![ProcessSnapshot {
+                pid: 42,
+                comm: "chase".into(),
+                cgroup: "/work".into(),
+                pages_per_node: [(0, 256), (1, 512)].into_iter().collect(),
+            }],
+            sources: vec![SourceSnapshot {
+                name: "damon".into(),
+                available: true,
+                reason: "vaddr".into(),
+            }],
+            ..Snapshot::default()
+        };
+        s.engine.insert("pgpromote_success".into(), 256);
+        s.engine.insert("pgdemote_success".into(), 0);
+        let text = render_status(&s);
+        assert!(text.contains("node  tier  cpus"), "{text}");
+        assert!(
+            text.contains("   1     1    no       2048        512"),
+            "{text}"
+        );
+        // 256 pages = 1 MiB on node 0, 512 = 2 MiB on node 1.
+        assert!(text.contains("      42  chase"), "{text}");
+        assert!(text.contains("        1.0        2.0"), "{text}");
+        assert!(text.contains("damon            running: vaddr"), "{text}");
+        assert!(text.contains("pgpromote_success"), "{text}");
+        assert!(
+            !text.contains("pgdemote_success"),
+            "zero counters are left out: {text}"
+        );
+    }
+}
