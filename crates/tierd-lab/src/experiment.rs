@@ -212,9 +212,9 @@ pub fn experiment_churn() -> Experiment {
         fast: vec![0],
         slow: 1,
         setup: kernel_demotion.into(),
-        // 1450 MiB bound to node 0 leaves ~200 MiB free next to the promoted hot set: below
-        // tierd's demotion watermark, above the kernel's reclaim watermarks. (1700 MiB forced
-        // reclaim, and the TCG guest stalled for minutes in it.)
+        // 1450 MiB bound to node 0 next to the promoted hot set leaves node 0 nearly full
+        // but short of the kernel's reclaim point: only a mechanism that promoted more than
+        // the hot set pushes it into reclaim.
         tick: cycling_eater(1450, 20, 8, 16),
         workload: format!(
             "chase --total-mib {total} --hot-mib {hot} --secs 100000 --node 1 --interval-ms 1000 --tick-us 1000"
