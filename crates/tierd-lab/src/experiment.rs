@@ -178,8 +178,9 @@ pub fn experiment_integrity(quick: bool) -> Experiment {
         slow: 1,
         setup: String::new(),
         // 1400 MiB on node 0 next to the promoted buffer leaves ~20 % free: below tierd's
-        // 25 % watermark, far above the kernel's reclaim point.
-        tick: cycling_eater(1400, 20, 8, 16),
+        // 25 % watermark, far above the kernel's reclaim point. It stays 20 s: touching
+        // 1400 MiB takes several seconds under TCG, more on a busy host.
+        tick: cycling_eater(1400, 30, 5, 25),
         workload: format!("integrity --mib {mib} --node 1 --secs 100000 --interval-ms 2000"),
         parts: vec![Part {
             name: "all".into(),
