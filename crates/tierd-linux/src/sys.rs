@@ -529,23 +529,7 @@ impl AnonMapping {
     /// # Errors
     /// [`SysError::Madvise`] (`EINVAL` on kernels without THP).
     pub fn advise_nohugepage(&self) -> Result<(), SysError> {
-        // SAFETY: the range is exactly our own live mapping; MADV_NOHUGEPAGE only sets a VMA
-        // flag and never changes the contents.
-        let r = unsafe {
-            libc::madvise(
-                self.ptr.as_ptr().cast::<libc::c_void>(),
-                self.len,
-                libc::MADV_NOHUGEPAGE,
-            )
-        };
-        if r != 0 {
-            return Err(SysError::Madvise {
-                addr: self.addr(),
-                len: self.len,
-                source: io::Error::last_os_error(),
-            });
-        }
-        Ok(())
+        self.madvise(libc::MADV_NOHUGEPAGE)
     }
 
     /// `madvise(MADV_HUGEPAGE)` over the whole mapping, so that with THP in `madvise` mode its
@@ -554,15 +538,15 @@ impl AnonMapping {
     /// # Errors
     /// [`SysError::Madvise`] (`EINVAL` on kernels without THP).
     pub fn advise_hugepage(&self) -> Result<(), SysError> {
-        // SAFETY: the range is exactly our own live mapping; MADV_HUGEPAGE only sets a VMA flag
-        // and never changes the contents.
-        let r = unsafe {
-            libc::madvise(
-                self.ptr.as_ptr().cast::<libc::c_void>(),
-                self.len,
-                libc::MADV_HUGEPAGE,
-            )
-        };
+        self.madvise(libc::MADV_HUGEPAGE)
+    }
+
+    /// `madvise` over the whole mapping with an advice that only sets VMA flags.
+    fn madvise(&self, advice: libc::c_int) -> Result<(), SysError> {
+        // SAFETY: the range is exactly our own live mapping; the advice values used here
+        // (MADV_HUGEPAGE, MADV_NOHUGEPAGE) only set a VMA flag and never change the contents.
+        let r =
+            unsafe { libc::madvise(self.ptr.as_ptr().cast::<libc::c_void>(), self.len, advice) };
         if r != 0 {
             return Err(SysError::Madvise {
                 addr: self.addr(),
