@@ -364,7 +364,72 @@ pub struct Scanner {
     /// a unit found on another node is no longer armed.
     armed_node: Vec<u8>,
     /// Queued faults: (time ns, unit, scan time of the arming they belong to).
-    queue: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    queue: FaultQueue,
+}
+
+/// A queued fault: (time ns, unit, scan time of the arming it belongs to).
+type QueuedFault = (u64, u32, u32);
+
+/// log2 of the width in ns of a [`FaultQueue`] bucket (~8 ms).
+const FAULT_BUCKET_SHIFT: u32 = 23;
+
+/// A min-priority queue of [`QueuedFault`]s that pops exactly what a `BinaryHeap` of them
+/// would (the key is total, and equal entries are identical), but cheaper: millions of
+/// faults wait up to the horizon, and a heap of them costs a cache miss per level on every
+/// pop. Faults earlier than `near_end` sit in a small heap; later ones in ~8 ms buckets,
+/// unsorted, that are heapified one at a time as time reaches them.
+#[derive(Debug, Default)]
+struct FaultQueue {
+    /// Every entry earlier than `near_end`.
+    near: BinaryHeap<Reverse<QueuedFault>>,
+    /// End (exclusive) of the time `near` covers; a multiple of the bucket width.
+    near_end: u64,
+    /// Entries at or after `near_end`, by bucket (time >> `FAULT_BUCKET_SHIFT`).
+    far: BTreeMap<u64, Vec<QueuedFault>>,
+    /// Emptied bucket vectors, reused.
+    spare: Vec<Vec<QueuedFault>>,
+    /// Entries in all.
+    len: usize,
+}
+
+impl FaultQueue {
+    fn push(&mut self, e: QueuedFault) {
+        self.len += 1;
+        if e.0 < self.near_end {
+            self.near.push(Reverse(e));
+        } else {
+            let spare = &mut self.spare;
+            self.far
+                .entry(e.0 >> FAULT_BUCKET_SHIFT)
+                .or_insert_with(|| spare.pop().unwrap_or_default())
+                .push(e);
+        }
+    }
+
+    /// Moves the earliest bucket into `near` while `near` is empty.
+    fn refill(&mut self) {
+        if !self.near.is_empty() {
+            return;
+        }
+        if let Some((b, mut v)) = self.far.pop_first() {
+            self.near_end = (b + 1) << FAULT_BUCKET_SHIFT;
+            self.near.extend(v.drain(..).map(Reverse));
+            self.spare.push(v);
+        }
+    }
+
+    /// The earliest entry's time.
+    fn peek_time(&mut self) -> Option<u64> {
+        self.refill();
+        self.near.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    fn pop(&mut self) -> Option<QueuedFault> {
+        self.refill();
+        let Reverse(e) = self.near.pop()?;
+        self.len -= 1;
+        Some(e)
+    }
 }
 
 /// Whether the kernel scans a region under `policy` at all: `task_numa_work()` skips VMAs
@@ -492,7 +557,7 @@ impl Scanner {
             tasks: vec![TaskScan::default(); nprocs],
             state: Vec::new(),
             armed_node: Vec::new(),
-            queue: BinaryHeap::new(),
+            queue: FaultQueue::default(),
         }
     }
 
@@ -553,7 +618,7 @@ impl Scanner {
     /// Faults queued for later steps.
     #[must_use]
     pub fn queued_faults(&self) -> usize {
-        self.queue.len()
+        self.queue.len
     }
 
     /// Whether `should_numa_migrate_memory()` still treats process `p` as young: no preferred
@@ -587,11 +652,7 @@ impl Scanner {
             }
         }
         loop {
-            let fault_at = self
-                .queue
-                .peek()
-                .map(|Reverse((t, _, _))| *t)
-                .filter(|&t| t < end);
+            let fault_at = self.queue.peek_time().filter(|&t| t < end);
             // task_tick_numa() only runs on CPU: a paused process does not scan.
             let scan = self
                 .tasks
@@ -833,13 +894,12 @@ impl Scanner {
         }
         let scan_ms = *st & TIME_MASK;
         *st = scan_ms | PENDING;
-        self.queue
-            .push(Reverse((from + delay_ns as u64, u.0, scan_ms)));
+        self.queue.push((from + delay_ns as u64, u.0, scan_ms));
     }
 
     /// Pops the earliest queued fault and, if it still applies, takes it.
     fn emit_next(&mut self, ctx: &mut Ctx<'_>, out: &mut Vec<HintFault>) {
-        let Some(Reverse((tf, raw, scan_ms))) = self.queue.pop() else {
+        let Some((tf, raw, scan_ms)) = self.queue.pop() else {
             return;
         };
         let u = UnitId(raw);
