@@ -365,6 +365,52 @@ pub struct Scanner {
     armed_node: Vec<u8>,
     /// Queued faults: (time ns, unit, scan time of the arming they belong to).
     queue: FaultQueue,
+    /// Counters of this step's faults.
+    tally: Tally,
+}
+
+/// Per-fault counters, summed during a step and added to `Accounting` at its end: a
+/// string-keyed map lookup per fault cost ~8 % of a NUMA-balancing run. Only non-zero sums
+/// are added, so the counters (and which of them exist) are what counting each event gives.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally([u64; TALLY_NAMES.len()]);
+
+/// The counters a [`Tally`] holds, by index.
+const TALLY_NAMES: [&str; 9] = [
+    "numa_hint_faults",
+    "numa_hint_faults_local",
+    "pgpromote_candidate_nrl",
+    "pgpromote_candidate",
+    "numa_pages_migrated",
+    "pgmigrate_success",
+    "thp_migration_success",
+    "pgpromote_success",
+    "pgmigrate_fail",
+];
+const T_NUMA_HINT_FAULTS: usize = 0;
+const T_NUMA_HINT_FAULTS_LOCAL: usize = 1;
+const T_PGPROMOTE_CANDIDATE_NRL: usize = 2;
+const T_PGPROMOTE_CANDIDATE: usize = 3;
+const T_NUMA_PAGES_MIGRATED: usize = 4;
+const T_PGMIGRATE_SUCCESS: usize = 5;
+const T_THP_MIGRATION_SUCCESS: usize = 6;
+const T_PGPROMOTE_SUCCESS: usize = 7;
+const T_PGMIGRATE_FAIL: usize = 8;
+
+impl Tally {
+    fn add(&mut self, i: usize, n: u64) {
+        self.0[i] += n;
+    }
+
+    /// Adds the sums to `acct` and clears them.
+    fn flush(&mut self, acct: &mut crate::mechanism::Accounting) {
+        for (name, v) in TALLY_NAMES.iter().zip(&mut self.0) {
+            if *v > 0 {
+                acct.count(name, *v);
+                *v = 0;
+            }
+        }
+    }
 }
 
 /// A queued fault: (time ns, unit, scan time of the arming it belongs to).
@@ -558,6 +604,7 @@ impl Scanner {
             state: Vec::new(),
             armed_node: Vec::new(),
             queue: FaultQueue::default(),
+            tally: Tally::default(),
         }
     }
 
@@ -668,6 +715,7 @@ impl Scanner {
                 _ => break,
             }
         }
+        self.tally.flush(ctx.acct);
     }
 
     /// One `task_numa_work()` pass of process `pi` at `t`.
@@ -930,9 +978,9 @@ impl Scanner {
         let latency = ms_of(tf).wrapping_sub(st & TIME_MASK) & TIME_MASK;
         self.state[u.idx()] = NOT_ARMED;
         // numa_migrate_check() (mm/memory.c).
-        ctx.acct.count("numa_hint_faults", 1);
+        self.tally.add(T_NUMA_HINT_FAULTS, 1);
         if ctx.mem.node_of(u) == node {
-            ctx.acct.count("numa_hint_faults_local", 1);
+            self.tally.add(T_NUMA_HINT_FAULTS_LOCAL, 1);
         }
         ctx.charge_app(process, HINT_FAULT_HANDLING_NS);
         out.push(HintFault {
@@ -1092,6 +1140,8 @@ pub struct Numab {
     faults: Vec<HintFault>,
     kswapd_woken: Vec<NodeId>,
     initialized: bool,
+    /// Counters of this step's faults.
+    tally: Tally,
     /// Decision outcomes not visible in vmstat.
     pub stats: NumabStats,
 }
@@ -1109,6 +1159,7 @@ impl Numab {
             faults: Vec::new(),
             kswapd_woken: Vec::new(),
             initialized: false,
+            tally: Tally::default(),
             stats: NumabStats::default(),
         }
     }
@@ -1230,7 +1281,7 @@ impl Numab {
         if enough {
             // "workload changed, reset hot threshold"
             st.threshold.reset_value();
-            ctx.acct.count("pgpromote_candidate_nrl", nr);
+            self.tally.add(T_PGPROMOTE_CANDIDATE_NRL, nr);
             return true;
         }
         let def_th = self.params.hot_threshold_ms;
@@ -1246,7 +1297,7 @@ impl Numab {
             self.stats.not_hot += 1;
             return false;
         }
-        ctx.acct.count("pgpromote_candidate", nr);
+        self.tally.add(T_PGPROMOTE_CANDIDATE, nr);
         let limited = st.limiter.charge(Nanos(now), Pages(nr), rate_limit);
         if limited {
             self.stats.rate_limited += 1;
@@ -1336,13 +1387,13 @@ impl Numab {
                 }
             } else if ctx.migrate(u, this).is_ok() {
                 migrated = true;
-                ctx.acct.count("numa_pages_migrated", nr);
-                ctx.acct.count("pgmigrate_success", nr);
+                self.tally.add(T_NUMA_PAGES_MIGRATED, nr);
+                self.tally.add(T_PGMIGRATE_SUCCESS, nr);
                 if nr > 1 {
-                    ctx.acct.count("thp_migration_success", 1);
+                    self.tally.add(T_THP_MIGRATION_SUCCESS, 1);
                 }
                 if tiering && !cur_top && this_top {
-                    ctx.acct.count("pgpromote_success", nr);
+                    self.tally.add(T_PGPROMOTE_SUCCESS, nr);
                 }
                 ctx.charge_app(f.process, migrate_cost_ns(nr));
                 // folio_migrate_flags(): crossing tiers in tiering mode resets last_cpupid.
@@ -1350,7 +1401,7 @@ impl Numab {
                     self.set_last_cpupid(u, None, ctx.mem.units() as usize);
                 }
             } else {
-                ctx.acct.count("pgmigrate_fail", nr);
+                self.tally.add(T_PGMIGRATE_FAIL, nr);
                 failed = true;
             }
         }
@@ -1393,9 +1444,9 @@ impl Mechanism for Numab {
                 for smp in samples {
                     // A sample stands in for a hint fault: counted as one, with no latency
                     // (the page was just accessed).
-                    ctx.acct.count("numa_hint_faults", 1);
+                    self.tally.add(T_NUMA_HINT_FAULTS, 1);
                     if ctx.mem.node_of(smp.unit) == smp.node {
-                        ctx.acct.count("numa_hint_faults_local", 1);
+                        self.tally.add(T_NUMA_HINT_FAULTS_LOCAL, 1);
                     }
                     faults.push(HintFault {
                         unit: smp.unit,
@@ -1410,6 +1461,7 @@ impl Mechanism for Numab {
         for f in &faults {
             self.handle_fault(ctx, f);
         }
+        self.tally.flush(ctx.acct);
         self.faults = faults;
     }
 }
