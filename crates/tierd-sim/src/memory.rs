@@ -454,6 +454,27 @@ impl Memory {
     pub fn unit_pages(&self, u: UnitId) -> u64 {
         self.region_of(u).unit_pages()
     }
+    /// Reads what moving `u` reads first (its class, node, slot and the slot's entry) and
+    /// returns a value made of them. Moving a batch of units costs a chain of cache misses
+    /// per unit; reading them for the whole batch first lets the misses overlap.
+    #[must_use]
+    pub fn warm(&self, u: UnitId) -> u64 {
+        let (Some(&c), Some(&n), Some(&s)) = (
+            self.unit_class.get(u.idx()),
+            self.unit_node.get(u.idx()),
+            self.unit_slot.get(u.idx()),
+        ) else {
+            return 0;
+        };
+        let e = self
+            .nodes
+            .get(&NodeId(u16::from(n)))
+            .and_then(|m| m.slots.get(s as usize))
+            .copied()
+            .unwrap_or(0);
+        u64::from(c) ^ u64::from(n) ^ u64::from(s) ^ u64::from(e)
+    }
+
     /// The unit holding `vpn` in `space`, if mapped.
     #[must_use]
     pub fn unit_at(&self, space: SpaceId, vpn: Vpn) -> Option<UnitId> {
