@@ -206,7 +206,7 @@ impl Class {
 }
 
 /// Per-node state.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Debug, Serialize)]
 pub struct NodeMem {
     /// Capacity in base pages.
     pub capacity: Pages,
@@ -252,8 +252,31 @@ pub struct MemStats {
     pub mempolicy_violations: u64,
 }
 
+// `Clone` by hand so that `clone_from` reuses the slot arrays: a comparison resets one
+// machine per configuration, and a fresh copy of 16 M slots costs the kernel more to clear
+// than copying into memory already mapped.
+impl Clone for NodeMem {
+    fn clone(&self) -> Self {
+        NodeMem {
+            capacity: self.capacity,
+            used: self.used,
+            reserved: self.reserved,
+            slots: self.slots.clone(),
+            free_slots: self.free_slots.clone(),
+        }
+    }
+
+    fn clone_from(&mut self, src: &Self) {
+        self.capacity = src.capacity;
+        self.used = src.used;
+        self.reserved = src.reserved;
+        self.slots.clone_from(&src.slots);
+        self.free_slots.clone_from(&src.free_slots);
+    }
+}
+
 /// All memory of the simulated machine.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Memory {
     topo: Topology,
     nodes: BTreeMap<NodeId, NodeMem>,
@@ -264,6 +287,39 @@ pub struct Memory {
     classes: Vec<Class>,
     /// Counters.
     pub stats: MemStats,
+}
+
+// By hand, like `NodeMem`: `clone_from` keeps the per-unit arrays' allocations (see there).
+impl Clone for Memory {
+    fn clone(&self) -> Self {
+        Memory {
+            topo: self.topo.clone(),
+            nodes: self.nodes.clone(),
+            unit_node: self.unit_node.clone(),
+            unit_class: self.unit_class.clone(),
+            unit_slot: self.unit_slot.clone(),
+            regions: self.regions.clone(),
+            classes: self.classes.clone(),
+            stats: self.stats.clone(),
+        }
+    }
+
+    fn clone_from(&mut self, src: &Self) {
+        self.topo.clone_from(&src.topo);
+        if self.nodes.keys().eq(src.nodes.keys()) {
+            for (dst, s) in self.nodes.values_mut().zip(src.nodes.values()) {
+                dst.clone_from(s);
+            }
+        } else {
+            self.nodes = src.nodes.clone();
+        }
+        self.unit_node.clone_from(&src.unit_node);
+        self.unit_class.clone_from(&src.unit_class);
+        self.unit_slot.clone_from(&src.unit_slot);
+        self.regions.clone_from(&src.regions);
+        self.classes.clone_from(&src.classes);
+        self.stats.clone_from(&src.stats);
+    }
 }
 
 /// Why an allocation could not be placed.
@@ -398,6 +454,27 @@ impl Memory {
     pub fn unit_pages(&self, u: UnitId) -> u64 {
         self.region_of(u).unit_pages()
     }
+    /// Reads what moving `u` reads first (its class, node, slot and the slot's entry) and
+    /// returns a value made of them. Moving a batch of units costs a chain of cache misses
+    /// per unit; reading them for the whole batch first lets the misses overlap.
+    #[must_use]
+    pub fn warm(&self, u: UnitId) -> u64 {
+        let (Some(&c), Some(&n), Some(&s)) = (
+            self.unit_class.get(u.idx()),
+            self.unit_node.get(u.idx()),
+            self.unit_slot.get(u.idx()),
+        ) else {
+            return 0;
+        };
+        let e = self
+            .nodes
+            .get(&NodeId(u16::from(n)))
+            .and_then(|m| m.slots.get(s as usize))
+            .copied()
+            .unwrap_or(0);
+        u64::from(c) ^ u64::from(n) ^ u64::from(s) ^ u64::from(e)
+    }
+
     /// The unit holding `vpn` in `space`, if mapped.
     #[must_use]
     pub fn unit_at(&self, space: SpaceId, vpn: Vpn) -> Option<UnitId> {

@@ -364,7 +364,118 @@ pub struct Scanner {
     /// a unit found on another node is no longer armed.
     armed_node: Vec<u8>,
     /// Queued faults: (time ns, unit, scan time of the arming they belong to).
-    queue: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    queue: FaultQueue,
+    /// Counters of this step's faults.
+    tally: Tally,
+}
+
+/// Per-fault counters, summed during a step and added to `Accounting` at its end: a
+/// string-keyed map lookup per fault cost ~8 % of a NUMA-balancing run. Only non-zero sums
+/// are added, so the counters (and which of them exist) are what counting each event gives.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally([u64; TALLY_NAMES.len()]);
+
+/// The counters a [`Tally`] holds, by index.
+const TALLY_NAMES: [&str; 9] = [
+    "numa_hint_faults",
+    "numa_hint_faults_local",
+    "pgpromote_candidate_nrl",
+    "pgpromote_candidate",
+    "numa_pages_migrated",
+    "pgmigrate_success",
+    "thp_migration_success",
+    "pgpromote_success",
+    "pgmigrate_fail",
+];
+const T_NUMA_HINT_FAULTS: usize = 0;
+const T_NUMA_HINT_FAULTS_LOCAL: usize = 1;
+const T_PGPROMOTE_CANDIDATE_NRL: usize = 2;
+const T_PGPROMOTE_CANDIDATE: usize = 3;
+const T_NUMA_PAGES_MIGRATED: usize = 4;
+const T_PGMIGRATE_SUCCESS: usize = 5;
+const T_THP_MIGRATION_SUCCESS: usize = 6;
+const T_PGPROMOTE_SUCCESS: usize = 7;
+const T_PGMIGRATE_FAIL: usize = 8;
+
+impl Tally {
+    fn add(&mut self, i: usize, n: u64) {
+        self.0[i] += n;
+    }
+
+    /// Adds the sums to `acct` and clears them.
+    fn flush(&mut self, acct: &mut crate::mechanism::Accounting) {
+        for (name, v) in TALLY_NAMES.iter().zip(&mut self.0) {
+            if *v > 0 {
+                acct.count(name, *v);
+                *v = 0;
+            }
+        }
+    }
+}
+
+/// A queued fault: (time ns, unit, scan time of the arming it belongs to).
+type QueuedFault = (u64, u32, u32);
+
+/// log2 of the width in ns of a [`FaultQueue`] bucket (~8 ms).
+const FAULT_BUCKET_SHIFT: u32 = 23;
+
+/// A min-priority queue of [`QueuedFault`]s that pops exactly what a `BinaryHeap` of them
+/// would (the key is total, and equal entries are identical), but cheaper: millions of
+/// faults wait up to the horizon, and a heap of them costs a cache miss per level on every
+/// pop. Faults earlier than `near_end` sit in a small heap; later ones in ~8 ms buckets,
+/// unsorted, that are heapified one at a time as time reaches them.
+#[derive(Debug, Default)]
+struct FaultQueue {
+    /// Every entry earlier than `near_end`.
+    near: BinaryHeap<Reverse<QueuedFault>>,
+    /// End (exclusive) of the time `near` covers; a multiple of the bucket width.
+    near_end: u64,
+    /// Entries at or after `near_end`, by bucket (time >> `FAULT_BUCKET_SHIFT`).
+    far: BTreeMap<u64, Vec<QueuedFault>>,
+    /// Emptied bucket vectors, reused.
+    spare: Vec<Vec<QueuedFault>>,
+    /// Entries in all.
+    len: usize,
+}
+
+impl FaultQueue {
+    fn push(&mut self, e: QueuedFault) {
+        self.len += 1;
+        if e.0 < self.near_end {
+            self.near.push(Reverse(e));
+        } else {
+            let spare = &mut self.spare;
+            self.far
+                .entry(e.0 >> FAULT_BUCKET_SHIFT)
+                .or_insert_with(|| spare.pop().unwrap_or_default())
+                .push(e);
+        }
+    }
+
+    /// Moves the earliest bucket into `near` while `near` is empty.
+    fn refill(&mut self) {
+        if !self.near.is_empty() {
+            return;
+        }
+        if let Some((b, mut v)) = self.far.pop_first() {
+            self.near_end = (b + 1) << FAULT_BUCKET_SHIFT;
+            self.near.extend(v.drain(..).map(Reverse));
+            self.spare.push(v);
+        }
+    }
+
+    /// The earliest entry's time.
+    fn peek_time(&mut self) -> Option<u64> {
+        self.refill();
+        self.near.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    fn pop(&mut self) -> Option<QueuedFault> {
+        self.refill();
+        let Reverse(e) = self.near.pop()?;
+        self.len -= 1;
+        Some(e)
+    }
 }
 
 /// Whether the kernel scans a region under `policy` at all: `task_numa_work()` skips VMAs
@@ -492,7 +603,8 @@ impl Scanner {
             tasks: vec![TaskScan::default(); nprocs],
             state: Vec::new(),
             armed_node: Vec::new(),
-            queue: BinaryHeap::new(),
+            queue: FaultQueue::default(),
+            tally: Tally::default(),
         }
     }
 
@@ -553,7 +665,7 @@ impl Scanner {
     /// Faults queued for later steps.
     #[must_use]
     pub fn queued_faults(&self) -> usize {
-        self.queue.len()
+        self.queue.len
     }
 
     /// Whether `should_numa_migrate_memory()` still treats process `p` as young: no preferred
@@ -587,11 +699,7 @@ impl Scanner {
             }
         }
         loop {
-            let fault_at = self
-                .queue
-                .peek()
-                .map(|Reverse((t, _, _))| *t)
-                .filter(|&t| t < end);
+            let fault_at = self.queue.peek_time().filter(|&t| t < end);
             // task_tick_numa() only runs on CPU: a paused process does not scan.
             let scan = self
                 .tasks
@@ -607,6 +715,7 @@ impl Scanner {
                 _ => break,
             }
         }
+        self.tally.flush(ctx.acct);
     }
 
     /// One `task_numa_work()` pass of process `pi` at `t`.
@@ -833,13 +942,12 @@ impl Scanner {
         }
         let scan_ms = *st & TIME_MASK;
         *st = scan_ms | PENDING;
-        self.queue
-            .push(Reverse((from + delay_ns as u64, u.0, scan_ms)));
+        self.queue.push((from + delay_ns as u64, u.0, scan_ms));
     }
 
     /// Pops the earliest queued fault and, if it still applies, takes it.
     fn emit_next(&mut self, ctx: &mut Ctx<'_>, out: &mut Vec<HintFault>) {
-        let Some(Reverse((tf, raw, scan_ms))) = self.queue.pop() else {
+        let Some((tf, raw, scan_ms)) = self.queue.pop() else {
             return;
         };
         let u = UnitId(raw);
@@ -870,9 +978,9 @@ impl Scanner {
         let latency = ms_of(tf).wrapping_sub(st & TIME_MASK) & TIME_MASK;
         self.state[u.idx()] = NOT_ARMED;
         // numa_migrate_check() (mm/memory.c).
-        ctx.acct.count("numa_hint_faults", 1);
+        self.tally.add(T_NUMA_HINT_FAULTS, 1);
         if ctx.mem.node_of(u) == node {
-            ctx.acct.count("numa_hint_faults_local", 1);
+            self.tally.add(T_NUMA_HINT_FAULTS_LOCAL, 1);
         }
         ctx.charge_app(process, HINT_FAULT_HANDLING_NS);
         out.push(HintFault {
@@ -1032,6 +1140,8 @@ pub struct Numab {
     faults: Vec<HintFault>,
     kswapd_woken: Vec<NodeId>,
     initialized: bool,
+    /// Counters of this step's faults.
+    tally: Tally,
     /// Decision outcomes not visible in vmstat.
     pub stats: NumabStats,
 }
@@ -1049,6 +1159,7 @@ impl Numab {
             faults: Vec::new(),
             kswapd_woken: Vec::new(),
             initialized: false,
+            tally: Tally::default(),
             stats: NumabStats::default(),
         }
     }
@@ -1170,7 +1281,7 @@ impl Numab {
         if enough {
             // "workload changed, reset hot threshold"
             st.threshold.reset_value();
-            ctx.acct.count("pgpromote_candidate_nrl", nr);
+            self.tally.add(T_PGPROMOTE_CANDIDATE_NRL, nr);
             return true;
         }
         let def_th = self.params.hot_threshold_ms;
@@ -1186,7 +1297,7 @@ impl Numab {
             self.stats.not_hot += 1;
             return false;
         }
-        ctx.acct.count("pgpromote_candidate", nr);
+        self.tally.add(T_PGPROMOTE_CANDIDATE, nr);
         let limited = st.limiter.charge(Nanos(now), Pages(nr), rate_limit);
         if limited {
             self.stats.rate_limited += 1;
@@ -1276,13 +1387,13 @@ impl Numab {
                 }
             } else if ctx.migrate(u, this).is_ok() {
                 migrated = true;
-                ctx.acct.count("numa_pages_migrated", nr);
-                ctx.acct.count("pgmigrate_success", nr);
+                self.tally.add(T_NUMA_PAGES_MIGRATED, nr);
+                self.tally.add(T_PGMIGRATE_SUCCESS, nr);
                 if nr > 1 {
-                    ctx.acct.count("thp_migration_success", 1);
+                    self.tally.add(T_THP_MIGRATION_SUCCESS, 1);
                 }
                 if tiering && !cur_top && this_top {
-                    ctx.acct.count("pgpromote_success", nr);
+                    self.tally.add(T_PGPROMOTE_SUCCESS, nr);
                 }
                 ctx.charge_app(f.process, migrate_cost_ns(nr));
                 // folio_migrate_flags(): crossing tiers in tiering mode resets last_cpupid.
@@ -1290,7 +1401,7 @@ impl Numab {
                     self.set_last_cpupid(u, None, ctx.mem.units() as usize);
                 }
             } else {
-                ctx.acct.count("pgmigrate_fail", nr);
+                self.tally.add(T_PGMIGRATE_FAIL, nr);
                 failed = true;
             }
         }
@@ -1333,9 +1444,9 @@ impl Mechanism for Numab {
                 for smp in samples {
                     // A sample stands in for a hint fault: counted as one, with no latency
                     // (the page was just accessed).
-                    ctx.acct.count("numa_hint_faults", 1);
+                    self.tally.add(T_NUMA_HINT_FAULTS, 1);
                     if ctx.mem.node_of(smp.unit) == smp.node {
-                        ctx.acct.count("numa_hint_faults_local", 1);
+                        self.tally.add(T_NUMA_HINT_FAULTS_LOCAL, 1);
                     }
                     faults.push(HintFault {
                         unit: smp.unit,
@@ -1350,6 +1461,7 @@ impl Mechanism for Numab {
         for f in &faults {
             self.handle_fault(ctx, f);
         }
+        self.tally.flush(ctx.acct);
         self.faults = faults;
     }
 }

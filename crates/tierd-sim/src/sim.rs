@@ -592,12 +592,47 @@ impl World {
     ///
     /// # Errors
     /// [`SimError`] if the configuration cannot be built or a mid-run allocation fails.
-    pub fn run(
+    pub fn run(&self, c: &ConfigToml, progress: impl FnMut(f64)) -> Result<ConfigResult, SimError> {
+        self.run_reusing(c, &mut None, progress)
+    }
+
+    /// A copy of this world for one configuration; its memory is `spare`'s allocation when
+    /// given (see [`Memory`]'s `clone_from`), so a comparison maps the machine once.
+    fn fresh(&self, spare: Option<Memory>) -> World {
+        let mem = match spare {
+            Some(mut m) => {
+                m.clone_from(&self.mem);
+                m
+            }
+            None => self.mem.clone(),
+        };
+        World {
+            scenario: self.scenario.clone(),
+            topo: self.topo.clone(),
+            lat: self.lat.clone(),
+            mem,
+            procs: self.procs.clone(),
+            proc_specs: self.proc_specs.clone(),
+            cgroups: self.cgroups.clone(),
+            lows: self.lows.clone(),
+            highs: self.highs.clone(),
+            knobs: self.knobs,
+            hot_class: self.hot_class,
+            report_regions: self.report_regions.clone(),
+            fast_node: self.fast_node,
+            next_vpn: self.next_vpn.clone(),
+        }
+    }
+
+    /// [`World::run`], copying the machine into `spare` (left holding it afterwards for the
+    /// next configuration) instead of into a fresh allocation.
+    fn run_reusing(
         &self,
         c: &ConfigToml,
+        spare: &mut Option<Memory>,
         mut progress: impl FnMut(f64),
     ) -> Result<ConfigResult, SimError> {
-        let mut w = self.clone();
+        let mut w = self.fresh(spare.take());
         if let Some(pairs) = c
             .profile
             .as_ref()
@@ -824,6 +859,8 @@ impl World {
             }
         }
         let pages_migrated = w.mem.stats.pages_migrated;
+        let mempolicy_violations = w.mem.stats.mempolicy_violations;
+        *spare = Some(w.mem);
         let overhead_us_per_migrated_page = (pages_migrated > 0).then(|| {
             (acct.app_overhead_total_ns + acct.promoter_cpu_ns) / 1e3 / pages_migrated as f64
         });
@@ -852,7 +889,7 @@ impl World {
             overhead_us_per_migrated_page,
             time_to_hot,
             counters,
-            mempolicy_violations: w.mem.stats.mempolicy_violations,
+            mempolicy_violations,
             published: c.published.clone(),
             series,
         })
@@ -904,11 +941,12 @@ pub fn compare(
 ) -> Result<CompareResult, SimError> {
     let world = World::build(sc)?;
     let mut configs = Vec::new();
+    let mut spare = None;
     for (i, c) in sc.config.iter().enumerate() {
         if !only.is_empty() && !only.contains(&c.id) {
             continue;
         }
-        configs.push(world.run(c, |f| progress(i, &c.id, f))?);
+        configs.push(world.run_reusing(c, &mut spare, |f| progress(i, &c.id, f))?);
     }
     Ok(CompareResult {
         scenario: sc.name.clone(),

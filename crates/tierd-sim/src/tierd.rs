@@ -194,11 +194,21 @@ impl Backend for SimBackend<'_, '_> {
             (MOVE_PAGES_CALL_NS, MOVE_PAGES_NS_PER_PAGE)
         };
         let mut cpu = per_call * spaces.len() as f64;
-        let outcomes: Vec<MoveOutcome> = batch
+        let units: Vec<Option<crate::memory::UnitId>> = batch
             .pages
             .iter()
-            .map(|m| {
-                let Some(u) = self.ctx.mem.unit_at(m.page.space, m.page.vpn) else {
+            .map(|m| self.ctx.mem.unit_at(m.page.space, m.page.vpn))
+            .collect();
+        // Touch every unit's state before moving any, so the cache misses overlap.
+        let warm = units
+            .iter()
+            .flatten()
+            .fold(0u64, |a, &u| a ^ self.ctx.mem.warm(u));
+        std::hint::black_box(warm);
+        let outcomes: Vec<MoveOutcome> = units
+            .iter()
+            .map(|&u| {
+                let Some(u) = u else {
                     return MoveOutcome::Failed(tierd_engine::MoveError::Fault);
                 };
                 let pages = self.ctx.mem.unit_pages(u);
