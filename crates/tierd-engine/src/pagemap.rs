@@ -28,31 +28,15 @@
 
 use rustc_hash::FxHashMap;
 
-use crate::types::{PageKey, PageSize, SpaceId, Vpn};
+// The same chunking as the hotness store's records, and the same key.
+use crate::hotness::store::{ChunkKey, CHUNK_PAGES, CHUNK_SHIFT};
+use crate::types::{PageKey, PageSize, Vpn};
 
-const CHUNK_SHIFT: u32 = 9;
-const CHUNK_PAGES: usize = 1 << CHUNK_SHIFT;
 const CHUNK_MASK: u64 = (1 << CHUNK_SHIFT) - 1;
 /// The cache's "no such chunk" slot.
 const ABSENT: u32 = u32::MAX;
 /// Bitmap words per chunk.
 const WORDS: usize = CHUNK_PAGES / 64;
-
-/// Which chunk a page falls in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct ChunkKey {
-    space: SpaceId,
-    index: u64,
-}
-
-impl ChunkKey {
-    fn of(key: PageKey) -> Self {
-        ChunkKey {
-            space: key.space,
-            index: key.vpn.0 >> CHUNK_SHIFT,
-        }
-    }
-}
 
 /// The position of a page inside its chunk.
 fn offset(key: PageKey) -> usize {
@@ -438,6 +422,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::types::SpaceId;
 
     fn k(space: u32, vpn: u64) -> PageKey {
         PageKey {

@@ -195,13 +195,13 @@ pub struct ReadyPage {
 /// Which chunk a page falls in: (space, vpn >> 9). Ordered like `PageKey`, so chunk order is
 /// page order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct ChunkKey {
-    space: SpaceId,
-    index: u64,
+pub(crate) struct ChunkKey {
+    pub(crate) space: SpaceId,
+    pub(crate) index: u64,
 }
 
 impl ChunkKey {
-    fn of(key: PageKey) -> Self {
+    pub(crate) fn of(key: PageKey) -> Self {
         ChunkKey {
             space: key.space,
             index: key.vpn.0 >> CHUNK_SHIFT,
