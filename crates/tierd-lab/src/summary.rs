@@ -7,8 +7,9 @@ use serde::{Deserialize, Serialize};
 use crate::experiment::Experiment;
 use crate::run::RunData;
 
-/// USER_HZ: the unit of `/proc/PID/stat` CPU times (include/asm-generic/param.h).
-const USER_HZ: f64 = 100.0;
+/// USER_HZ, the unit of `/proc/PID/stat` CPU times, as a float for dividing.
+#[allow(clippy::cast_precision_loss)]
+const USER_HZ: f64 = tierd_linux::read::proc::USER_HZ as f64;
 const PAGE_MIB: f64 = 1.0 / 256.0;
 
 /// One row of an experiment's table.

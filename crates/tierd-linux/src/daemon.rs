@@ -37,7 +37,7 @@ use crate::mover::{Mover, MoverConfig, MoverError};
 use crate::read::cgroup::{read_proc_cgroup, unified_path, CgroupFs};
 use crate::read::meminfo::read_node_meminfo;
 use crate::read::numa_maps::{policy_ranges, read_vmas, Vma};
-use crate::read::proc::{list_pids, read_stat, read_status};
+use crate::read::proc::{list_pids, read_stat, read_status, USER_HZ};
 use crate::read::topology::{
     read_demotion_enabled, read_numa_balancing, read_system_topology, SystemTopology,
 };
@@ -689,10 +689,6 @@ pub struct RunSummary {
     /// The last snapshot.
     pub snapshot: Snapshot,
 }
-
-/// Ticks per second of `/proc/PID/stat` times: USER_HZ, which is 100 on every architecture
-/// Linux builds for userspace today (include/asm-generic/param.h).
-const USER_HZ: u64 = 100;
 
 fn nanos_since(start: Instant) -> Nanos {
     Nanos(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX))

@@ -23,6 +23,10 @@ pub fn list_pids(proc_root: &Path) -> Result<Vec<u32>, ReadError> {
     numbered_entries(proc_root, "")
 }
 
+/// Ticks per second of `/proc/PID/stat` CPU times: USER_HZ, 100 on every architecture
+/// Linux builds for userspace today (include/asm-generic/param.h).
+pub const USER_HZ: u64 = 100;
+
 /// The fields of `/proc/PID/status` tierd uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcStatus {
