@@ -77,8 +77,10 @@ body{font-family:sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color
 h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.6em}\
 .meta{color:#555}\
 table{border-collapse:collapse;font-size:.9em;margin:.5em 0}\
-th,td{border:1px solid #ccc;padding:.25em .6em;white-space:nowrap}\
-th{background:#f0f0f0;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}\
+.scroll{overflow-x:auto}\
+th,td{border:1px solid #ccc;padding:.25em .5em;vertical-align:top}\
+th{background:#f0f0f0;text-align:left}\
+td.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}\
 tbody tr:nth-child(even){background:#fafafa}\
 dl.params{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}\
 dl.params dt{font-weight:bold}dl.params dd{margin:0}\
@@ -100,7 +102,7 @@ fn inline_svg(fig: &Figure, n: usize) -> Result<String, PlotError> {
 
 fn table_html(o: &mut String, t: &Table) {
     let _ = writeln!(o, "<h2>{}</h2>", escape(&t.caption));
-    let _ = writeln!(o, "<table id=\"{}\">", escape(&t.id));
+    let _ = writeln!(o, "<div class=\"scroll\"><table id=\"{}\">", escape(&t.id));
     o.push_str("<thead><tr>");
     for h in &t.headers {
         let _ = write!(o, "<th>{}</th>", escape(h));
@@ -114,7 +116,7 @@ fn table_html(o: &mut String, t: &Table) {
         }
         o.push_str("</tr>\n");
     }
-    o.push_str("</tbody></table>\n");
+    o.push_str("</tbody></table></div>\n");
 }
 
 /// The page.
