@@ -177,10 +177,23 @@ fn ranges(fig: &Figure) -> (Range<f64>, Range<f64>) {
     (widen(x0, x1), y)
 }
 
+/// Decimals of an axis' tick labels: none over a span of 10 or more (`50`, not `50.0`).
+fn decimals(r: &Range<f64>) -> usize {
+    let span = r.end - r.start;
+    if span >= 10.0 {
+        0
+    } else if span >= 1.0 {
+        1
+    } else {
+        3
+    }
+}
+
 fn draw_one<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, fig: &Figure) -> Result<(), String> {
     let (xr, yr) = ranges(fig);
+    let (xp, yp) = (decimals(&xr), decimals(&yr));
     let mut chart = ChartBuilder::on(area)
-        .caption(&fig.title, (FAMILY, 20))
+        .caption(&fig.title, (FAMILY, 24))
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(70)
@@ -190,7 +203,10 @@ fn draw_one<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, fig: &Figure) -> 
         .configure_mesh()
         .x_desc(fig.x_label.as_str())
         .y_desc(fig.y_label.as_str())
-        .label_style((FAMILY, 13))
+        .label_style((FAMILY, 15))
+        .axis_desc_style((FAMILY, 16))
+        .x_label_formatter(&|v| format!("{v:.xp$}"))
+        .y_label_formatter(&|v| format!("{v:.yp$}"))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()
         .map_err(|e| e.to_string())?;
@@ -220,7 +236,7 @@ fn draw_one<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, fig: &Figure) -> 
             .position(pos)
             .background_style(WHITE.mix(0.85))
             .border_style(RGBColor(160, 160, 160))
-            .label_font((FAMILY, 13))
+            .label_font((FAMILY, 15))
             .draw()
             .map_err(|e| e.to_string())?;
     }
