@@ -317,7 +317,7 @@ mod tests {
 
         let dir = tempfile::tempdir().expect("tempdir");
         let svg = dir.path().join("lab.svg");
-        write_lab_plots(&[res], &[svg.clone()]).expect("write");
+        write_lab_plots(&[res], std::slice::from_ref(&svg)).expect("write");
         let text = std::fs::read_to_string(&svg).expect("read");
         assert!(text.contains("T1 tierd") && text.contains("chase latency per step"));
         assert!(check_plot_paths(&[dir.path().join("lab.pdf")]).is_err());
