@@ -477,6 +477,38 @@ mod tests {
     }
 
     #[test]
+    fn the_png_has_each_series_drawn_in_its_colour() {
+        let f = fig("a", &["x", "y"]);
+        let bytes = png_bytes(&[f], Path::new("mem.png")).expect("png");
+        let mut reader = png::Decoder::new(bytes.as_slice())
+            .read_info()
+            .expect("decodes");
+        let mut rgb = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut rgb).expect("frame");
+        let rgb = &rgb[..info.buffer_size()];
+        let count = |i: usize| {
+            let (r, g, b) = color(i);
+            rgb.chunks_exact(3).filter(|p| p == &[r, g, b]).count()
+        };
+        // A 2 px line across the chart is well over 500 pixels; a third colour is absent.
+        assert!(
+            count(0) > 500 && count(1) > 500,
+            "{} {}",
+            count(0),
+            count(1)
+        );
+        assert_eq!(count(2), 0);
+        // Text was rasterized: dark pixels in the caption's band (top 30 rows, away from the
+        // y axis at the left; the lines stay low, the grid is light grey).
+        let w = WIDTH as usize;
+        let caption_dark = (0..30)
+            .flat_map(|row| rgb[(row * w + 200) * 3..(row * w + 760) * 3].chunks_exact(3))
+            .filter(|p| p.iter().all(|c| *c < 100))
+            .count();
+        assert!(caption_dark > 20, "{caption_dark}");
+    }
+
+    #[test]
     fn odd_data_draws_without_panicking() {
         let mut f = fig("odd", &[]);
         f.y_range = None;
