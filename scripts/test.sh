@@ -21,6 +21,13 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   else
     echo "scripts/vm-deps.sh failed: guest tests will SKIP" >&2
   fi
+  # The HTML report's test renders it in headless Chromium; likewise it SKIPs without the
+  # browser and must run once the browser is installed.
+  if ./scripts/report-deps.sh; then
+    export TIERD_REQUIRE_CHROMIUM=1
+  else
+    echo "scripts/report-deps.sh failed: the Chromium report test will SKIP" >&2
+  fi
 fi
 
 cargo fmt --all -- --check

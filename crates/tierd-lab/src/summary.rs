@@ -108,14 +108,7 @@ fn pages_mib(p: u64) -> f64 {
 #[allow(clippy::cast_precision_loss)]
 pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Summary {
     let hot = &exp.parts[0];
-    let on_fast = |s: &crate::run::Sample, part: &str| {
-        s.parts.get(part).map_or(0, |m| {
-            m.iter()
-                .filter(|(n, _)| exp.fast.contains(n))
-                .map(|(_, c)| *c)
-                .sum::<u64>()
-        })
-    };
+    let on_fast = |s: &crate::run::Sample, part: &str| part_on_fast(exp, s, part);
     let reach = |frac: f64| {
         d.samples
             .iter()
@@ -236,6 +229,63 @@ fn wrong_node(exp: &Experiment, d: &RunData) -> Option<f64> {
         }
     }
     (on_fast > 0).then(|| 100.0 * wrong as f64 / on_fast as f64)
+}
+
+/// Pages of `part` on the experiment's fast nodes in one sample.
+fn part_on_fast(exp: &Experiment, s: &crate::run::Sample, part: &str) -> u64 {
+    s.parts.get(part).map_or(0, |m| {
+        m.iter()
+            .filter(|(n, _)| exp.fast.contains(n))
+            .map(|(_, c)| *c)
+            .sum()
+    })
+}
+
+/// The hot part's share on the fast nodes over the run: `(seconds since the mechanism
+/// started, percent)` per sample (what the table's t50/t90 and "hot on fast" are read from).
+#[must_use]
+#[allow(clippy::cast_precision_loss)]
+pub fn hot_on_fast_series(exp: &Experiment, d: &RunData) -> Vec<(f64, f64)> {
+    let Some(hot) = exp.parts.first() else {
+        return Vec::new();
+    };
+    d.samples
+        .iter()
+        .map(|s| {
+            let on = part_on_fast(exp, s, &hot.name) as f64;
+            (s.t, 100.0 * on / hot.pages.max(1) as f64)
+        })
+        .collect()
+}
+
+/// The chase's latency per step over the run, from its interval lines: `(seconds since the
+/// chase started, ns)`. A multi-threaded chase's line counts all threads' steps together, so
+/// the latency is the mean over its threads of `1e9 / steps_per_s_t<i>` (one thread: the
+/// line's `ns_per_step`). Lines that are not chase samples are skipped.
+#[must_use]
+#[allow(clippy::cast_precision_loss)]
+pub fn latency_series(d: &RunData) -> Vec<(f64, f64)> {
+    use tierd_workload::report::ChaseLine;
+    d.workload_lines
+        .iter()
+        .filter_map(|l| match ChaseLine::parse(l) {
+            Ok(ChaseLine::Sample(s)) => {
+                let per_thread: Vec<f64> = s
+                    .threads
+                    .iter()
+                    .filter(|t| t.steps_per_s > 0.0)
+                    .map(|t| 1e9 / t.steps_per_s)
+                    .collect();
+                let ns = if per_thread.is_empty() {
+                    s.ns_per_step
+                } else {
+                    per_thread.iter().sum::<f64>() / per_thread.len() as f64
+                };
+                ns.is_finite().then_some((s.t, ns))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 fn opt(v: Option<f64>, prec: usize) -> String {
@@ -403,6 +453,43 @@ mod tests {
         assert!((s.wrong_node_pct.expect("threads") - 20.0).abs() < 1e-9);
         assert_eq!(s.checksum_failures, Some(0));
         assert!(s.workload_finished);
+    }
+
+    #[test]
+    fn the_plotted_series_follow_the_samples_and_the_chase_lines() {
+        let exp = experiment_a(true);
+        let d = RunData {
+            samples: vec![
+                sample(-0.1, 0, 0, 0, None),
+                sample(1.0, 16384, 0, 0, None),
+                sample(2.0, 32768, 0, 0, None),
+            ],
+            workload_lines: vec![
+                "chase pid=1 addr=0x1000 cold_addr=0x2000 node=1 total_pages=131072 hot_pages=32768 tick_us=0 ticker_pid=0 ready".into(),
+                // One thread, the older line format: the line's own ns_per_step.
+                "chase t=0.500 hot_n0=0 hot_n1=32768 hot_other=0 cold_n0=0 cold_n1=98304 cold_other=0 steps_per_s=2000000 ns_per_step=500.00".into(),
+                // Two threads at 4 and 1 M steps/s: 250 and 1000 ns, mean 625 (not the
+                // line's 200 ns, which counts both threads' steps together).
+                format!(
+                    "chase t=1.000 hot_n0=0 hot_n1=32768 hot_n2=0 hot_n3=0 hot_other=0 cold_n0=0 cold_n1=98304 cold_n2=0 cold_n3=0 cold_other=0 steps_per_s=5000000 ns_per_step=200.00 threads=2 {} {}",
+                    "steps_per_s_t0=4000000 hot_t0_n0=0 hot_t0_n1=16384 hot_t0_n2=0 hot_t0_n3=0 hot_t0_other=0",
+                    "steps_per_s_t1=1000000 hot_t1_n0=0 hot_t1_n1=16384 hot_t1_n2=0 hot_t1_n3=0 hot_t1_other=0"
+                ),
+                "integrity t=1.000 verified_pages=1 failures=0 passes=1 rewritten_pages=0 n0=1 n1=0 n2=0 n3=0 other=0".into(),
+            ],
+            ..RunData::default()
+        };
+        assert_eq!(
+            hot_on_fast_series(&exp, &d),
+            vec![(-0.1, 0.0), (1.0, 50.0), (2.0, 100.0)]
+        );
+        let lat = latency_series(&d);
+        assert_eq!(lat.len(), 2, "{lat:?}");
+        assert_eq!(lat[0], (0.5, 500.0));
+        assert!(
+            (lat[1].0 - 1.0).abs() < 1e-9 && (lat[1].1 - 625.0).abs() < 1e-6,
+            "{lat:?}"
+        );
     }
 
     #[test]

@@ -40,19 +40,13 @@ fn fmt_count(n: u64) -> String {
     }
 }
 
-/// The seed-style table: one row per configuration, published figures in parentheses.
+/// The seed-style table's cells: the headers and one row per configuration, published figures
+/// in parentheses (the text [`table`] and the HTML report render the same cells).
 #[must_use]
-pub fn table(r: &CompareResult) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "{}: {}", r.scenario, r.description);
-    let _ = writeln!(
-        out,
-        "seed {}, scale {}, {} s simulated; placement of the reported memory on {}; (published)",
-        r.seed, r.scale, r.duration_s, r.fast_node
-    );
+pub fn table_cells(r: &CompareResult) -> (Vec<String>, Vec<Vec<String>>) {
     let node = format!("n{} GiB", r.fast_node.0);
     let show_wrong = r.configs.iter().any(|c| c.wrong_node_gib > 0.0);
-    let mut headers = vec![
+    let mut headers: Vec<String> = [
         "id",
         "config",
         "lat ns",
@@ -64,9 +58,12 @@ pub fn table(r: &CompareResult) -> String {
         "app tax s",
         "us/migrated",
         "t90 s",
-    ];
+    ]
+    .iter()
+    .map(|h| (*h).to_string())
+    .collect();
     if show_wrong {
-        headers.push("wrong-node GiB");
+        headers.push("wrong-node GiB".to_string());
     }
     let mut rows: Vec<Vec<String>> = Vec::new();
     for c in &r.configs {
@@ -102,6 +99,58 @@ pub fn table(r: &CompareResult) -> String {
         }
         rows.push(row);
     }
+    (headers, rows)
+}
+
+/// The lines under the table: each configuration's counters, and a warning on mempolicy
+/// violations.
+#[must_use]
+pub fn counter_lines(r: &CompareResult) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in &r.configs {
+        let cs: Vec<String> = TABLE_COUNTERS
+            .iter()
+            .filter_map(|k| {
+                let v = c.counters.get(*k).copied().filter(|v| *v > 0)?;
+                Some(match c.published.get(*k) {
+                    Some(p) => format!("{k}={} ({})", fmt_count(v), fmt_count(*p as u64)),
+                    None => format!("{k}={}", fmt_count(v)),
+                })
+            })
+            .collect();
+        out.push(format!(
+            "  {:<5} {}",
+            c.id,
+            if cs.is_empty() {
+                "-".to_string()
+            } else {
+                cs.join("  ")
+            }
+        ));
+    }
+    if r.configs.iter().any(|c| c.mempolicy_violations > 0) {
+        out.push(format!(
+            "WARNING: mempolicy nodemask violations: {:?}",
+            r.configs
+                .iter()
+                .map(|c| (&c.id, c.mempolicy_violations))
+                .collect::<Vec<_>>()
+        ));
+    }
+    out
+}
+
+/// The seed-style table: one row per configuration, published figures in parentheses.
+#[must_use]
+pub fn table(r: &CompareResult) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}: {}", r.scenario, r.description);
+    let _ = writeln!(
+        out,
+        "seed {}, scale {}, {} s simulated; placement of the reported memory on {}; (published)",
+        r.seed, r.scale, r.duration_s, r.fast_node
+    );
+    let (headers, rows) = table_cells(r);
     let widths: Vec<usize> = (0..headers.len())
         .map(|i| {
             rows.iter()
@@ -123,7 +172,11 @@ pub fn table(r: &CompareResult) -> String {
         }
         s.trim_end().to_string()
     };
-    let _ = writeln!(out, "{}", line(headers.clone()));
+    let _ = writeln!(
+        out,
+        "{}",
+        line(headers.iter().map(String::as_str).collect())
+    );
     let _ = writeln!(
         out,
         "{}",
@@ -138,37 +191,8 @@ pub fn table(r: &CompareResult) -> String {
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "counters (vmstat-like; published in parentheses):");
-    for c in &r.configs {
-        let cs: Vec<String> = TABLE_COUNTERS
-            .iter()
-            .filter_map(|k| {
-                let v = c.counters.get(*k).copied().filter(|v| *v > 0)?;
-                Some(match c.published.get(*k) {
-                    Some(p) => format!("{k}={} ({})", fmt_count(v), fmt_count(*p as u64)),
-                    None => format!("{k}={}", fmt_count(v)),
-                })
-            })
-            .collect();
-        let _ = writeln!(
-            out,
-            "  {:<5} {}",
-            c.id,
-            if cs.is_empty() {
-                "-".to_string()
-            } else {
-                cs.join("  ")
-            }
-        );
-    }
-    if r.configs.iter().any(|c| c.mempolicy_violations > 0) {
-        let _ = writeln!(
-            out,
-            "WARNING: mempolicy nodemask violations: {:?}",
-            r.configs
-                .iter()
-                .map(|c| (&c.id, c.mempolicy_violations))
-                .collect::<Vec<_>>()
-        );
+    for l in counter_lines(r) {
+        let _ = writeln!(out, "{l}");
     }
     out
 }

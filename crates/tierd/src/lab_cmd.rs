@@ -12,8 +12,10 @@ pub fn lab(
     only: &[String],
     json: Option<&Path>,
     csv: Option<&Path>,
+    plots: &[PathBuf],
     workspace: &Path,
 ) -> Result<()> {
+    crate::report_cmd::check_plot_paths(plots)?;
     let ids: Vec<String> = if experiments.is_empty() {
         EXPERIMENTS.iter().map(|s| (*s).to_string()).collect()
     } else {
@@ -53,6 +55,7 @@ pub fn lab(
     if let Some(p) = csv {
         std::fs::write(p, all_csv).with_context(|| format!("writing {}", p.display()))?;
     }
+    crate::report_cmd::write_lab_plots(&results, plots)?;
     let failed = results
         .iter()
         .flat_map(|r| &r.rows)

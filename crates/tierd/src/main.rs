@@ -8,10 +8,12 @@
 //! - `tierd run --config FILE`: the daemon on this machine ([`daemon_cmd`]).
 //! - `tierd status`: what a running daemon reports.
 //! - `tierd lab`: tierd against the kernel's own promotion in a tiered QEMU guest ([`lab_cmd`]).
+//! - `--plot FILE` (compare, sim, lab) and `--report FILE.html` (compare, sim): [`report_cmd`].
 #![forbid(unsafe_code)]
 
 mod daemon_cmd;
 mod lab_cmd;
+mod report_cmd;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -51,6 +53,13 @@ struct RunArgs {
     /// Do not draw progress bars.
     #[arg(long)]
     no_progress: bool,
+    /// Plot the hot set on the fast tier and the latency over time, per configuration, to this
+    /// file (SVG or PNG by its extension; repeatable).
+    #[arg(long)]
+    plot: Vec<PathBuf>,
+    /// Write a self-contained HTML report (table, plots, parameters) to this file.
+    #[arg(long)]
+    report: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -129,6 +138,10 @@ enum Command {
         /// Write the placement time series as CSV to this file.
         #[arg(long)]
         csv: Option<PathBuf>,
+        /// Plot the hot part on the fast nodes and the chase latency over time, per run, to
+        /// this file (SVG or PNG by its extension; repeatable).
+        #[arg(long)]
+        plot: Vec<PathBuf>,
         /// The source tree to build the guest binaries from.
         #[arg(long, default_value_os_t = lab_cmd::default_workspace())]
         workspace: PathBuf,
@@ -155,6 +168,7 @@ fn write_out(path: &PathBuf, text: &str) -> Result<()> {
 
 fn run(sc: &Scenario, only: &[String], args: &RunArgs) -> Result<()> {
     args.validate()?;
+    report_cmd::check_plot_paths(&args.plot)?;
     let mut sc = sc.scaled(args.scale);
     if let Some(seed) = args.seed {
         sc.seed = seed;
@@ -191,6 +205,7 @@ fn run(sc: &Scenario, only: &[String], args: &RunArgs) -> Result<()> {
     if let Some(p) = &args.csv {
         write_out(p, &tierd_sim::report::csv(&result))?;
     }
+    report_cmd::write_compare(&result, &sc, &args.plot, args.report.as_deref())?;
     Ok(())
 }
 
@@ -245,6 +260,7 @@ fn real_main() -> Result<()> {
             only,
             json,
             csv,
+            plot,
             workspace,
         } => lab_cmd::lab(
             &experiments,
@@ -252,6 +268,7 @@ fn real_main() -> Result<()> {
             &only,
             json.as_deref(),
             csv.as_deref(),
+            &plot,
             &workspace,
         )?,
         Command::Scenarios => {
