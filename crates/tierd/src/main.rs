@@ -8,9 +8,12 @@
 //! - `tierd run --config FILE`: the daemon on this machine ([`daemon_cmd`]).
 //! - `tierd status`: what a running daemon reports.
 //! - `tierd lab`: tierd against the kernel's own promotion in a tiered QEMU guest ([`lab_cmd`]).
+//! - `tierd completions SHELL`, `tierd man [--out DIR]`: generated from these definitions
+//!   ([`gen_cmd`]).
 #![forbid(unsafe_code)]
 
 mod daemon_cmd;
+mod gen_cmd;
 mod lab_cmd;
 
 use std::io::IsTerminal;
@@ -142,6 +145,17 @@ enum Command {
         #[arg(long, default_value_t = 256)]
         slow_gib: u64,
     },
+    /// Print a shell completion script (e.g. `tierd completions bash > /etc/bash_completion.d/tierd`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page tierd(1) as roff, or write one page per subcommand into a directory.
+    Man {
+        /// Write tierd.1 and tierd-SUBCOMMAND.1 into this directory instead.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 fn write_out(path: &PathBuf, text: &str) -> Result<()> {
@@ -254,6 +268,8 @@ fn real_main() -> Result<()> {
             csv.as_deref(),
             &workspace,
         )?,
+        Command::Completions { shell } => gen_cmd::completions(shell, &mut std::io::stdout())?,
+        Command::Man { out } => gen_cmd::man(out.as_deref())?,
         Command::Scenarios => {
             for (name, text) in SHIPPED {
                 let sc = Scenario::parse(text, std::path::Path::new(name))?;
