@@ -112,7 +112,16 @@ fn manifest_documents_parse_with_the_expected_kinds() {
         kinds,
         ["Namespace", "ConfigMap", "DaemonSet", "NetworkPolicy"]
     );
-    let ns = s(doc(&docs, "Namespace"), "metadata.name");
+    let ns_doc = doc(&docs, "Namespace");
+    let ns = s(ns_doc, "metadata.name");
+    // Host pids, host paths and capabilities are refused below the privileged level.
+    assert_eq!(
+        s(
+            ns_doc,
+            "metadata.labels.[pod-security.kubernetes.io/enforce]"
+        ),
+        "privileged"
+    );
     for d in &docs {
         assert!(!s(d, "apiVersion").is_empty());
         if s(d, "kind") != "Namespace" {
