@@ -395,21 +395,31 @@ fn populated() -> Snapshot {
     s
 }
 
-/// Series names (as Prometheus stores them: counters with `_total`) and their label keys.
-fn exported_series() -> BTreeMap<String, BTreeSet<String>> {
+/// What the daemon exports, as Prometheus stores it: series name (counters with `_total`) ->
+/// whether it is a counter, and its label keys.
+fn exported_series() -> BTreeMap<String, (bool, BTreeSet<String>)> {
     let text = render_prometheus(&populated());
-    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let counters: BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .map(|n| format!("{n}_total"))
+        .collect();
+    let mut out: BTreeMap<String, (bool, BTreeSet<String>)> = BTreeMap::new();
     for line in text
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
     {
         let end = line.find(['{', ' ']).unwrap_or(line.len());
-        let labels = out.entry(line[..end].to_string()).or_default();
+        let name = &line[..end];
+        let entry = out
+            .entry(name.to_string())
+            .or_insert_with(|| (counters.contains(name), BTreeSet::new()));
         if let Some(rest) = line[end..].strip_prefix('{') {
             let body = &rest[..rest.find('}').expect("closed labels")];
             for pair in body.split("\",") {
                 if let Some((k, _)) = pair.split_once('=') {
-                    labels.insert(k.trim().to_string());
+                    entry.1.insert(k.trim().to_string());
                 }
             }
         }
@@ -424,8 +434,7 @@ fn dashboard_queries(d: &Json) -> Vec<String> {
             Json::Object(m) => {
                 for (k, v) in m {
                     match (k.as_str(), v) {
-                        ("expr" | "definition", Json::String(s)) => out.push(s.clone()),
-                        ("query", Json::String(s)) if s.contains("tierd_") => out.push(s.clone()),
+                        ("expr", Json::String(s)) => out.push(s.clone()),
                         _ => walk(v, out),
                     }
                 }
@@ -439,34 +448,94 @@ fn dashboard_queries(d: &Json) -> Vec<String> {
     out
 }
 
-/// `(name, byte offset)` of every `tierd_...` identifier in a query.
-fn metric_names(q: &str) -> Vec<(String, usize)> {
-    let mut out = Vec::new();
-    let mut from = 0;
-    while let Some(i) = q[from..].find("tierd_") {
-        let start = from + i;
-        let len = q[start..]
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(q.len() - start);
-        out.push((q[start..start + len].to_string(), start));
-        from = start + len;
-    }
-    out
+/// What a PromQL expression uses.
+#[derive(Debug, Default)]
+struct Uses {
+    /// Metric names, and whether each sits directly inside `rate()`/`irate()`/`increase()`.
+    metrics: Vec<(String, bool)>,
+    /// Label names in selectors, `by`/`without` and `on`/`ignoring`.
+    labels: Vec<String>,
 }
 
-/// The label names inside every `by (...)` / `on (...)` / `without (...)` of a query.
-fn grouping_labels(q: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for kw in ["by (", "on (", "without ("] {
-        let mut from = 0;
-        while let Some(i) = q[from..].find(kw) {
-            let start = from + i + kw.len();
-            let end = start + q[start..].find(')').expect("closed");
-            out.extend(q[start..end].split(',').map(|l| l.trim().to_string()));
-            from = end;
+/// Parses `q` (Grafana's `$variables` replaced by values of their kind) with a real PromQL
+/// parser and collects what it uses.
+fn promql_uses(q: &str) -> Uses {
+    let concrete = q
+        .replace("$__rate_interval", "5m")
+        .replace("$instance", ".*");
+    let expr =
+        promql_parser::parser::parse(&concrete).unwrap_or_else(|e| panic!("not PromQL: {q}: {e}"));
+    let mut uses = Uses::default();
+    collect(&expr, false, &mut uses);
+    uses
+}
+
+fn collect(e: &promql_parser::parser::Expr, in_rate: bool, u: &mut Uses) {
+    use promql_parser::parser::ast::VectorSelector;
+    use promql_parser::parser::Expr;
+    let selector = |vs: &VectorSelector, in_rate: bool, u: &mut Uses| {
+        let name = vs.name.clone().or_else(|| {
+            vs.matchers
+                .matchers
+                .iter()
+                .find(|m| m.name == "__name__")
+                .map(|m| m.value.clone())
+        });
+        u.metrics
+            .push((name.expect("a selector names its metric"), in_rate));
+        u.labels.extend(
+            vs.matchers
+                .matchers
+                .iter()
+                .filter(|m| m.name != "__name__")
+                .map(|m| m.name.clone()),
+        );
+    };
+    match e {
+        Expr::Aggregate(a) => {
+            if let Some(m) = &a.modifier {
+                u.labels.extend(m.labels().labels.iter().cloned());
+            }
+            collect(&a.expr, false, u);
+            if let Some(p) = &a.param {
+                collect(p, false, u);
+            }
         }
+        Expr::Binary(b) => {
+            if let Some(m) = b.modifier.as_ref().and_then(|m| m.matching.as_ref()) {
+                u.labels.extend(m.labels().labels.iter().cloned());
+            }
+            collect(&b.lhs, false, u);
+            collect(&b.rhs, false, u);
+        }
+        Expr::Unary(x) => collect(&x.expr, false, u),
+        Expr::Paren(p) => collect(&p.expr, false, u),
+        Expr::Subquery(s) => collect(&s.expr, false, u),
+        Expr::VectorSelector(vs) => selector(vs, false, u),
+        Expr::MatrixSelector(ms) => selector(&ms.vs, in_rate, u),
+        Expr::Call(c) => {
+            let rate = matches!(c.func.name, "rate" | "irate" | "increase");
+            for a in &c.args.args {
+                collect(a, rate, u);
+            }
+        }
+        _ => {}
     }
-    out
+}
+
+/// The metric in `label_values(METRIC, label)` of a template variable.
+fn variable_metrics(d: &Json) -> Vec<(String, String)> {
+    d["templating"]["list"]
+        .as_array()
+        .expect("templating list")
+        .iter()
+        .filter_map(|v| v["definition"].as_str())
+        .filter_map(|q| q.strip_prefix("label_values(")?.strip_suffix(')'))
+        .filter_map(|args| {
+            let (m, l) = args.split_once(',')?;
+            Some((m.trim().to_string(), l.trim().to_string()))
+        })
+        .collect()
 }
 
 #[test]
@@ -475,7 +544,7 @@ fn every_dashboard_metric_is_one_the_daemon_exports() {
     let series = exported_series();
     let label_keys: BTreeSet<&str> = series
         .values()
-        .flatten()
+        .flat_map(|(_, l)| l)
         .map(String::as_str)
         // Prometheus adds these at scrape time.
         .chain(["instance", "job"])
@@ -484,27 +553,31 @@ fn every_dashboard_metric_is_one_the_daemon_exports() {
     assert!(queries.len() >= 10, "{queries:?}");
     let mut used = BTreeSet::new();
     for q in &queries {
-        let names = metric_names(q);
-        assert!(!names.is_empty(), "no tierd metric in {q}");
-        for (name, at) in names {
-            assert!(
-                series.contains_key(&name),
-                "{name} (in {q}) is not exported; the daemon exports: {:?}",
-                series.keys().collect::<Vec<_>>()
-            );
-            // A counter only makes sense as a rate.
-            if name.ends_with("_total") {
-                let before = &q[..at];
-                assert!(
-                    before.ends_with("rate(") || before.ends_with("increase("),
-                    "counter {name} used without rate(): {q}"
-                );
-            }
+        let uses = promql_uses(q);
+        assert!(!uses.metrics.is_empty(), "no metric in {q}");
+        for (name, in_rate) in uses.metrics {
+            let Some((counter, _)) = series.get(&name) else {
+                panic!(
+                    "{name} (in {q}) is not exported; the daemon exports: {:?}",
+                    series.keys().collect::<Vec<_>>()
+                )
+            };
+            // A counter only makes sense as a rate, a gauge never.
+            assert_eq!(*counter, in_rate, "{name} in {q}");
             used.insert(name);
         }
-        for l in grouping_labels(q) {
+        for l in uses.labels {
             assert!(label_keys.contains(l.as_str()), "label {l} (in {q})");
         }
+    }
+    let vars = variable_metrics(&d);
+    assert!(!vars.is_empty(), "the instance variable");
+    for (metric, label) in vars {
+        assert!(series.contains_key(&metric), "variable metric {metric}");
+        assert!(
+            label_keys.contains(label.as_str()),
+            "variable label {label}"
+        );
     }
     // What the dashboard is for.
     for must in [
@@ -519,30 +592,48 @@ fn every_dashboard_metric_is_one_the_daemon_exports() {
     ] {
         assert!(used.contains(must), "the dashboard does not show {must}");
     }
-    // Panel ids are unique (Grafana keys panel state on them).
+    // Panel ids are unique (Grafana keys panel state on them) and panels do not overlap.
     let mut ids = BTreeSet::new();
+    let mut boxes: Vec<(u64, u64, u64, u64, String)> = Vec::new();
     for p in d["panels"].as_array().expect("panels") {
         let id = p["id"].as_u64().expect("panel id");
         assert!(ids.insert(id), "panel id {id} twice");
         if p["type"] != "row" {
             assert!(p["targets"].as_array().is_some_and(|t| !t.is_empty()));
         }
+        let g = &p["gridPos"];
+        let n = |k: &str| g[k].as_u64().expect("gridPos");
+        let (x, y, w, h) = (n("x"), n("y"), n("w"), n("h"));
+        assert!(x + w <= 24, "panel {id} wider than the grid");
+        let title = p["title"].as_str().unwrap_or_default().to_string();
+        for (bx, by, bw, bh, other) in &boxes {
+            let apart = x + w <= *bx || *bx + *bw <= x || y + h <= *by || *by + *bh <= y;
+            assert!(apart, "{title:?} overlaps {other:?}");
+        }
+        boxes.push((x, y, w, h, title));
     }
 }
 
 #[test]
-fn the_metric_name_extraction_sees_what_is_there() {
-    // The checks above rely on it: make sure it finds names, offsets and labels.
-    let q = "sum by (instance, node) (rate(tierd_a_total{x=\"1\"}[5m])) / tierd_b";
-    let names = metric_names(q);
-    assert_eq!(
-        names.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
-        ["tierd_a_total", "tierd_b"]
+fn the_promql_walk_sees_what_is_there() {
+    // The checks above rely on it: names, rate context, grouping and matching labels.
+    let u = promql_uses(
+        "sum by (instance, node) (rate(tierd_a_total{name=~\"$instance\"}[$__rate_interval])) \
+         / on (node) group_left tierd_b",
     );
-    assert!(q[..names[0].1].ends_with("rate("));
+    assert_eq!(
+        u.metrics,
+        [
+            ("tierd_a_total".to_string(), true),
+            ("tierd_b".to_string(), false)
+        ]
+    );
+    let mut labels = u.labels;
+    labels.sort();
+    assert_eq!(labels, ["instance", "name", "node", "node"]);
     assert_eq!(segments("a.[b.c].0"), ["a", "b.c", "0"]);
-    assert_eq!(grouping_labels(q), ["instance", "node"]);
     let series = exported_series();
-    assert!(series.contains_key("tierd_pgpromote_success_total"));
-    assert!(series["tierd_process_pages"].contains("comm"));
+    assert!(series["tierd_pgpromote_success_total"].0, "a counter");
+    assert!(!series["tierd_node_free_bytes"].0, "a gauge");
+    assert!(series["tierd_process_pages"].1.contains("comm"));
 }
