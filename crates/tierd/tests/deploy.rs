@@ -193,6 +193,9 @@ fn daemonset_has_exactly_the_documented_privileges() {
 fn configmap_config_is_valid_and_the_host_trees_are_mounted_where_it_says() {
     let docs = manifest_docs();
     let cfg = config_from_configmap(&docs);
+    // A pod's own cgroup namespace hides the host paths fairness needs (see the manifest).
+    assert!(!cfg.engine.cgroup_fairness);
+    assert!(!cfg.scope.cgroups.is_empty(), "scoped to the pods' cgroups");
     let pod = get(doc(&docs, "DaemonSet"), "spec.template.spec");
     let container = get(pod, "containers.0");
     // Volume name -> host path (or "configMap").
