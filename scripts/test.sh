@@ -29,6 +29,14 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "scripts/report-deps.sh failed: the Chromium report test will SKIP" >&2
   fi
 fi
+# The man-page test renders `tierd man` with groff; once installed it must run.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  if ./scripts/doc-deps.sh; then
+    export TIERD_REQUIRE_GROFF=1
+  else
+    echo "scripts/doc-deps.sh failed: the groff man-page check will SKIP" >&2
+  fi
+fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

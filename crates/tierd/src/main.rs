@@ -9,9 +9,12 @@
 //! - `tierd status`: what a running daemon reports.
 //! - `tierd lab`: tierd against the kernel's own promotion in a tiered QEMU guest ([`lab_cmd`]).
 //! - `--plot FILE` (compare, sim, lab) and `--report FILE.html` (compare, sim): [`report_cmd`].
+//! - `tierd completions SHELL`, `tierd man [--out DIR]`: generated from these definitions
+//!   ([`gen_cmd`]).
 #![forbid(unsafe_code)]
 
 mod daemon_cmd;
+mod gen_cmd;
 mod lab_cmd;
 mod report_cmd;
 
@@ -155,6 +158,17 @@ enum Command {
         #[arg(long, default_value_t = 256)]
         slow_gib: u64,
     },
+    /// Print a shell completion script (e.g. `tierd completions bash > /etc/bash_completion.d/tierd`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page tierd(1) as roff, or write one page per subcommand into a directory.
+    Man {
+        /// Write tierd.1 and tierd-SUBCOMMAND.1 into this directory instead.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 fn write_out(path: &PathBuf, text: &str) -> Result<()> {
@@ -271,6 +285,8 @@ fn real_main() -> Result<()> {
             &plot,
             &workspace,
         )?,
+        Command::Completions { shell } => gen_cmd::completions(shell, &mut std::io::stdout())?,
+        Command::Man { out } => gen_cmd::man(out.as_deref())?,
         Command::Scenarios => {
             for (name, text) in SHIPPED {
                 let sc = Scenario::parse(text, std::path::Path::new(name))?;
