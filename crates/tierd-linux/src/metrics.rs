@@ -45,6 +45,11 @@ pub struct ProcessSnapshot {
     pub cgroup: String,
     /// Base pages on each node (from `numa_maps`).
     pub pages_per_node: BTreeMap<u32, u64>,
+    /// Of which hot, per node: distinct base pages that a hotness source reported accessed
+    /// (and `move_pages(2)` located) during the last refresh period (`daemon.refresh_ms`).
+    /// Empty from a daemon that predates the field.
+    #[serde(default)]
+    pub hot_pages_per_node: BTreeMap<u32, u64>,
 }
 
 /// A hotness source and whether it runs.
@@ -566,6 +571,7 @@ mod tests {
                 comm: "chase".into(),
                 cgroup: "/".into(),
                 pages_per_node: [(0, 100), (1, 900)].into_iter().collect(),
+                ..ProcessSnapshot::default()
             }],
             sources: vec![SourceSnapshot {
                 name: "idle".into(),
