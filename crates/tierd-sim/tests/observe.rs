@@ -14,9 +14,13 @@ fn observer_sees_each_sample_and_its_pages_add_up() {
     let plain = world.run(config, |_| {}).unwrap();
     let mut seen = Vec::new();
     let observed = world
-        .run_observed(config, |_| {}, |o| {
-            seen.push((o.sample().t_s, o.owners(), o.nodes(), o.promoted_pages()));
-        })
+        .run_observed(
+            config,
+            |_| {},
+            |o| {
+                seen.push((o.sample().t_s, o.owners(), o.nodes(), o.promoted_pages()));
+            },
+        )
         .unwrap();
     assert_eq!(
         serde_json::to_string(&plain).unwrap(),
@@ -34,13 +38,19 @@ fn observer_sees_each_sample_and_its_pages_add_up() {
         for (n, gib) in &s.node_gib {
             let pages = chase.pages.get(n).copied().unwrap_or(0);
             let want = gib * f64::from(1u32 << 30) / 4096.0;
-            assert!((pages as f64 - want).abs() < 1.0, "node {n}: {pages} vs {want}");
+            assert!(
+                (pages as f64 - want).abs() < 1.0,
+                "node {n}: {pages} vs {want}"
+            );
         }
         // The hot class is a quarter of the buffer, and its share on node 0 is hot_on_fast.
         let total: u64 = chase.pages.values().sum();
         let hot: u64 = chase.hot_pages.values().sum();
         assert!(hot > 0 && hot < total);
-        assert!(((hot as f64) / (total as f64) - 0.25).abs() < 0.02, "{hot}/{total}");
+        assert!(
+            ((hot as f64) / (total as f64) - 0.25).abs() < 0.02,
+            "{hot}/{total}"
+        );
         let hot_fast = chase.hot_pages.get(&NodeId(0)).copied().unwrap_or(0) as f64 / hot as f64;
         assert!((hot_fast - s.hot_on_fast).abs() < 1e-9);
         // Hot pages are a subset on every node.
@@ -59,7 +69,15 @@ fn observer_sees_each_sample_and_its_pages_add_up() {
         assert!((*promoted as f64 - want_promoted).abs() < 1.0);
     }
     // T1 promotes: the last sample has hot pages on node 0, the first fewer.
-    let first = seen.first().unwrap().1[0].hot_pages.get(&NodeId(0)).copied().unwrap_or(0);
-    let last = seen.last().unwrap().1[0].hot_pages.get(&NodeId(0)).copied().unwrap_or(0);
+    let first = seen.first().unwrap().1[0]
+        .hot_pages
+        .get(&NodeId(0))
+        .copied()
+        .unwrap_or(0);
+    let last = seen.last().unwrap().1[0]
+        .hot_pages
+        .get(&NodeId(0))
+        .copied()
+        .unwrap_or(0);
     assert!(last > first, "{first} -> {last}");
 }
