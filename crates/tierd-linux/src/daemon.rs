@@ -924,8 +924,9 @@ mod tests {
         h.note(7, Vpn(1), NodeId(1));
         h.note(7, Vpn(1), NodeId(0)); // seen again after a promotion: counted once, on 0
         h.note(7, Vpn(2), NodeId(1));
-        h.note(8, Vpn(1), NodeId(1)); // same vpn, another process
-                                      // Nothing until the period ends.
+        // The same vpn in another process is another page.
+        h.note(8, Vpn(1), NodeId(1));
+        // Nothing until the period ends.
         assert!(h.last(7).is_empty());
         h.roll();
         assert_eq!(h.last(7), [(0, 1), (1, 1)].into_iter().collect());

@@ -5,17 +5,18 @@
 //! serialized results (and `tierd compare`'s output) do not change, and a run nobody observes
 //! pays nothing for it.
 //!
-//! "Hot" here is the scenario's ground truth: the pages of a region's hot chunks (its
-//! `hot = { fraction, chunk_mib }` table, class `<process>.<region>.hot`), which the workload
-//! draws its accesses from. It is what the mechanisms try to find, not what one of them
-//! believes; a region without a hot table has no hot pages.
+//! "Hot" here is the workload's ground truth, not what a mechanism believes: the pages of the
+//! classes that a running process's access streams read (`access = [{ class, share }]`). For
+//! a region with a hot table (`hot = { fraction, chunk_mib }`) that is its hot chunks only
+//! (class `<process>.<region>.hot`; the cold rest has no stream); a paused or exited
+//! process's memory, or memory nobody reads (a filler), is cold.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tierd_engine::types::{CgroupId, NodeId};
 
 use crate::mechanism::Accounting;
-use crate::memory::Memory;
+use crate::memory::{ClassId, Memory};
 use crate::sim::Sample;
 use crate::workload::Process;
 
@@ -124,8 +125,14 @@ impl Observed<'_> {
                 region_owner.insert(*r, i);
             }
         }
+        let read: BTreeSet<ClassId> = self
+            .procs
+            .iter()
+            .filter(|p| p.running)
+            .flat_map(|p| p.streams.iter().filter(|s| s.share > 0.0).map(|s| s.class))
+            .collect();
         let regions = self.mem.regions();
-        for c in self.mem.classes() {
+        for (ci, c) in self.mem.classes().iter().enumerate() {
             let Some(&i) = region_owner.get(&c.region) else {
                 continue;
             };
@@ -133,7 +140,7 @@ impl Observed<'_> {
             if !reg.alive {
                 continue;
             }
-            let hot = c.name.ends_with(".hot");
+            let hot = u16::try_from(ci).is_ok_and(|ci| read.contains(&ClassId(ci)));
             for (n, units) in &c.units_on {
                 let pages = units * reg.unit_pages();
                 *out[i].pages.entry(*n).or_default() += pages;

@@ -594,7 +594,7 @@ impl World {
     /// # Errors
     /// [`SimError`] if the configuration cannot be built or a mid-run allocation fails.
     pub fn run(&self, c: &ConfigToml, progress: impl FnMut(f64)) -> Result<ConfigResult, SimError> {
-        self.run_reusing(c, &mut None, progress, &mut |_| {})
+        self.run_reusing(c, &mut None, progress, |_| {})
     }
 
     /// [`World::run`], calling `observe` after each sample with the run's state (per-process
@@ -606,9 +606,9 @@ impl World {
         &self,
         c: &ConfigToml,
         progress: impl FnMut(f64),
-        mut observe: impl FnMut(&Observed<'_>),
+        observe: impl FnMut(&Observed<'_>),
     ) -> Result<ConfigResult, SimError> {
-        self.run_reusing(c, &mut None, progress, &mut observe)
+        self.run_reusing(c, &mut None, progress, observe)
     }
 
     /// A copy of this world for one configuration; its memory is `spare`'s allocation when
@@ -646,7 +646,7 @@ impl World {
         c: &ConfigToml,
         spare: &mut Option<Memory>,
         mut progress: impl FnMut(f64),
-        observe: &mut dyn FnMut(&Observed<'_>),
+        mut observe: impl FnMut(&Observed<'_>),
     ) -> Result<ConfigResult, SimError> {
         let mut w = self.fresh(spare.take());
         if let Some(pairs) = c
@@ -971,7 +971,7 @@ pub fn compare(
         if !only.is_empty() && !only.contains(&c.id) {
             continue;
         }
-        configs.push(world.run_reusing(c, &mut spare, |f| progress(i, &c.id, f), &mut |_| {})?);
+        configs.push(world.run_reusing(c, &mut spare, |f| progress(i, &c.id, f), |_| {})?);
     }
     Ok(CompareResult {
         scenario: sc.name.clone(),

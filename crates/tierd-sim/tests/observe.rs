@@ -81,3 +81,33 @@ fn observer_sees_each_sample_and_its_pages_add_up() {
         .unwrap_or(0);
     assert!(last > first, "{first} -> {last}");
 }
+
+#[test]
+fn memory_of_a_paused_process_or_one_nobody_reads_is_cold() {
+    // Seed E: memcached is paused until 10 s; the eater maps memory nobody reads, exits at 8 s.
+    let sc = Scenario::find("memcached-preferred-many")
+        .unwrap()
+        .scaled(1.0 / 16.0);
+    let world = World::build(&sc).unwrap();
+    let mut seen = Vec::new();
+    world
+        .run_observed(
+            &sc.config[0],
+            |_| {},
+            |o| seen.push((o.sample().t_s, o.owners())),
+        )
+        .unwrap();
+    let at = |t: f64| &seen.iter().find(|(s, _)| (*s - t).abs() < 1e-9).unwrap().1;
+    let by = |owners: &[tierd_sim::observe::OwnerPages], name: &str| {
+        owners.iter().find(|o| o.name == name).unwrap().clone()
+    };
+    let early = at(5.0);
+    let (mc, eater) = (by(early, "memcached"), by(early, "eater"));
+    assert!(mc.pages.values().sum::<u64>() > 0 && mc.hot_pages.values().sum::<u64>() == 0);
+    assert!(eater.pages.values().sum::<u64>() > 0 && eater.hot_pages.values().sum::<u64>() == 0);
+    let late = at(20.0);
+    let mc = by(late, "memcached");
+    assert!(mc.running);
+    assert_eq!(mc.hot_pages, mc.pages, "all of memcached's items are read");
+    assert!(by(late, "eater").pages.is_empty(), "exited");
+}

@@ -19,8 +19,9 @@
 //!   samples) reported accessed, and `move_pages(2)` located, during the daemon's last
 //!   refresh period (`daemon.refresh_ms`, 1 s by default). Cold = the rest of the process's
 //!   pages in `numa_maps`.
-//! - From the simulator: the scenario's hot chunks (a region's `hot` table), the ground truth
-//!   the workload draws its accesses from (see `tierd_sim::observe`).
+//! - From the simulator: the workload's ground truth, the pages of the classes that running
+//!   processes read (for a region with a `hot` table, its hot chunks only); see
+//!   `tierd_sim::observe`.
 #![forbid(unsafe_code)]
 
 pub mod render;

@@ -138,7 +138,14 @@ impl SimSpec {
 }
 
 fn sim_label(sc: &Scenario, c: &ConfigToml, scale: f64) -> String {
-    format!("sim {} {} ({}), scale {scale}", sc.name, c.id, c.label)
+    format!("sim {} {}, scale {scale}", sc.name, c.id)
+}
+
+/// The view of one sample, with the configuration's label among the notes.
+fn sim_view(o: &tierd_sim::observe::Observed<'_>, source: &str, c: &ConfigToml) -> TopView {
+    let mut v = from_observed(o, source);
+    v.notes.push(c.label.clone());
+    v
 }
 
 /// Runs the whole simulation and returns its last view with the rates over the last sample.
@@ -156,7 +163,7 @@ pub fn sim_final(spec: &SimSpec) -> Result<(TopView, Option<Rates>), TopError> {
         |_| {},
         |o| {
             before = last.take();
-            last = Some(from_observed(o, &label));
+            last = Some(sim_view(o, &label, &c));
         },
     )?;
     let Some(v) = last else {
@@ -190,7 +197,7 @@ pub fn spawn_sim(spec: &SimSpec, interval: Duration) -> Result<Receiver<Update>,
             |o| {
                 // Once the UI is gone the run finishes unwatched (the process is exiting).
                 if watched {
-                    watched = tx.send(Update::View(from_observed(o, &label))).is_ok();
+                    watched = tx.send(Update::View(sim_view(o, &label, &c))).is_ok();
                     if watched {
                         std::thread::sleep(interval);
                     }

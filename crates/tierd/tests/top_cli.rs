@@ -28,7 +28,10 @@ fn top_of_a_simulation_piped_prints_the_end_of_the_run() {
         "0.015625",
     ]);
     assert!(ok, "{err}");
-    assert!(out.starts_with("tierd top: sim pointer-chase N2 "), "{out}");
+    assert!(
+        out.starts_with("tierd top: sim pointer-chase N2, scale 0.015625"),
+        "{out}"
+    );
     assert!(out.contains("t = 240.0 s"), "{out}");
     assert!(out.contains("NODE TIER"), "{out}");
     assert!(out.contains("processes:"), "{out}");
