@@ -320,6 +320,28 @@ pub fn render_prometheus(s: &Snapshot) -> String {
         "Base pages of a process in scope on each node (numa_maps)",
         &placement,
     );
+    let hot: Vec<_> = s
+        .processes
+        .iter()
+        .flat_map(|p| {
+            p.hot_pages_per_node.iter().map(|(n, v)| {
+                (
+                    l(&[
+                        ("pid", p.pid.to_string()),
+                        ("comm", p.comm.clone()),
+                        ("node", n.to_string()),
+                    ]),
+                    as_i64(*v),
+                )
+            })
+        })
+        .collect();
+    gauge_family(
+        &mut reg,
+        "process_hot_pages",
+        "Base pages of a process that the sources reported accessed in the last refresh period, per node",
+        &hot,
+    );
     let sources: Vec<_> = s
         .sources
         .iter()
@@ -571,7 +593,7 @@ mod tests {
                 comm: "chase".into(),
                 cgroup: "/".into(),
                 pages_per_node: [(0, 100), (1, 900)].into_iter().collect(),
-                ..ProcessSnapshot::default()
+                hot_pages_per_node: [(1, 300)].into_iter().collect(),
             }],
             sources: vec![SourceSnapshot {
                 name: "idle".into(),
@@ -596,6 +618,10 @@ mod tests {
         );
         assert!(
             text.contains("tierd_process_pages{pid=\"42\",comm=\"chase\",node=\"1\"} 900"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tierd_process_hot_pages{pid=\"42\",comm=\"chase\",node=\"1\"} 300"),
             "{text}"
         );
         assert!(text.contains("tierd_mover_pages_failed_total{reason=\"busy\"} 3"));
