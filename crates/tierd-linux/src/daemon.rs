@@ -274,6 +274,44 @@ pub struct LinuxBackend {
     pub slow_explained: u64,
     /// Dry-run lines, when a dry run is printing.
     pub dry_run_log: Vec<String>,
+    /// Pages reported accessed, per refresh period (the hot side of `/status`).
+    hot: HotWindow,
+}
+
+/// The pages the hotness sources reported accessed, as `/status` shows them ("hot"): the
+/// distinct base pages (pid, vpn) that became observations (located by `move_pages(2)`, and
+/// not dropped by [`slow_part_is_hot`]) during one refresh period, counted per node at the
+/// end of the period. A page seen in several passes counts once, on the node it was last
+/// seen on. The set is bounded by what the sources report in one period
+/// (`sources.damon.max_pages_per_pass` per pass); its allocation is kept for the next one.
+#[derive(Debug, Default)]
+struct HotWindow {
+    current: std::collections::HashMap<(u32, u64), NodeId>,
+    last: BTreeMap<u32, BTreeMap<u32, u64>>,
+}
+
+impl HotWindow {
+    fn note(&mut self, pid: u32, vpn: Vpn, node: NodeId) {
+        self.current.insert((pid, vpn.0), node);
+    }
+
+    /// Ends the period: its pages become the counts [`HotWindow::last`] reports.
+    fn roll(&mut self) {
+        let mut last: BTreeMap<u32, BTreeMap<u32, u64>> = BTreeMap::new();
+        for ((pid, _), node) in self.current.drain() {
+            *last
+                .entry(pid)
+                .or_default()
+                .entry(u32::from(node.0))
+                .or_default() += 1;
+        }
+        self.last = last;
+    }
+
+    /// Hot base pages of `pid` per node in the last complete period.
+    fn last(&self, pid: u32) -> BTreeMap<u32, u64> {
+        self.last.get(&pid).cloned().unwrap_or_default()
+    }
 }
 
 impl std::fmt::Debug for LinuxBackend {
@@ -326,6 +364,7 @@ impl LinuxBackend {
             planned_pages: 0,
             slow_explained: 0,
             dry_run_log: Vec::new(),
+            hot: HotWindow::default(),
         }
     }
 
@@ -442,6 +481,7 @@ impl LinuxBackend {
         }
         self.procs = fresh;
         self.pending_updates = out;
+        self.hot.roll();
         if changed || self.last_refresh.is_none() {
             let pids = self.pids();
             for f in &mut self.feeds {
@@ -469,6 +509,7 @@ impl LinuxBackend {
                     comm: p.comm.clone(),
                     cgroup: p.cgroup.clone(),
                     pages_per_node,
+                    hot_pages_per_node: self.hot.last(*pid),
                 }
             })
             .collect()
@@ -527,6 +568,7 @@ impl LinuxBackend {
                     if !keep_slow && !self.fast_nodes.contains(&node) {
                         continue;
                     }
+                    self.hot.note(pid, Vpn(r.start.0 + i as u64), node);
                     out.push(Observation {
                         page: PageRef::base(SpaceId(pid), Vpn(r.start.0 + i as u64)),
                         page_node: node,
@@ -873,7 +915,29 @@ pub fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::slow_part_is_hot;
+    use super::{slow_part_is_hot, HotWindow};
+    use tierd_engine::types::{NodeId, Vpn};
+
+    #[test]
+    fn hot_pages_are_distinct_pages_of_the_last_period_on_their_last_node() {
+        let mut h = HotWindow::default();
+        h.note(7, Vpn(1), NodeId(1));
+        h.note(7, Vpn(1), NodeId(0)); // seen again after a promotion: counted once, on 0
+        h.note(7, Vpn(2), NodeId(1));
+        // The same vpn in another process is another page.
+        h.note(8, Vpn(1), NodeId(1));
+        // Nothing until the period ends.
+        assert!(h.last(7).is_empty());
+        h.roll();
+        assert_eq!(h.last(7), [(0, 1), (1, 1)].into_iter().collect());
+        assert_eq!(h.last(8), [(1, 1)].into_iter().collect());
+        assert!(h.last(9).is_empty());
+        // The next period starts empty: pages not reported again are no longer hot.
+        h.note(8, Vpn(5), NodeId(0));
+        h.roll();
+        assert!(h.last(7).is_empty());
+        assert_eq!(h.last(8), [(0, 1)].into_iter().collect());
+    }
 
     #[test]
     fn a_region_whose_heat_its_fast_pages_explain_drops_its_slow_pages() {

@@ -45,6 +45,11 @@ pub struct ProcessSnapshot {
     pub cgroup: String,
     /// Base pages on each node (from `numa_maps`).
     pub pages_per_node: BTreeMap<u32, u64>,
+    /// Of which hot, per node: distinct base pages that a hotness source reported accessed
+    /// (and `move_pages(2)` located) during the last refresh period (`daemon.refresh_ms`).
+    /// Empty from a daemon that predates the field.
+    #[serde(default)]
+    pub hot_pages_per_node: BTreeMap<u32, u64>,
 }
 
 /// A hotness source and whether it runs.
@@ -315,6 +320,28 @@ pub fn render_prometheus(s: &Snapshot) -> String {
         "Base pages of a process in scope on each node (numa_maps)",
         &placement,
     );
+    let hot: Vec<_> = s
+        .processes
+        .iter()
+        .flat_map(|p| {
+            p.hot_pages_per_node.iter().map(|(n, v)| {
+                (
+                    l(&[
+                        ("pid", p.pid.to_string()),
+                        ("comm", p.comm.clone()),
+                        ("node", n.to_string()),
+                    ]),
+                    as_i64(*v),
+                )
+            })
+        })
+        .collect();
+    gauge_family(
+        &mut reg,
+        "process_hot_pages",
+        "Base pages of a process that the sources reported accessed in the last refresh period, per node",
+        &hot,
+    );
     let sources: Vec<_> = s
         .sources
         .iter()
@@ -566,6 +593,7 @@ mod tests {
                 comm: "chase".into(),
                 cgroup: "/".into(),
                 pages_per_node: [(0, 100), (1, 900)].into_iter().collect(),
+                hot_pages_per_node: [(1, 300)].into_iter().collect(),
             }],
             sources: vec![SourceSnapshot {
                 name: "idle".into(),
@@ -590,6 +618,10 @@ mod tests {
         );
         assert!(
             text.contains("tierd_process_pages{pid=\"42\",comm=\"chase\",node=\"1\"} 900"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tierd_process_hot_pages{pid=\"42\",comm=\"chase\",node=\"1\"} 300"),
             "{text}"
         );
         assert!(text.contains("tierd_mover_pages_failed_total{reason=\"busy\"} 3"));

@@ -19,6 +19,7 @@
 //! - [`cost`]: named costs, each derived, fitted or assumed, and said which.
 //! - [`scenario`]: the TOML scenario format and its validation; [`sim`]: building a machine
 //!   from a scenario and running configurations; [`report`]: the table and CSV.
+//! - [`observe`]: a run's state at each sample, for an observer (`tierd top --sim`).
 //!
 //! # Determinism
 //!
@@ -39,6 +40,7 @@ pub mod damon;
 pub mod mechanism;
 pub mod memory;
 pub mod numab;
+pub mod observe;
 pub mod report;
 pub mod scenario;
 pub mod sim;

@@ -18,6 +18,7 @@ use crate::mechanism::{
 };
 use crate::memory::{align_vpn, units_for, ClassId, ClassSpec, Memory, RegionId, Spread};
 use crate::numab::Numab;
+use crate::observe::Observed;
 use crate::scenario::{ConfigToml, EventAction, MechanismKind, ProcessToml, Scenario, SpreadToml};
 use crate::tierd::{CgroupLows, Tierd};
 use crate::workload::{LatencyTable, Load, Process, Stream, ThreadGroup};
@@ -593,7 +594,21 @@ impl World {
     /// # Errors
     /// [`SimError`] if the configuration cannot be built or a mid-run allocation fails.
     pub fn run(&self, c: &ConfigToml, progress: impl FnMut(f64)) -> Result<ConfigResult, SimError> {
-        self.run_reusing(c, &mut None, progress)
+        self.run_reusing(c, &mut None, progress, |_| {})
+    }
+
+    /// [`World::run`], calling `observe` after each sample with the run's state (per-process
+    /// placement, hot pages, nodes; see [`Observed`]). The result is the same as `run`'s.
+    ///
+    /// # Errors
+    /// As [`World::run`].
+    pub fn run_observed(
+        &self,
+        c: &ConfigToml,
+        progress: impl FnMut(f64),
+        observe: impl FnMut(&Observed<'_>),
+    ) -> Result<ConfigResult, SimError> {
+        self.run_reusing(c, &mut None, progress, observe)
     }
 
     /// A copy of this world for one configuration; its memory is `spare`'s allocation when
@@ -631,6 +646,7 @@ impl World {
         c: &ConfigToml,
         spare: &mut Option<Memory>,
         mut progress: impl FnMut(f64),
+        mut observe: impl FnMut(&Observed<'_>),
     ) -> Result<ConfigResult, SimError> {
         let mut w = self.fresh(spare.take());
         if let Some(pairs) = c
@@ -816,6 +832,15 @@ impl World {
                 });
                 lat_acc = 0.0;
                 rate_acc = 0.0;
+                if let Some(sample) = series.last() {
+                    observe(&Observed {
+                        sample,
+                        mem: &w.mem,
+                        procs: &w.procs,
+                        cgroups: &w.cgroups,
+                        acct: &acct,
+                    });
+                }
                 progress((step + 1) as f64 / steps as f64);
             }
         }
@@ -946,7 +971,7 @@ pub fn compare(
         if !only.is_empty() && !only.contains(&c.id) {
             continue;
         }
-        configs.push(world.run_reusing(c, &mut spare, |f| progress(i, &c.id, f))?);
+        configs.push(world.run_reusing(c, &mut spare, |f| progress(i, &c.id, f), |_| {})?);
     }
     Ok(CompareResult {
         scenario: sc.name.clone(),

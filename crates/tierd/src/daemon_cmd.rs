@@ -228,6 +228,7 @@ mod tests {
                 comm: "chase".into(),
                 cgroup: "/work".into(),
                 pages_per_node: [(0, 256), (1, 512)].into_iter().collect(),
+                ..ProcessSnapshot::default()
             }],
             sources: vec![SourceSnapshot {
                 name: "damon".into(),

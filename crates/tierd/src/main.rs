@@ -7,6 +7,7 @@
 //! - `tierd info`: the tiers the engine derives for a DRAM + CXL machine, and its defaults.
 //! - `tierd run --config FILE`: the daemon on this machine ([`daemon_cmd`]).
 //! - `tierd status`: what a running daemon reports.
+//! - `tierd top`: a live terminal view of a daemon or a simulated run ([`top_cmd`]).
 //! - `tierd lab`: tierd against the kernel's own promotion in a tiered QEMU guest ([`lab_cmd`]).
 //! - `--plot FILE` (compare, sim, lab) and `--report FILE.html` (compare, sim): [`report_cmd`].
 //! - `tierd completions SHELL`, `tierd man [--out DIR]`: generated from these definitions
@@ -17,6 +18,7 @@ mod daemon_cmd;
 mod gen_cmd;
 mod lab_cmd;
 mod report_cmd;
+mod top_cmd;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -125,6 +127,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Live view of a daemon (or a simulated run): nodes, pages per process and cgroup, hot/cold, rates.
+    Top(top_cmd::TopArgs),
     /// Run the lab: tierd against the kernel's own promotion in a tiered QEMU guest, measured.
     Lab {
         /// Experiments to run (default: all). Known: a.
@@ -268,6 +272,7 @@ fn real_main() -> Result<()> {
             metrics,
         } => daemon_cmd::run_daemon(&config, dry_run, duration, metrics)?,
         Command::Status { addr, json } => daemon_cmd::status(addr, json)?,
+        Command::Top(args) => top_cmd::top(&args)?,
         Command::Lab {
             experiments,
             quick,

@@ -140,6 +140,7 @@ fn messages() -> Vec<(String, String)> {
         "tierd-sim",
         "tierd-lab",
         "tierd-report",
+        "tierd-top",
         "tierd-vm",
         "tierd-workload",
     ] {
