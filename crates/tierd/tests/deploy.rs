@@ -373,6 +373,7 @@ fn populated() -> Snapshot {
             comm: "chase".into(),
             cgroup: "/kubepods.slice".into(),
             pages_per_node: [(0, 1000), (1, 9000)].into_iter().collect(),
+            hot_pages_per_node: [(0, 800), (1, 1200)].into_iter().collect(),
         }],
         sources: vec![
             SourceSnapshot {
