@@ -138,8 +138,15 @@ pub fn render_status(s: &Snapshot) -> String {
     }
     let nodes: Vec<u32> = s.nodes.iter().map(|n| n.id).collect();
     let _ = write!(o, "\n{:>8}  {:<16} {:<20}", "pid", "comm", "cgroup");
+    // Per node: all of the process's memory there, then the part the sources reported
+    // accessed in the last refresh period ("hot"; the rest is cold).
     for n in &nodes {
-        let _ = write!(o, " {:>10}", format!("N{n} MiB"));
+        let _ = write!(
+            o,
+            " {:>10} {:>10}",
+            format!("N{n} MiB"),
+            format!("N{n} hot")
+        );
     }
     let _ = writeln!(o);
     for p in &s.processes {
@@ -147,8 +154,9 @@ pub fn render_status(s: &Snapshot) -> String {
         for n in &nodes {
             let _ = write!(
                 o,
-                " {:>10.1}",
-                mib(p.pages_per_node.get(n).copied().unwrap_or(0))
+                " {:>10.1} {:>10.1}",
+                mib(p.pages_per_node.get(n).copied().unwrap_or(0)),
+                mib(p.hot_pages_per_node.get(n).copied().unwrap_or(0))
             );
         }
         let _ = writeln!(o);
@@ -228,6 +236,7 @@ mod tests {
                 comm: "chase".into(),
                 cgroup: "/work".into(),
                 pages_per_node: [(0, 256), (1, 512)].into_iter().collect(),
+                hot_pages_per_node: [(1, 128)].into_iter().collect(),
                 ..ProcessSnapshot::default()
             }],
             sources: vec![SourceSnapshot {
@@ -245,9 +254,14 @@ mod tests {
             text.contains("   1     1    no       2048        512"),
             "{text}"
         );
-        // 256 pages = 1 MiB on node 0, 512 = 2 MiB on node 1.
+        // 256 pages = 1 MiB on node 0 (none hot), 512 = 2 MiB on node 1 of which 128 pages
+        // (0.5 MiB) hot.
+        assert!(text.contains("    N1 MiB     N1 hot"), "{text}");
         assert!(text.contains("      42  chase"), "{text}");
-        assert!(text.contains("        1.0        2.0"), "{text}");
+        assert!(
+            text.contains("        1.0        0.0        2.0        0.5"),
+            "{text}"
+        );
         assert!(text.contains("damon            running: vaddr"), "{text}");
         assert!(text.contains("pgpromote_success"), "{text}");
         assert!(
