@@ -4,17 +4,7 @@
 #   chromium          : renders the report headless (--dump-dom, --screenshot)
 #   fonts-dejavu-core : a font for the page's text (the plots embed their own font; without
 #                       any font Chromium draws the HTML text as empty boxes)
-# Idempotent: apt-get install is a no-op when everything is present.
+# Idempotent (scripts/apt-install.sh installs only what is missing).
 set -eu
-PKGS="chromium fonts-dejavu-core"
-missing=""
-for p in $PKGS; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update
-  # shellcheck disable=SC2086
-  apt-get install -y --no-install-recommends $missing
-fi
+"$(dirname "$0")/apt-install.sh" chromium fonts-dejavu-core
 chromium --version

@@ -28,9 +28,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   else
     echo "scripts/report-deps.sh failed: the Chromium report test will SKIP" >&2
   fi
-fi
-# The man-page test renders `tierd man` with groff; once installed it must run.
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  # The man-page test renders `tierd man` with groff; once installed it must run.
   if ./scripts/doc-deps.sh; then
     export TIERD_REQUIRE_GROFF=1
   else

@@ -5,18 +5,8 @@
 #   zstd            : decompresses the kernel's zstd bzImage payload into an ELF vmlinux
 #   dpkg, apt       : fetch and unpack the bookworm-backports kernel (already on any Debian)
 #   ca-certificates : in case the archive URI is https
-# Idempotent: apt-get install is a no-op when everything is present.
+# Idempotent (scripts/apt-install.sh installs only what is missing).
 set -eu
-PKGS="qemu-system-x86 busybox-static zstd ca-certificates"
-missing=""
-for p in $PKGS; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update
-  # shellcheck disable=SC2086
-  apt-get install -y --no-install-recommends $missing
-fi
+"$(dirname "$0")/apt-install.sh" qemu-system-x86 busybox-static zstd ca-certificates
 qemu-system-x86_64 --version | head -1
 test -x /bin/busybox && /bin/busybox | head -1

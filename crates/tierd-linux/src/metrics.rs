@@ -298,49 +298,35 @@ pub fn render_prometheus(s: &Snapshot) -> String {
         "Memory tier of the node, 0 = fastest",
         &nodes(&|n| i64::from(n.tier)),
     );
-    let placement: Vec<_> = s
-        .processes
-        .iter()
-        .flat_map(|p| {
-            p.pages_per_node.iter().map(|(n, v)| {
-                (
-                    l(&[
-                        ("pid", p.pid.to_string()),
-                        ("comm", p.comm.clone()),
-                        ("node", n.to_string()),
-                    ]),
-                    as_i64(*v),
-                )
+    // One series per (process, node) of a per-node page map of the process.
+    let per_process_node = |pages: &dyn Fn(&ProcessSnapshot) -> &BTreeMap<u32, u64>| {
+        s.processes
+            .iter()
+            .flat_map(|p| {
+                pages(p).iter().map(|(n, v)| {
+                    (
+                        l(&[
+                            ("pid", p.pid.to_string()),
+                            ("comm", p.comm.clone()),
+                            ("node", n.to_string()),
+                        ]),
+                        as_i64(*v),
+                    )
+                })
             })
-        })
-        .collect();
+            .collect::<Vec<_>>()
+    };
     gauge_family(
         &mut reg,
         "process_pages",
         "Base pages of a process in scope on each node (numa_maps)",
-        &placement,
+        &per_process_node(&|p| &p.pages_per_node),
     );
-    let hot: Vec<_> = s
-        .processes
-        .iter()
-        .flat_map(|p| {
-            p.hot_pages_per_node.iter().map(|(n, v)| {
-                (
-                    l(&[
-                        ("pid", p.pid.to_string()),
-                        ("comm", p.comm.clone()),
-                        ("node", n.to_string()),
-                    ]),
-                    as_i64(*v),
-                )
-            })
-        })
-        .collect();
     gauge_family(
         &mut reg,
         "process_hot_pages",
         "Base pages of a process that the sources reported accessed in the last refresh period, per node",
-        &hot,
+        &per_process_node(&|p| &p.hot_pages_per_node),
     );
     let sources: Vec<_> = s
         .sources
