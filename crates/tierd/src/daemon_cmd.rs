@@ -237,7 +237,6 @@ mod tests {
                 cgroup: "/work".into(),
                 pages_per_node: [(0, 256), (1, 512)].into_iter().collect(),
                 hot_pages_per_node: [(1, 128)].into_iter().collect(),
-                ..ProcessSnapshot::default()
             }],
             sources: vec![SourceSnapshot {
                 name: "damon".into(),
