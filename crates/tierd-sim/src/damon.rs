@@ -93,7 +93,7 @@ use serde::{Deserialize, Serialize};
 use tierd_engine::types::{NodeId, PAGE_SIZE};
 
 use crate::mechanism::{Ctx, Mechanism, Watermarks};
-use crate::memory::{Memory, NodeMem, UnitId};
+use crate::memory::{Memory, NodeMem, SlotHint, UnitId};
 
 /// kdamond CPU time to sample one region whose sampled address holds a page, ns. One sampling
 /// interval costs `damon_pa_mkold()` then `damon_pa_young()` (mm/damon/paddr.c): each is a
@@ -146,6 +146,9 @@ const DAMON_MAX_AGE_IN_LOG: i64 = 32;
 const DEFAULT_QUOTA_THROUGHPUT_BYTES_PER_MS: u64 = PAGE_SIZE * 1024;
 /// Marks a page whose accessed bit is known to be set (for the `young` filter).
 const KNOWN_YOUNG: u32 = u32::MAX;
+/// A sampling draw whose unit was not looked up, only its class (its rate is in the draw):
+/// never a unit id, as `Memory::map_region` keeps ids below `u32::MAX - 1`.
+const CLASS_ONLY: u32 = u32::MAX - 1;
 /// How far [`Damon`] looks for an occupied slot to learn the monitored unit size.
 const UNIT_SIZE_PROBE: u32 = 4096;
 
@@ -543,10 +546,22 @@ impl Damon {
             // low half decides whether it was accessed.
             let x = stream.next_u64();
             let addr = r.start + (((x >> 32) * u64::from(r.len())) >> 32) as u32;
-            (x, space.unit_at(addr).map_or(u32::MAX, |u| u.0), 0.0)
+            // The block summary answers most draws without the slot table: a free block, or
+            // a full block of a uniform class (every unit has the class's rate). The unit
+            // itself is only needed to track young pages or for a Zipf rank.
+            match space.hint(addr) {
+                SlotHint::Free => (x, u32::MAX, 0.0),
+                SlotHint::Class(c) if !track_young => {
+                    match ctx.load.uniform_unit_rate(ctx.mem, c) {
+                        Some(rate) => (x, CLASS_ONLY, rate),
+                        None => (x, space.unit_at(addr).map_or(u32::MAX, |u| u.0), 0.0),
+                    }
+                }
+                _ => (x, space.unit_at(addr).map_or(u32::MAX, |u| u.0), 0.0),
+            }
         }));
         for d in &mut draws {
-            if d.1 != u32::MAX {
+            if d.1 != u32::MAX && d.1 != CLASS_ONLY {
                 d.2 = ctx.load.unit_rate(ctx.mem, UnitId(d.1));
             }
         }
@@ -1039,6 +1054,16 @@ impl<'a> Space<'a> {
         match p.ops {
             DamonOps::Paddr => Space::Paddr(mem.node(NodeId(p.monitor_node))),
             DamonOps::Vaddr => Space::Vaddr(mem),
+        }
+    }
+
+    /// What the physical slot summary knows of a monitored address (nothing for vaddr).
+    #[inline]
+    fn hint(&self, addr: u32) -> SlotHint {
+        match self {
+            Space::Paddr(Some(node)) => node.slot_hint(addr),
+            Space::Paddr(None) => SlotHint::Free,
+            Space::Vaddr(_) => SlotHint::Unknown,
         }
     }
 

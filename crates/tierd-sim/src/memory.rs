@@ -217,11 +217,57 @@ pub struct NodeMem {
     pub reserved: Pages,
     /// Physical slots: slot -> unit, or free.
     slots: Vec<u32>,
+    /// A summary per [`SLOT_BLOCK`] slots, so that a lookup by physical address (DAMON
+    /// `paddr` samples one random page per region, millions of times) can often answer from
+    /// this small table instead of taking a cache miss on `slots` and another on the unit's
+    /// class: a block that is empty has no unit, a full block of one class gives the class.
+    /// Derived from `slots`, so not serialized.
+    #[serde(skip)]
+    blocks: Vec<SlotBlock>,
     /// Freed slots, most recent last.
     free_slots: Vec<u32>,
 }
 
+/// Slots per [`SlotBlock`].
+pub const SLOT_BLOCK: usize = 512;
+
+/// What a block of [`SLOT_BLOCK`] slots holds, kept exact by `take_slot` / `release_slot`.
+#[derive(Clone, Copy, Debug, Default)]
+struct SlotBlock {
+    /// Occupied slots.
+    occupied: u16,
+    /// The class of every unit taken into the block since it was last empty...
+    class: u16,
+    /// ...unless units of more than one class were (then nothing is claimed until it empties).
+    mixed: bool,
+}
+
+/// What the block summary says about a slot without reading the slot table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotHint {
+    /// The slot is free (its whole block is).
+    Free,
+    /// The slot holds a unit of this class (its block is full, all of one class).
+    Class(ClassId),
+    /// Read the slot table.
+    Unknown,
+}
+
 impl NodeMem {
+    /// What the block summary knows about `slot` (see `blocks`).
+    #[must_use]
+    #[inline]
+    pub fn slot_hint(&self, slot: u32) -> SlotHint {
+        match self.blocks.get(slot as usize / SLOT_BLOCK) {
+            Some(b) if b.occupied == 0 => SlotHint::Free,
+            // The last block may be short: full means all SLOT_BLOCK slots exist and are taken.
+            Some(b) if usize::from(b.occupied) == SLOT_BLOCK && !b.mixed => {
+                SlotHint::Class(ClassId(b.class))
+            }
+            _ => SlotHint::Unknown,
+        }
+    }
+
     /// Free base pages.
     #[must_use]
     pub fn free(&self) -> Pages {
@@ -262,6 +308,7 @@ impl Clone for NodeMem {
             used: self.used,
             reserved: self.reserved,
             slots: self.slots.clone(),
+            blocks: self.blocks.clone(),
             free_slots: self.free_slots.clone(),
         }
     }
@@ -271,6 +318,7 @@ impl Clone for NodeMem {
         self.used = src.used;
         self.reserved = src.reserved;
         self.slots.clone_from(&src.slots);
+        self.blocks.clone_from(&src.blocks);
         self.free_slots.clone_from(&src.free_slots);
     }
 }
@@ -362,6 +410,7 @@ impl Memory {
                     used: Pages(0),
                     reserved: Pages(0),
                     slots: Vec::new(),
+                    blocks: Vec::new(),
                     free_slots: Vec::new(),
                 };
                 (n.id, node)
@@ -498,17 +547,34 @@ impl Memory {
     }
 
     fn take_slot(&mut self, node: NodeId, u: UnitId) -> u32 {
+        let class = self.unit_class[u.idx()];
         let m = self
             .nodes
             .get_mut(&node)
             .expect("nodes are fixed at construction");
-        if let Some(s) = m.free_slots.pop() {
+        let s = if let Some(s) = m.free_slots.pop() {
             m.slots[s as usize] = u.0;
             s
         } else {
             m.slots.push(u.0);
             u32::try_from(m.slots.len() - 1).unwrap_or(u32::MAX)
+        };
+        let bi = s as usize / SLOT_BLOCK;
+        if bi >= m.blocks.len() {
+            m.blocks.resize(bi + 1, SlotBlock::default());
         }
+        let b = &mut m.blocks[bi];
+        if b.occupied == 0 {
+            *b = SlotBlock {
+                occupied: 0,
+                class,
+                mixed: false,
+            };
+        } else if b.class != class {
+            b.mixed = true;
+        }
+        b.occupied += 1;
+        s
     }
 
     fn release_slot(&mut self, node: NodeId, slot: u32) {
@@ -516,6 +582,9 @@ impl Memory {
             if let Some(s) = m.slots.get_mut(slot as usize) {
                 *s = FREE_SLOT;
                 m.free_slots.push(slot);
+                if let Some(b) = m.blocks.get_mut(slot as usize / SLOT_BLOCK) {
+                    b.occupied = b.occupied.saturating_sub(1);
+                }
             }
         }
     }
@@ -764,6 +833,39 @@ impl Memory {
         out
     }
 
+    /// The block summaries of node `n` agree with its slots: each block counts its occupied
+    /// slots, and one not marked mixed holds units of its class only.
+    fn check_blocks(&self, n: NodeId, m: &NodeMem) -> Option<String> {
+        if m.blocks.len() != m.slots.len().div_ceil(SLOT_BLOCK) {
+            return Some(format!(
+                "{n}: {} slot blocks for {} slots",
+                m.blocks.len(),
+                m.slots.len()
+            ));
+        }
+        for (bi, (b, chunk)) in m.blocks.iter().zip(m.slots.chunks(SLOT_BLOCK)).enumerate() {
+            let taken = chunk.iter().filter(|&&u| u != FREE_SLOT).count();
+            if taken != usize::from(b.occupied) {
+                return Some(format!(
+                    "{n}: slot block {bi} counts {} occupied slots, holds {taken}",
+                    b.occupied
+                ));
+            }
+            if !b.mixed {
+                if let Some(&u) = chunk
+                    .iter()
+                    .find(|&&u| u != FREE_SLOT && self.unit_class[u as usize] != b.class)
+                {
+                    return Some(format!(
+                        "{n}: slot block {bi} claims class {} but holds unit {u} of class {}",
+                        b.class, self.unit_class[u as usize]
+                    ));
+                }
+            }
+        }
+        None
+    }
+
     /// Checks the invariants: every unit of a live region is on exactly one node, node usage
     /// equals the units on it plus reservations, no node is over capacity. Returns the first
     /// violation found.
@@ -814,6 +916,9 @@ impl Memory {
             }
             if m.used > m.capacity {
                 return Some(format!("{n}: {} pages used of {}", m.used.0, m.capacity.0));
+            }
+            if let Some(msg) = self.check_blocks(*n, m) {
+                return Some(msg);
             }
         }
         let per_class: u64 = self
@@ -951,6 +1056,60 @@ mod tests {
         assert!((c.total_weight - h).abs() < 1e-9);
     }
 
+    /// Every hint agrees with the slot table.
+    fn hints_agree(m: &Memory, node: NodeId) {
+        let n = m.node(node).unwrap();
+        for slot in 0..n.slots() {
+            match n.slot_hint(slot) {
+                SlotHint::Free => assert_eq!(n.unit_in(slot), None, "slot {slot}"),
+                SlotHint::Class(c) => {
+                    let u = n.unit_in(slot).expect("a full block's slot holds a unit");
+                    assert_eq!(m.class_of(u), c, "slot {slot}");
+                }
+                SlotHint::Unknown => {}
+            }
+        }
+    }
+
+    #[test]
+    fn slot_hints_follow_the_slots_through_migrations() {
+        let mut m = machine();
+        // 3000 units on node 1 in slot order; units 0..750 are the hot class.
+        region(&mut m, 3000, MemPolicy::DEFAULT, Spread::Uniform);
+        let n1 = NodeId(1);
+        let hint = |m: &Memory, slot| m.node(n1).unwrap().slot_hint(slot);
+        let hot = m.class_of(UnitId(0));
+        let cold = m.class_of(UnitId(2999));
+        assert_ne!(hot, cold);
+        // Block 0 all hot, block 1 both classes, block 2 all cold, block 5 short (the last).
+        assert_eq!(hint(&m, 0), SlotHint::Class(hot));
+        assert_eq!(hint(&m, 600), SlotHint::Unknown);
+        assert_eq!(hint(&m, 1100), SlotHint::Class(cold));
+        assert_eq!(hint(&m, 2990), SlotHint::Unknown);
+        // Empty block 2: free, without reading a slot.
+        for u in 1024..1536 {
+            m.migrate(UnitId(u), NodeId(0)).unwrap();
+        }
+        assert_eq!(hint(&m, 1100), SlotHint::Free);
+        // One unit leaves block 0: no longer full. It comes back into the slot it left
+        // (LIFO free list): full and of one class again.
+        m.migrate(UnitId(0), NodeId(0)).unwrap();
+        assert_eq!(hint(&m, 0), SlotHint::Unknown);
+        m.migrate(UnitId(0), n1).unwrap();
+        assert_eq!(m.slot_of(UnitId(0)), 0);
+        assert_eq!(hint(&m, 0), SlotHint::Class(hot));
+        // A hot unit into the freed cold block and cold units after it: mixed even when full.
+        m.migrate(UnitId(1), NodeId(0)).unwrap();
+        m.migrate(UnitId(1), n1).unwrap(); // slot 1 again
+        m.migrate(UnitId(5), NodeId(0)).unwrap();
+        for u in 1024..1536 {
+            m.migrate(UnitId(u), n1).unwrap();
+        }
+        m.migrate(UnitId(5), n1).unwrap();
+        hints_agree(&m, n1);
+        assert!(m.check().is_none(), "{:?}", m.check());
+    }
+
     proptest! {
         /// Any sequence of migrations and unmaps keeps every invariant: each unit on one
         /// node, usage equal to the units placed, no node over capacity.
@@ -962,6 +1121,7 @@ mod tests {
                 let _ = m.migrate(UnitId(u), NodeId(n));
                 prop_assert!(m.check().is_none(), "{:?}", m.check());
             }
+            hints_agree(&m, NodeId(1));
             let total: f64 = m.classes().iter().map(|c| c.weight_on.values().sum::<f64>()).sum();
             let expect: f64 = m.classes().iter().map(|c| c.total_weight).sum();
             prop_assert!((total - expect).abs() < 1e-6);

@@ -199,6 +199,23 @@ impl Load {
         }
     }
 
+    /// The access rate of every unit of `c` when the class is uniform (then it is the same
+    /// for all, the value [`Load::unit_rate`] gives), `None` for a Zipf class.
+    #[must_use]
+    #[inline]
+    pub fn uniform_unit_rate(&self, mem: &Memory, c: ClassId) -> Option<f64> {
+        let class = mem.class(c);
+        if class.spread != Spread::Uniform {
+            return None;
+        }
+        let rate = self.class_rate[usize::from(c.0)];
+        Some(if rate == 0.0 || class.total_weight <= 0.0 {
+            0.0
+        } else {
+            rate / class.total_weight
+        })
+    }
+
     /// Draws one unit of `class` in proportion to the class's access weights.
     pub fn sample_unit<R: Rng>(&self, mem: &Memory, class: ClassId, rng: &mut R) -> Option<UnitId> {
         let c = mem.class(class);
