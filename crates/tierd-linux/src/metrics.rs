@@ -63,6 +63,18 @@ pub struct SourceSnapshot {
     pub reason: String,
 }
 
+impl SourceSnapshot {
+    /// `running` or `unavailable`, as `tierd run`, `tierd status` and `tierd top` print it.
+    #[must_use]
+    pub fn state(&self) -> &'static str {
+        if self.available {
+            "running"
+        } else {
+            "unavailable"
+        }
+    }
+}
+
 /// The mover's totals.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MoverSnapshot {

@@ -359,8 +359,8 @@ pub struct Damon {
     /// Per unit: when its accessed bit was last known clear, ms, or [`KNOWN_YOUNG`]. Kept
     /// only with the `young` filter.
     last_clear_ms: Vec<u32>,
-    /// Per region of the current pass: its draw, the sampled unit (or `u32::MAX`) and its
-    /// access rate (see `sample`).
+    /// Per region of the current pass: its draw, the sampled unit (`u32::MAX` for a free
+    /// page, [`CLASS_ONLY`] when only its class was read) and its access rate (see `sample`).
     draws: Vec<(u64, u32, f64)>,
 }
 
@@ -549,16 +549,17 @@ impl Damon {
             // The block summary answers most draws without the slot table: a free block, or
             // a full block of a uniform class (every unit has the class's rate). The unit
             // itself is only needed to track young pages or for a Zipf rank.
-            match space.hint(addr) {
-                SlotHint::Free => (x, u32::MAX, 0.0),
-                SlotHint::Class(c) if !track_young => {
-                    match ctx.load.uniform_unit_rate(ctx.mem, c) {
-                        Some(rate) => (x, CLASS_ONLY, rate),
-                        None => (x, space.unit_at(addr).map_or(u32::MAX, |u| u.0), 0.0),
-                    }
-                }
-                _ => (x, space.unit_at(addr).map_or(u32::MAX, |u| u.0), 0.0),
-            }
+            let known = match space.hint(addr) {
+                SlotHint::Free => Some((u32::MAX, 0.0)),
+                SlotHint::Class(c) if !track_young => ctx
+                    .load
+                    .uniform_unit_rate(ctx.mem, c)
+                    .map(|rate| (CLASS_ONLY, rate)),
+                _ => None,
+            };
+            let (raw, rate) =
+                known.unwrap_or_else(|| (space.unit_at(addr).map_or(u32::MAX, |u| u.0), 0.0));
+            (x, raw, rate)
         }));
         for d in &mut draws {
             if d.1 != u32::MAX && d.1 != CLASS_ONLY {

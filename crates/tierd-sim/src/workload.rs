@@ -19,7 +19,7 @@ use rand_distr::{Distribution, Zipf};
 use serde::Serialize;
 use tierd_engine::types::{CgroupId, NodeId, SpaceId};
 
-use crate::memory::{ClassId, Memory, RegionId, Spread, UnitId};
+use crate::memory::{Class, ClassId, Memory, RegionId, Spread, UnitId};
 
 /// Threads bound to one node.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -186,10 +186,9 @@ impl Load {
     pub fn unit_rate(&self, mem: &Memory, u: UnitId) -> f64 {
         let c = mem.class_of(u);
         let class = mem.class(c);
-        let rate = self.class_rate[usize::from(c.0)];
-        if rate == 0.0 || class.total_weight <= 0.0 {
+        let Some(rate) = self.accessed_rate(c, class) else {
             return 0.0;
-        }
+        };
         match class.spread {
             // Uniform classes need no lookup of the unit's position.
             Spread::Uniform => rate / class.total_weight,
@@ -199,20 +198,22 @@ impl Load {
         }
     }
 
+    /// The rate of class `c`, when it is accessed and has weight (else every unit's rate is 0).
+    #[inline]
+    fn accessed_rate(&self, c: ClassId, class: &Class) -> Option<f64> {
+        let rate = self.class_rate[usize::from(c.0)];
+        (rate != 0.0 && class.total_weight > 0.0).then_some(rate)
+    }
+
     /// The access rate of every unit of `c` when the class is uniform (then it is the same
     /// for all, the value [`Load::unit_rate`] gives), `None` for a Zipf class.
     #[must_use]
     #[inline]
     pub fn uniform_unit_rate(&self, mem: &Memory, c: ClassId) -> Option<f64> {
         let class = mem.class(c);
-        if class.spread != Spread::Uniform {
-            return None;
-        }
-        let rate = self.class_rate[usize::from(c.0)];
-        Some(if rate == 0.0 || class.total_weight <= 0.0 {
-            0.0
-        } else {
-            rate / class.total_weight
+        (class.spread == Spread::Uniform).then(|| {
+            self.accessed_rate(c, class)
+                .map_or(0.0, |rate| rate / class.total_weight)
         })
     }
 

@@ -198,18 +198,7 @@ pub fn from_snapshot(s: &Snapshot, source: &str) -> TopView {
     let mut notes: Vec<String> = s
         .sources
         .iter()
-        .map(|src| {
-            format!(
-                "{} {}: {}",
-                src.name,
-                if src.available {
-                    "running"
-                } else {
-                    "unavailable"
-                },
-                src.reason
-            )
-        })
+        .map(|src| format!("{} {}: {}", src.name, src.state(), src.reason))
         .collect();
     if s.dry_run {
         notes.push("dry run: migrations are only planned".into());

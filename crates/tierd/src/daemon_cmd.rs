@@ -51,16 +51,7 @@ pub fn run_daemon(
     }
     let (feeds, statuses) = start_feeds(&cfg, &cpu_node).context("starting hotness sources")?;
     for s in &statuses {
-        eprintln!(
-            "source {:<16} {}: {}",
-            s.name,
-            if s.available {
-                "running"
-            } else {
-                "unavailable"
-            },
-            s.reason
-        );
+        eprintln!("source {:<16} {}: {}", s.name, s.state(), s.reason);
     }
     let shared: SharedSnapshot = Arc::new(Mutex::new(Snapshot::default()));
     let server = MetricsServer::start(cfg.daemon.metrics_listen, Arc::clone(&shared))
@@ -163,17 +154,7 @@ pub fn render_status(s: &Snapshot) -> String {
     }
     let _ = writeln!(o, "\nsources:");
     for src in &s.sources {
-        let _ = writeln!(
-            o,
-            "  {:<16} {}: {}",
-            src.name,
-            if src.available {
-                "running"
-            } else {
-                "unavailable"
-            },
-            src.reason
-        );
+        let _ = writeln!(o, "  {:<16} {}: {}", src.name, src.state(), src.reason);
     }
     let _ = writeln!(o, "\nengine counters (non-zero):");
     for (k, v) in s.engine.iter().filter(|(_, v)| **v > 0) {
