@@ -34,11 +34,13 @@ fn engine_with(tracked: u64) -> Engine {
             accessing_node: Some(NodeId(0)),
             source: SourceKind::HwSample,
             time: Nanos::from_millis(1),
+            weight: 1,
         };
         batch.push(o);
         if vpn % 10 == 0 {
             batch.push(Observation {
                 time: Nanos::from_millis(2),
+                weight: 1,
                 ..o
             });
         }

@@ -50,6 +50,21 @@ pub enum ConfigError {
     TargetNotToptier(NodeId),
 }
 
+/// How the promoter decides that a ready page is hot enough.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThresholdMode {
+    /// tierd's default: promote the hottest pages the fast tier has room for, whatever their
+    /// absolute access rate (a histogram of decayed access counts, as Memtis does; see
+    /// [`crate::hotness::heat`]). A page must still be ready (seen since its last
+    /// consideration), and the rate limit still applies.
+    #[default]
+    Relative,
+    /// The kernel's rule (pghot + kernel/sched/fair.c): `freq_threshold` accesses within the
+    /// window, the latency threshold adjusted to the rate limit, and the free-space bypass.
+    Fixed,
+}
+
 /// Demotion of cold pages from fast nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -88,7 +103,12 @@ pub struct EngineConfig {
     /// first top-tier node. In precise mode, the target for sources that do not know the
     /// accessing node.
     pub target_nid: Option<NodeId>,
-    /// Accesses within the window that make a page hot (`pghot_freq_threshold`).
+    /// `relative` (tierd: the hottest pages that fit) or `fixed` (the kernel's threshold).
+    pub threshold: ThresholdMode,
+    /// Relative mode: every page's decayed access count halves this often, ms.
+    pub heat_cooling_ms: u64,
+    /// Accesses within the window that make a page hot (`pghot_freq_threshold`); fixed mode
+    /// only (in relative mode one access makes a page a candidate).
     pub freq_threshold: u8,
     /// The frequency window, ms (`pghot_promote_freq_window_ms`); `None` = the mode's default.
     pub freq_window_ms: Option<u32>,
@@ -120,6 +140,10 @@ pub struct EngineConfig {
 pub const DEFAULT_MODE_WINDOW_MS: u32 = 3000;
 /// pghot's precise-mode frequency window (5 s).
 pub const PRECISE_MODE_WINDOW_MS: u32 = 5000;
+/// Relative mode's cooling period: 2 s, four reads of tierd's DAMON source and twenty
+/// promoter passes, so a page's heat reflects the last few seconds; long enough that a page
+/// seen once per read keeps a non-zero heat between reads.
+pub const DEFAULT_HEAT_COOLING_MS: u64 = 2000;
 /// Smallest frequency window (`PGHOT_FREQ_WINDOW_MIN`).
 pub const MIN_WINDOW_MS: u32 = 1000;
 /// Largest default-mode window: `0x1F << 7` jiffies, the 5-bit bucketed time range.
@@ -132,6 +156,8 @@ impl Default for EngineConfig {
         EngineConfig {
             mode: HotnessMode::Default,
             target_nid: None,
+            threshold: ThresholdMode::Relative,
+            heat_cooling_ms: DEFAULT_HEAT_COOLING_MS,
             freq_threshold: 2,
             freq_window_ms: None,
             promote_rate_limit_mbps: 65536,
@@ -190,6 +216,7 @@ impl EngineConfig {
             u64::from(window_max),
         )?;
         check("interval_ms", u64::from(self.interval_ms), 50, 1000)?;
+        check("heat_cooling_ms", self.heat_cooling_ms, 100, 3_600_000)?;
         check("batch_nr", u64::from(self.batch_nr), 64, 1024)?;
         check(
             "pingpong_window_ms",
@@ -221,6 +248,9 @@ mod tests {
     #[test]
     fn defaults_are_the_kernels_and_valid() {
         let c = EngineConfig::default();
+        assert_eq!(c.threshold, ThresholdMode::Relative, "tierd's own default");
+        assert!(serde_json::from_str::<EngineConfig>(r#"{"threshold": "fixed"}"#).is_ok());
+        assert!(serde_json::from_str::<EngineConfig>(r#"{"threshold": "fix"}"#).is_err());
         assert_eq!(c.freq_threshold, 2);
         assert_eq!(c.window_ms(), 3000);
         assert_eq!(c.interval_ms, 100);

@@ -28,8 +28,11 @@
 use std::collections::BTreeMap;
 
 use crate::backend::OwnerUpdate;
-use crate::config::{ConfigError, EngineConfig};
-use crate::hotness::{HotnessMode, HotnessParams, HotnessStore, ReadyPage};
+use crate::config::{ConfigError, EngineConfig, ThresholdMode};
+use crate::hotness::{
+    fit_threshold, HeatMap, HotnessMode, HotnessParams, HotnessStore, ReadyPage, Tier,
+    NO_PROMOTION_BIN,
+};
 use crate::pagemap::SizedPageMap;
 use crate::plan::{
     MigrationBatch, MigrationKind, MigrationPlan, MigrationReport, MoveError, MoveOutcome,
@@ -148,6 +151,10 @@ pub struct Engine {
     next_batch_id: u64,
     stats: Stats,
     ready: Vec<ReadyPage>,
+    /// Relative mode: every page's decayed access count and its histogram per tier.
+    heat: HeatMap,
+    /// Relative mode: the heat bin a ready slow page needs this pass.
+    heat_threshold: u8,
 }
 
 /// The kernel's `pgdat_free_space_enough()` margin: max(1 GiB, node size / 16) above the
@@ -167,7 +174,11 @@ impl Engine {
         }
         let params = HotnessParams {
             mode: config.mode,
-            freq_threshold: config.freq_threshold,
+            // Relative mode: one access makes a page a candidate; its heat decides.
+            freq_threshold: match config.threshold {
+                ThresholdMode::Relative => 1,
+                ThresholdMode::Fixed => config.freq_threshold,
+            },
             freq_window_ms: config.window_ms(),
             target_nid: target,
         };
@@ -189,7 +200,6 @@ impl Engine {
             stats.sources.insert(k, SourceStats::default());
         }
         Ok(Engine {
-            config,
             topo,
             target,
             stores,
@@ -205,6 +215,9 @@ impl Engine {
             next_batch_id: 1,
             stats,
             ready: Vec::new(),
+            heat: HeatMap::new(config.heat_cooling_ms),
+            heat_threshold: NO_PROMOTION_BIN,
+            config,
         })
     }
 
@@ -255,6 +268,11 @@ impl Engine {
         }
         self.fast.retain_spaces_except(space);
         self.history.retain(|k, _| k.space != space);
+        self.heat.forget_space(space);
+    }
+
+    fn relative(&self) -> bool {
+        self.config.threshold == ThresholdMode::Relative
     }
 
     /// Records a batch of observations (pghot's `pghot_record_access()` for each).
@@ -278,10 +296,18 @@ impl Engine {
             return;
         }
         let key = obs.page.key();
+        let relative = self.config.threshold == ThresholdMode::Relative;
+        if relative {
+            self.heat.cool_until(obs.time);
+        }
         if self.topo.is_toptier(obs.page_node) {
-            // pghot ignores top-tier pages; the demoter needs their recency.
+            // pghot ignores top-tier pages; the demoter needs their recency (and, in relative
+            // mode, their heat: colder ones are the room hotter slow pages can take).
             e.fast_observed += 1;
             self.fast.touch(key, obs.page_node, obs.page.size, obs.time);
+            if relative {
+                self.heat.add(key, obs.page.size, Tier::Fast, obs.weight);
+            }
             return;
         }
         if obs.accessing_node == Some(obs.page_node) {
@@ -300,6 +326,9 @@ impl Engine {
             return;
         };
         store.record(key, obs.page.size, accessing, obs.time);
+        if relative {
+            self.heat.add(key, obs.page.size, Tier::Slow, obs.weight);
+        }
         src.recorded += 1;
         e.pghot_recorded_accesses += 1;
         match obs.source {
@@ -353,6 +382,10 @@ impl Engine {
         if self.config.demotion.enabled {
             self.plan_demotion(now, usage, &mut free, &mut plan);
         }
+        if self.relative() {
+            self.heat.cool_until(now);
+            self.heat_threshold = self.relative_threshold(usage, &free);
+        }
         self.plan_promotion(now, usage, &mut free, &mut plan);
         self.housekeeping(now);
         self.stats.engine.plan_batches += plan.batches.len() as u64;
@@ -383,6 +416,39 @@ impl Engine {
     fn sees_fast_tier(&self) -> bool {
         self.config.sources.contains(SourceKind::HwSample)
             || self.config.sources.contains(SourceKind::AccessedBitScan)
+    }
+
+    /// Relative mode: the heat bin that fits the hottest slow pages in the room on the fast
+    /// tier (the promotion targets' free bytes above the higher of their demotion high
+    /// watermark and promotion watermark, plus their colder pages when the demoter can make
+    /// room); see [`crate::hotness::heat`].
+    fn relative_threshold(&mut self, usage: &SystemUsage, free: &BTreeMap<NodeId, i128>) -> u8 {
+        let targets: Vec<NodeId> = match self.config.mode {
+            HotnessMode::Default => vec![self.target],
+            HotnessMode::Precise => self.topo.toptier_mask().iter().collect(),
+        };
+        let room: i128 = targets
+            .iter()
+            .map(|t| {
+                let floor = self
+                    .demotion_watermarks(*t)
+                    .1
+                    .max(i128::from(self.promo_watermark(*t, usage).0));
+                (free.get(t).copied().unwrap_or(0) - floor).max(0)
+            })
+            .sum();
+        let room_pages =
+            u64::try_from(room / i128::from(crate::types::PAGE_SIZE)).unwrap_or(u64::MAX);
+        let demotable = self.config.demotion.enabled && self.sees_fast_tier();
+        let t = fit_threshold(
+            self.heat.histogram(Tier::Slow),
+            self.heat.histogram(Tier::Fast),
+            room_pages,
+            demotable,
+        );
+        self.stats.engine.promote_room_pages = room_pages;
+        self.stats.engine.promote_heat_threshold = u64::from(t);
+        t
     }
 
     /// The free bytes below which the demoter starts (low) and up to which it works (high).
@@ -453,7 +519,19 @@ impl Engine {
                 })
                 .collect();
             if !below_low {
-                cands.retain(|c| now.saturating_sub(c.1) >= idle_for);
+                if self.config.threshold == ThresholdMode::Relative {
+                    // Room for hotter pages: only pages colder than the promotion threshold
+                    // make way (Memtis demotes below its hot threshold), and only pages
+                    // idle for a while, so that one just promoted is not sent straight back.
+                    let t = self.heat_threshold;
+                    let heat = &mut self.heat;
+                    cands.retain(|c| {
+                        heat.bin(c.2) < t
+                            && now.saturating_sub(c.1) >= idle_for.min(Nanos::from_secs(10))
+                    });
+                } else {
+                    cands.retain(|c| now.saturating_sub(c.1) >= idle_for);
+                }
             }
             cands.sort_unstable_by_key(|c| (c.0, c.1, c.2));
             let mut groups: BTreeMap<(NodeId, CgroupId), Vec<PlannedMove>> = BTreeMap::new();
@@ -527,6 +605,15 @@ impl Engine {
             ready.clear();
             if let Some(store) = self.stores.get_mut(&src_node) {
                 store.drain_ready(now, &mut ready);
+            }
+            if self.config.threshold == ThresholdMode::Relative {
+                // Hottest first, so that the rate limit and the room go to them; address
+                // order among equals (a stable sort of the store's address order).
+                let heat = &mut self.heat;
+                let mut keyed: Vec<(u8, ReadyPage)> =
+                    ready.drain(..).map(|rp| (heat.bin(rp.key), rp)).collect();
+                keyed.sort_by_key(|(b, _)| std::cmp::Reverse(*b));
+                ready.extend(keyed.into_iter().map(|(_, rp)| rp));
             }
             for rp in &ready {
                 self.consider(
@@ -609,12 +696,40 @@ impl Engine {
         } else {
             None
         };
+        let relative = self.config.threshold == ThresholdMode::Relative;
+        let hot_enough = !relative || self.heat.bin(rp.key) >= self.heat_threshold;
         let e = &mut self.stats.engine;
         let Some(ts) = self.targets.get_mut(&target) else {
             return;
         };
         let node_stats = self.stats.nodes.entry(target).or_default();
-        if enough {
+        if relative {
+            // The histogram already sized the threshold to the room: no free-space bypass
+            // and no latency threshold, only the heat test, the cgroup share and the rate
+            // limit.
+            if !hot_enough {
+                e.pgpromote_cold += nr.0;
+                return;
+            }
+            if let Some((share, used)) = cg_share {
+                let scale = cgroup_promotion_scale(share, used, true);
+                if scale < 1.0 {
+                    let credit = self.cgroup_credit.entry(owner.cgroup).or_insert(0.0);
+                    *credit += scale;
+                    if *credit < 1.0 {
+                        e.pgpromote_cgroup_throttled += nr.0;
+                        return;
+                    }
+                    *credit -= 1.0;
+                }
+            }
+            e.pgpromote_candidate += nr.0;
+            node_stats.pgpromote_candidate += nr.0;
+            if !ts.limiter.try_admit(now, nr, rl_pages) {
+                e.pgpromote_rate_limited += nr.0;
+                return;
+            }
+        } else if enough {
             ts.threshold.reset_value();
             e.pgpromote_candidate_nrl += nr.0;
             node_stats.pgpromote_candidate_nrl += nr.0;
@@ -713,11 +828,18 @@ impl Engine {
             let recent = |t: Option<Nanos>| t.is_some_and(|t| now.saturating_sub(t) <= window);
             self.history
                 .retain(|_, h| recent(h.promoted_at) || recent(h.demoted_at));
+            self.heat.prune();
         }
         let e = &mut self.stats.engine;
         e.tracked_pages = self.stores.values().map(HotnessStore::tracked_pages).sum();
         e.ready_pages = self.stores.values().map(HotnessStore::ready_pages).sum();
-        e.hotness_store_bytes = self.stores.values().map(|s| s.memory_bytes() as u64).sum();
+        e.hotness_store_bytes = self
+            .stores
+            .values()
+            .map(|s| s.memory_bytes() as u64)
+            .sum::<u64>()
+            + self.heat.memory_bytes() as u64;
+        e.heat_tracked_pages = self.heat.tracked_pages();
         e.fast_index_pages = self.fast.pages;
     }
 
@@ -748,6 +870,7 @@ impl Engine {
                         h.promoted_at = Some(now);
                     }
                     if self.topo.is_toptier(node) {
+                        self.heat.set_tier(key, Tier::Fast);
                         self.fast.insert(
                             key,
                             FastPage {
@@ -760,6 +883,9 @@ impl Engine {
                 }
                 (MigrationKind::Demote, MoveOutcome::Moved(node)) => {
                     self.fast.remove(key);
+                    if !self.topo.is_toptier(node) {
+                        self.heat.set_tier(key, Tier::Slow);
+                    }
                     if node != report.target {
                         e.pgdemote_fail += nr;
                     } else {
@@ -791,6 +917,7 @@ impl Engine {
                         MoveError::NoProcess => self.forget_space(r.page.space),
                         MoveError::Fault | MoveError::NotPresent => {
                             self.fast.remove(key);
+                            self.heat.remove(key);
                             if let Some(s) = self.stores.get_mut(&r.from) {
                                 s.remove(key);
                             }

@@ -4,13 +4,22 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::backend::{step, Backend, StepBuffers};
-use crate::config::DemotionConfig;
+use crate::config::{DemotionConfig, ThresholdMode};
 use crate::hotness::HotnessMode;
 use crate::plan::{CgroupUsage, NodeUsage};
 use crate::policy::{MemPolicy, Owner, PolicyMode};
 use crate::sources::SourceMask;
 use crate::topology::{three_node, two_tier};
 use crate::types::{SpaceId, Vpn};
+
+/// The kernel-compatible configuration (fixed threshold): most tests here check the
+/// kernel's rules.
+fn kcfg() -> EngineConfig {
+    EngineConfig {
+        threshold: ThresholdMode::Fixed,
+        ..EngineConfig::default()
+    }
+}
 
 const N0: NodeId = NodeId(0);
 const N1: NodeId = NodeId(1);
@@ -23,6 +32,7 @@ fn obs(space: u32, vpn: u64, page_node: NodeId, acc: Option<NodeId>, t_ms: u64) 
         accessing_node: acc,
         source: SourceKind::HwSample,
         time: Nanos::from_millis(t_ms),
+        weight: 1,
     }
 }
 
@@ -72,7 +82,7 @@ fn heat(engine: &mut Engine, space: u32, vpns: std::ops::Range<u64>, node: NodeI
 fn hot_pages_are_promoted_to_the_target_with_plenty_of_space() {
     let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
     let u = usage(&topo, Bytes::gib(16));
-    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    let mut e = Engine::new(kcfg(), topo).unwrap();
     heat(&mut e, 1, 0..100, N1, 0);
     // One access only: not ready.
     e.observe(&[obs(1, 1000, N1, Some(N0), 5)]);
@@ -94,7 +104,7 @@ fn hot_pages_are_promoted_to_the_target_with_plenty_of_space() {
 fn the_promoter_runs_once_per_interval() {
     let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
     let u = usage(&topo, Bytes::gib(16));
-    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    let mut e = Engine::new(kcfg(), topo).unwrap();
     assert!(e.tick(Nanos::from_millis(0), &u).is_empty());
     heat(&mut e, 1, 0..10, N1, 10);
     assert!(
@@ -113,7 +123,7 @@ fn under_pressure_the_hot_threshold_rejects_stale_records() {
     // Below watermark + max(1 GiB, 16 GiB / 16): the hot test applies; above the demotion
     // high watermark (5 % = 819 MiB): promotions are allowed.
     let u = usage(&topo, Bytes::mib(1000));
-    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    let mut e = Engine::new(kcfg(), topo).unwrap();
     heat(&mut e, 1, 0..10, N1, 0);
     heat(&mut e, 1, 10..20, N1, 2990);
     // At 3100 ms the first ten were last touched 3090 ms ago (>= 3000 ms threshold), the
@@ -133,7 +143,7 @@ fn batches_never_exceed_batch_nr_and_group_by_target_and_cgroup() {
     let u = usage(&topo, Bytes::gib(16));
     let cfg = EngineConfig {
         batch_nr: 64,
-        ..EngineConfig::default()
+        ..kcfg()
     };
     let mut e = Engine::new(cfg, topo).unwrap();
     e.update_owner(OwnerUpdate::Owner {
@@ -175,7 +185,7 @@ fn batches_never_exceed_batch_nr_and_group_by_target_and_cgroup() {
 fn huge_pages_move_as_one_unit() {
     let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
     let u = usage(&topo, Bytes::gib(16));
-    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    let mut e = Engine::new(kcfg(), topo).unwrap();
     let mut o = obs(1, 1024 + 7, N1, Some(N0), 0);
     o.page = PageRef::huge(SpaceId(1), Vpn(1024 + 7));
     let mut o2 = o;
@@ -196,10 +206,7 @@ fn precise_mode_promotes_to_the_accessing_node_default_to_the_fixed_one() {
     for (mode, want) in [(HotnessMode::Default, N0), (HotnessMode::Precise, N1)] {
         let topo = three_node(Bytes::gib(16), Bytes::gib(16), Bytes::gib(64));
         let u = usage(&topo, Bytes::gib(16));
-        let cfg = EngineConfig {
-            mode,
-            ..EngineConfig::default()
-        };
+        let cfg = EngineConfig { mode, ..kcfg() };
         let mut e = Engine::new(cfg, topo).unwrap();
         e.observe(&[obs(1, 5, N2, Some(N1), 0), obs(1, 5, N2, Some(N1), 10)]);
         let plan = e.tick(Nanos::from_millis(100), &u);
@@ -215,7 +222,7 @@ fn precise_mode_without_accessor_falls_back_to_the_target() {
     let cfg = EngineConfig {
         mode: HotnessMode::Precise,
         target_nid: Some(N1),
-        ..EngineConfig::default()
+        ..kcfg()
     };
     let mut e = Engine::new(cfg, topo).unwrap();
     e.observe(&[obs(1, 5, N2, None, 0), obs(1, 5, N2, None, 10)]);
@@ -229,7 +236,7 @@ fn preferred_many_masks_are_honoured() {
     let u = usage(&topo, Bytes::gib(16));
     let only_n1 = MemPolicy::new(PolicyMode::PreferredMany, NodeMask::from_nodes([N1, N2]));
     // Default mode, target node 0 outside the mask: the nearest allowed top-tier node.
-    let mut e = Engine::new(EngineConfig::default(), topo.clone()).unwrap();
+    let mut e = Engine::new(kcfg(), topo.clone()).unwrap();
     e.update_owner(OwnerUpdate::Policies {
         space: SpaceId(1),
         ranges: vec![(Vpn(0), Vpn(100), only_n1)],
@@ -242,7 +249,7 @@ fn preferred_many_masks_are_honoured() {
     let cfg = EngineConfig {
         mode: HotnessMode::Precise,
         target_nid: Some(N1),
-        ..EngineConfig::default()
+        ..kcfg()
     };
     let mut e = Engine::new(cfg, topo).unwrap();
     e.update_owner(OwnerUpdate::Policies {
@@ -258,7 +265,7 @@ fn preferred_many_masks_are_honoured() {
 fn bind_to_the_slow_node_is_never_promoted() {
     let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
     let u = usage(&topo, Bytes::gib(16));
-    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    let mut e = Engine::new(kcfg(), topo).unwrap();
     let bind = MemPolicy::new(PolicyMode::Bind, NodeMask::from_nodes([N1]));
     e.update_owner(OwnerUpdate::Policies {
         space: SpaceId(1),
@@ -280,7 +287,7 @@ fn disabled_sources_and_same_node_accesses_are_not_recorded() {
     let topo = three_node(Bytes::gib(16), Bytes::gib(16), Bytes::gib(64));
     let cfg = EngineConfig {
         sources: SourceMask::of(&[SourceKind::HintFault]),
-        ..EngineConfig::default()
+        ..kcfg()
     };
     let mut e = Engine::new(cfg, topo).unwrap();
     e.observe(&[obs(1, 1, N2, Some(N0), 0)]); // hw sample: disabled
@@ -313,7 +320,7 @@ fn a_cgroup_over_its_share_is_thinned_by_the_fourth_power() {
             fast_usage: Bytes::gib(4),
         },
     );
-    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    let mut e = Engine::new(kcfg(), topo).unwrap();
     e.update_owner(OwnerUpdate::Owner {
         space: SpaceId(1),
         owner: Owner {
@@ -363,7 +370,7 @@ fn no_thinning_when_no_protected_cgroup_is_short() {
             fast_usage: Bytes::gib(8),
         },
     );
-    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    let mut e = Engine::new(kcfg(), topo).unwrap();
     e.update_owner(OwnerUpdate::Owner {
         space: SpaceId(1),
         owner: Owner {
@@ -387,7 +394,7 @@ fn no_thinning_when_no_protected_cgroup_is_short() {
 #[test]
 fn demotion_starts_below_low_and_stops_at_high_coldest_first() {
     let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
-    let mut e = Engine::new(EngineConfig::default(), topo.clone()).unwrap();
+    let mut e = Engine::new(kcfg(), topo.clone()).unwrap();
     // 1000 fast pages, page i last touched at i ms.
     let v: Vec<Observation> = (0..1000).map(|i| obs(1, i, N0, Some(N0), i)).collect();
     e.observe(&v);
@@ -402,7 +409,7 @@ fn demotion_starts_below_low_and_stops_at_high_coldest_first() {
         .iter()
         .all(|b| b.target == N1 && b.kind == MigrationKind::Demote));
     // Above low: no demotion.
-    let mut e = Engine::new(EngineConfig::default(), topo.clone()).unwrap();
+    let mut e = Engine::new(kcfg(), topo.clone()).unwrap();
     e.observe(&v);
     u.nodes.get_mut(&N0).unwrap().free = Bytes(cap * 21 / 1000);
     assert!(e.tick(Nanos::from_millis(2000), &u).is_empty());
@@ -413,7 +420,7 @@ fn demotion_starts_below_low_and_stops_at_high_coldest_first() {
             low_free_permille: 49,
             high_free_permille: 50,
         },
-        ..EngineConfig::default()
+        ..kcfg()
     };
     let mut e = Engine::new(cfg, topo).unwrap();
     e.observe(&v);
@@ -456,7 +463,7 @@ fn demotion_takes_from_cgroups_over_their_share_first() {
             low_free_permille: 49,
             high_free_permille: 50,
         },
-        ..EngineConfig::default()
+        ..kcfg()
     };
     let mut e = Engine::new(cfg, topo).unwrap();
     e.update_owner(OwnerUpdate::Owner {
@@ -489,7 +496,7 @@ fn pingpong_is_counted_within_the_window_only() {
     let cap = Bytes::gib(1).0;
     let cfg = EngineConfig {
         pingpong_window_ms: 10_000,
-        ..EngineConfig::default()
+        ..kcfg()
     };
     let mut e = Engine::new(cfg, topo.clone()).unwrap();
     let roomy = usage(&topo, Bytes(cap / 2));
@@ -521,7 +528,7 @@ fn pingpong_is_counted_within_the_window_only() {
 fn failures_are_counted_by_reason_and_gone_processes_forgotten() {
     let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
     let u = usage(&topo, Bytes::gib(16));
-    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    let mut e = Engine::new(kcfg(), topo).unwrap();
     heat(&mut e, 1, 0..4, N1, 0);
     heat(&mut e, 2, 0..2, N1, 0);
     let plan = e.tick(Nanos::from_millis(100), &u);
@@ -560,7 +567,7 @@ fn adaptive_threshold_tightens_when_candidates_exceed_the_budget() {
     // 1 MB/s = 256 pages/s: 60 s budget 15360 candidates.
     let cfg = EngineConfig {
         promote_rate_limit_mbps: 1,
-        ..EngineConfig::default()
+        ..kcfg()
     };
     let mut e = Engine::new(cfg, topo).unwrap();
     let _ = e.tick(Nanos::ZERO, &u);
@@ -619,7 +626,7 @@ fn step_runs_observe_tick_migrate_apply() {
         usage: usage(&topo, Bytes::gib(16)),
         ..FakeBackend::default()
     };
-    let mut e = Engine::new(EngineConfig::default(), topo).unwrap();
+    let mut e = Engine::new(kcfg(), topo).unwrap();
     b.pending = (0..50)
         .flat_map(|v| [obs(1, v, N1, Some(N0), 0), obs(1, v, N1, Some(N0), 1)])
         .collect();
@@ -657,7 +664,7 @@ proptest! {
     ) {
         let topo = three_node(Bytes::gib(1), Bytes::gib(1), Bytes::gib(4));
         let mode = if precise { HotnessMode::Precise } else { HotnessMode::Default };
-        let cfg = EngineConfig { mode, freq_threshold: 1, ..EngineConfig::default() };
+        let cfg = EngineConfig { mode, freq_threshold: 1, ..kcfg() };
         let mut e = Engine::new(cfg, topo.clone()).unwrap();
         for (i, p) in policies.iter().enumerate() {
             let space = SpaceId(u32::try_from(i).unwrap());
@@ -693,7 +700,7 @@ proptest! {
     ) {
         let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
         let u = usage(&topo, Bytes::mib(1000));
-        let cfg = EngineConfig { promote_rate_limit_mbps: rate_mbps, batch_nr, adaptive_threshold: false, ..EngineConfig::default() };
+        let cfg = EngineConfig { promote_rate_limit_mbps: rate_mbps, batch_nr, adaptive_threshold: false, ..kcfg() };
         let limit = mbps_to_pages_per_s(rate_mbps);
         let mut e = Engine::new(cfg, topo).unwrap();
         let mut admitted: Vec<(u64, u64)> = Vec::new();
@@ -726,7 +733,7 @@ fn promotion_stops_at_the_high_watermark_and_room_is_made_from_idle_pages_only()
     let cap = Bytes::gib(1).0;
     let cfg = EngineConfig {
         pingpong_window_ms: 10_000,
-        ..EngineConfig::default()
+        ..kcfg()
     };
     let mut e = Engine::new(cfg, topo.clone()).unwrap();
     // 300 fast pages: 0..100 last seen at 0 ms (idle), 100..300 at 25 s (recent).
@@ -770,7 +777,7 @@ fn no_room_is_made_on_no_evidence_when_sources_cannot_see_the_fast_tier() {
     let cap = Bytes::gib(1).0;
     let cfg = EngineConfig {
         sources: SourceMask::of(&[SourceKind::HintFault]),
-        ..EngineConfig::default()
+        ..kcfg()
     };
     let mut e = Engine::new(cfg, topo.clone()).unwrap();
     // Promote 50 pages, then let time pass: they were never observed on the fast tier.
@@ -801,4 +808,169 @@ fn no_room_is_made_on_no_evidence_when_sources_cannot_see_the_fast_tier() {
         0,
         "promotion time is no evidence of coldness"
     );
+}
+
+/// The relative threshold's configuration: no demotion (room is free memory only), every
+/// source.
+fn rel_cfg() -> EngineConfig {
+    EngineConfig {
+        threshold: ThresholdMode::Relative,
+        demotion: DemotionConfig {
+            enabled: false,
+            ..DemotionConfig::default()
+        },
+        ..EngineConfig::default()
+    }
+}
+
+fn scan_obs(vpn: u64, node: NodeId, weight: u32, t_ms: u64) -> Observation {
+    Observation {
+        source: SourceKind::AccessedBitScan,
+        weight,
+        ..obs(1, vpn, node, None, t_ms)
+    }
+}
+
+fn planned_vpns(plan: &MigrationPlan, kind: MigrationKind) -> std::collections::BTreeSet<u64> {
+    plan.batches
+        .iter()
+        .filter(|b| b.kind == kind)
+        .flat_map(|b| b.pages.iter().map(|m| m.page.vpn.0))
+        .collect()
+}
+
+#[test]
+fn relative_threshold_promotes_a_hot_set_whatever_its_absolute_rate() {
+    // The lab's problem: a region reaches 3 of 20 samples on a slow host and 30 on a fast
+    // one. Either way the hot part goes and the lukewarm part (a tenth as hot) stays when
+    // there is room for the hot part only.
+    for hot_weight in [3u32, 30, 300] {
+        let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+        let mut e = Engine::new(rel_cfg(), topo.clone()).unwrap();
+        let mut v: Vec<Observation> = (0..100).map(|p| scan_obs(p, N1, hot_weight, 0)).collect();
+        v.extend((100..400).map(|p| scan_obs(p, N1, (hot_weight / 10).max(1) / 2, 0)));
+        e.observe(&v);
+        let plan = e.tick(Nanos::from_millis(100), &usage(&topo, Bytes(150 * 4096)));
+        let got = planned_vpns(&plan, MigrationKind::Promote);
+        assert_eq!(got, (0..100).collect(), "weight {hot_weight}");
+        assert_eq!(e.stats().engine.pgpromote_cold, 300);
+        assert_eq!(e.stats().engine.promote_room_pages, 150);
+    }
+}
+
+#[test]
+fn relative_threshold_fills_spare_room_and_promotes_nothing_without_room() {
+    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+    let mut e = Engine::new(rel_cfg(), topo.clone()).unwrap();
+    e.observe(
+        &(0..50)
+            .map(|p| scan_obs(p, N1, 1 + u32::try_from(p).unwrap(), 0))
+            .collect::<Vec<_>>(),
+    );
+    let plan = e.tick(Nanos::from_millis(100), &usage(&topo, Bytes::mib(512)));
+    assert_eq!(
+        planned(&plan, MigrationKind::Promote),
+        50,
+        "room for all: all go"
+    );
+    let mut e = Engine::new(rel_cfg(), topo.clone()).unwrap();
+    e.observe(
+        &(0..50)
+            .map(|p| scan_obs(p, N1, 1 + u32::try_from(p).unwrap(), 0))
+            .collect::<Vec<_>>(),
+    );
+    let plan = e.tick(Nanos::from_millis(100), &usage(&topo, Bytes(0)));
+    assert!(plan.is_empty());
+    assert_eq!(
+        e.stats().engine.promote_heat_threshold,
+        u64::from(crate::hotness::NO_PROMOTION_BIN)
+    );
+}
+
+#[test]
+fn relative_threshold_demotes_colder_fast_pages_to_make_room_for_hotter_ones() {
+    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+    let cfg = EngineConfig {
+        threshold: ThresholdMode::Relative,
+        pingpong_window_ms: 5_000,
+        ..EngineConfig::default()
+    };
+    let high = Bytes::gib(1).0 * u64::from(cfg.demotion.high_free_permille) / 1000;
+    let mut e = Engine::new(cfg, topo.clone()).unwrap();
+    // 1000 lukewarm pages on the fast node, seen once long ago.
+    e.observe(
+        &(10_000..11_000)
+            .map(|p| scan_obs(p, N0, 4, 0))
+            .collect::<Vec<_>>(),
+    );
+    let mut free = high;
+    let mut t = 10_000;
+    for _ in 0..20 {
+        // 100 pages on the slow node, seen hot every pass; the fast node has no free room.
+        e.observe(&(0..100).map(|p| scan_obs(p, N1, 64, t)).collect::<Vec<_>>());
+        let plan = e.tick(Nanos::from_millis(t), &usage(&topo, Bytes(free)));
+        for b in &plan.batches {
+            for m in &b.pages {
+                match b.kind {
+                    MigrationKind::Demote => {
+                        assert!(m.page.vpn.0 >= 10_000, "only the colder pages make room");
+                        free += 4096;
+                    }
+                    MigrationKind::Promote => free -= 4096,
+                }
+            }
+        }
+        apply_all(&mut e, Nanos::from_millis(t), &plan);
+        t += 500;
+    }
+    assert_eq!(e.stats().engine.pgpromote_success, 100);
+    assert!(e.stats().engine.pgdemote_success >= 100);
+    assert_eq!(e.stats().engine.pingpong_demoted, 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// The relative threshold promotes a union of the hottest heat bins that fits the room,
+    /// the largest such union, and the same pages when every access rate is scaled by 2^k.
+    #[test]
+    fn relative_promotes_the_hottest_that_fit_under_any_uniform_scaling(
+        rates in proptest::collection::vec(1u32..5000, 1..150),
+        room in 0u64..200,
+        shift in 1u32..10,
+    ) {
+        let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+        let run = |scale: u32| {
+            let mut e = Engine::new(rel_cfg(), topo.clone()).unwrap();
+            let v: Vec<Observation> = rates
+                .iter()
+                .enumerate()
+                .map(|(i, r)| scan_obs(i as u64, N1, r << scale, 0))
+                .collect();
+            e.observe(&v);
+            let plan = e.tick(Nanos::from_millis(100), &usage(&topo, Bytes(room * 4096)));
+            planned_vpns(&plan, MigrationKind::Promote)
+        };
+        let base = run(0);
+        prop_assert_eq!(&base, &run(shift), "scaled by 2^{}", shift);
+        prop_assert!(base.len() as u64 <= room);
+        let bin = |i: usize| crate::hotness::heat_bin(rates[i]);
+        let chosen_min = base.iter().map(|v| bin(usize::try_from(*v).unwrap())).min();
+        for i in 0..rates.len() {
+            if let Some(min) = chosen_min {
+                // A union of whole bins: every page at least as hot as the coldest chosen
+                // one is chosen.
+                prop_assert_eq!(base.contains(&(i as u64)), bin(i) >= min);
+            }
+        }
+        // The largest such union: the next bin down would not fit.
+        let next = (0..rates.len())
+            .map(bin)
+            .filter(|b| chosen_min.is_none_or(|m| *b < m))
+            .max();
+        if let Some(nb) = next {
+            let with_next = (0..rates.len()).filter(|i| bin(*i) >= nb).count() as u64;
+            prop_assert!(with_next > room);
+        }
+    }
 }

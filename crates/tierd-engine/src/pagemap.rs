@@ -146,7 +146,6 @@ impl<V: Copy> PageMap<V> {
     }
 
     /// The value of `key`.
-    #[cfg(test)]
     pub(crate) fn get(&mut self, key: PageKey) -> Option<&V> {
         let slot = self.find(ChunkKey::of(key))?;
         let i = slot_idx(slot) * CHUNK_PAGES + offset(key);
@@ -310,7 +309,6 @@ impl<V: Copy> PageMap<V> {
     }
 
     /// Bytes held (arena, chunk keys and index), for the memory gauge.
-    #[cfg(test)]
     pub(crate) fn memory_bytes(&self) -> usize {
         self.vals.capacity() * std::mem::size_of::<Option<V>>()
             + self.keys.capacity() * (std::mem::size_of::<ChunkKey>() + 2)
@@ -388,6 +386,20 @@ impl<V: Copy> SizedPageMap<V> {
             PageSize::Base => self.base.insert(key, v),
             PageSize::Huge2M => self.huge.insert(key, v),
         }
+    }
+
+    /// The value of `key`, of either size.
+    pub(crate) fn get(&mut self, key: PageKey) -> Option<&V> {
+        if !self.huge.is_empty() && self.huge.contains_key(&key) {
+            return self.huge.get(&key);
+        }
+        self.base.get(key)
+    }
+
+    /// Bytes held by both sides, for the memory gauges.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.base.memory_bytes()
+            + self.huge.capacity() * (std::mem::size_of::<PageKey>() + std::mem::size_of::<V>())
     }
 
     /// Removes `key`; returns its value.

@@ -129,6 +129,10 @@ pub struct Observation {
     pub source: SourceKind,
     /// When it was observed.
     pub time: Nanos,
+    /// How many accesses it stands for, as its source counts them: a DAMON region's
+    /// `nr_accesses`, 1 for a hint fault or a sample. Only the relative threshold uses it (as
+    /// heat); 0 counts as 1.
+    pub weight: u32,
 }
 
 #[cfg(test)]

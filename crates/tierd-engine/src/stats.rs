@@ -98,7 +98,7 @@ stats_struct! {
         pgpromote_fail_gone: Counter, Pages, "tierd: promotions whose process had exited (ESRCH).";
         pgpromote_fail_fault: Counter, Pages, "tierd: promotions of pages no longer mapped or present (EFAULT, ENOENT).";
         pgpromote_fail_other: Counter, Pages, "tierd: promotions that failed for another reason.";
-        pgpromote_cold: Counter, Pages, "tierd: ready pages rejected because their last access is older than the hot threshold.";
+        pgpromote_cold: Counter, Pages, "tierd: ready pages rejected as not hot enough: last access older than the hot threshold (fixed mode), or heat below the relative threshold.";
         pgpromote_rate_limited: Counter, Pages, "tierd: ready pages rejected by the per-node rate limit.";
         pgpromote_policy_skipped: Counter, Pages, "tierd: ready pages with no fast node allowed by their mempolicy.";
         pgpromote_cgroup_throttled: Counter, Pages, "tierd: ready pages thinned because their cgroup is over its fast-tier share under pressure.";
@@ -116,6 +116,9 @@ stats_struct! {
         ready_pages: Gauge, Pages, "tierd: records marked ready and not yet consumed.";
         hotness_store_bytes: Gauge, Bytes, "tierd: memory used by the hotness records and their index.";
         fast_index_pages: Gauge, Pages, "tierd: top-tier pages known to the demoter.";
+        heat_tracked_pages: Gauge, Pages, "tierd: pages with a heat (relative threshold), both tiers.";
+        promote_heat_threshold: Gauge, Events, "tierd: the heat bin a slow page needs (relative threshold): heat >= 2^(bin-1) decayed accesses; 33 promotes nothing.";
+        promote_room_pages: Gauge, Pages, "tierd: free room on the promotion targets above their watermarks, as the relative threshold sized it.";
     }
 }
 

@@ -185,6 +185,11 @@ impl Nanos {
         let s = self.0 as f64 / 1e9;
         s
     }
+    /// `self + d`, saturating at the largest instant.
+    #[must_use]
+    pub fn saturating_add(self, d: Nanos) -> Nanos {
+        Nanos(self.0.saturating_add(d.0))
+    }
     /// `self - earlier`, or zero if `earlier` is later.
     #[must_use]
     pub fn saturating_sub(self, earlier: Nanos) -> Nanos {

@@ -575,6 +575,7 @@ impl LinuxBackend {
                         accessing_node: r.accessing_node,
                         source: r.kind,
                         time: r.time,
+                        weight: r.nr_accesses,
                     });
                 }
             }

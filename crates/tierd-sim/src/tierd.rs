@@ -280,6 +280,7 @@ impl Tierd {
                 accessing_node: Some(smp.node),
                 source: SourceKind::HwSample,
                 time: Nanos(smp.time_ns),
+                weight: 1,
             });
         }
     }
@@ -329,6 +330,7 @@ impl Tierd {
                         accessing_node: None,
                         source: SourceKind::AccessedBitScan,
                         time: Nanos(t),
+                        weight: 1,
                     });
                 }
             }
@@ -360,6 +362,7 @@ impl Mechanism for Tierd {
                     accessing_node: Some(f.node),
                     source: SourceKind::HintFault,
                     time: Nanos(f.time_ns),
+                    weight: 1,
                 });
             }
         }

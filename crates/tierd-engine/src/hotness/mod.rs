@@ -77,8 +77,10 @@
 //! * **Node ids above 1023** are masked to the 10-bit field in precise mode (the kernel
 //!   refuses them; [`HotnessParams::validate`] does for the target node).
 
+pub mod heat;
 pub mod record;
 pub mod store;
 
+pub use heat::{fit_threshold, heat_bin, HeatMap, Tier, HEAT_BINS, NO_PROMOTION_BIN};
 pub use record::{Consumed, DefaultRecord, PreciseRecord};
 pub use store::{HotnessMode, HotnessParams, HotnessParamsError, HotnessStore, ReadyPage};

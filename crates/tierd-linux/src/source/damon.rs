@@ -623,6 +623,7 @@ pub fn to_observations(
                 accessing_node: None,
                 source: SourceKind::AccessedBitScan,
                 time,
+                weight: 1,
             })
         })
         .collect()

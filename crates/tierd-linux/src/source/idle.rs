@@ -384,6 +384,7 @@ pub fn to_observations(facts: &[IdleFact], mut lookup: impl NodeLookup) -> Vec<O
                 accessing_node: None,
                 source: SourceKind::AccessedBitScan,
                 time: f.time,
+                weight: 1,
             })
         })
         .collect()

@@ -184,6 +184,7 @@ pub fn to_observations(
                 accessing_node: cpu_node(s.cpu),
                 source: SourceKind::HwSample,
                 time: s.time,
+                weight: 1,
             })
         })
         .collect()

@@ -1,0 +1,440 @@
+//! Relative hotness: a decayed access count ("heat") per page, a histogram of it per tier, and
+//! the threshold that promotes the hottest pages the fast tier has room for, whatever their
+//! absolute access rate.
+//!
+//! # Why
+//!
+//! pghot's threshold is absolute: a page is hot after `freq_threshold` accesses within a
+//! window. How many accesses a source reports for a page depends on the source's resolution
+//! and the workload's speed (a DAMON region reaches 5-8 of 20 samples on one host and 2-3 on a
+//! slower one), so a threshold tuned on one host promotes nothing, or everything, on another.
+//! Memtis (T. Lee, S. K. Monga, C. Min, Y. I. Eom, "MEMTIS: Efficient Memory Tiering with
+//! Dynamic Page Classification and Page Size Determination", SOSP 2023, section 4.2) instead
+//! keeps a histogram of every page's access count in log2 bins, cools all counts by halving
+//! them periodically, and picks the hot threshold as the lowest bin whose pages, with every
+//! hotter bin's, fit in the fast tier. Scaling every access rate by `c` scales every count by
+//! `c` and moves every page by the same number of bins, so the pages chosen do not change.
+//!
+//! # Model
+//!
+//! - An observation adds its weight (the accesses it stands for: a DAMON region's
+//!   `nr_accesses`, 1 for a fault or a sample) to the page's heat, saturating at `u32::MAX`.
+//! - Every `cooling_ms` all heats halve (Memtis halves every 2M samples; a time period keeps
+//!   the engine's output a function of time and observations only). Halving is lazy: an entry
+//!   stores the cooling epoch of its heat and is shifted when next touched. Since
+//!   `bin(h / 2) = bin(h) - 1` for the log2 bins used here, the histogram cools exactly by
+//!   shifting it one bin down.
+//! - Bin 0 holds heat 0; bin `b >= 1` holds heats in `[2^(b-1), 2^b)`.
+//! - [`fit_threshold`] is the lowest bin `T >= 1` such that the slow-tier pages in bins `>= T`
+//!   fit in the room on the fast tier: free memory above its high watermark, plus, when the
+//!   demoter may make room, the fast-tier pages colder than `T`.
+
+use crate::pagemap::SizedPageMap;
+use crate::types::{Nanos, PageKey, PageSize, SpaceId};
+
+/// Histogram bins: bin 0 for heat 0, bins 1..=32 for `[2^(b-1), 2^b)`.
+pub const HEAT_BINS: usize = 33;
+
+/// The threshold bin that promotes nothing (no slow page's bin reaches it).
+pub const NO_PROMOTION_BIN: u8 = 33;
+const _: () = assert!(NO_PROMOTION_BIN as usize == HEAT_BINS);
+
+/// The log2 bin of a heat.
+#[must_use]
+pub fn heat_bin(heat: u32) -> u8 {
+    // 32 - leading_zeros is 0..=32.
+    u8::try_from(32 - heat.leading_zeros()).unwrap_or(NO_PROMOTION_BIN)
+}
+
+/// Which tier a page's heat is counted in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// A lower-tier node: a promotion candidate.
+    Slow,
+    /// A top-tier node: stays, or is demoted to make room.
+    Fast,
+}
+
+impl Tier {
+    fn idx(self) -> usize {
+        match self {
+            Tier::Slow => 0,
+            Tier::Fast => 1,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    /// Heat as of `epoch`.
+    heat: u32,
+    epoch: u32,
+    fast: bool,
+    size: PageSize,
+}
+
+impl Entry {
+    fn tier(self) -> Tier {
+        if self.fast {
+            Tier::Fast
+        } else {
+            Tier::Slow
+        }
+    }
+}
+
+/// Per-page heat and its histogram per tier. See the module docs.
+#[derive(Debug)]
+pub struct HeatMap {
+    map: SizedPageMap<Entry>,
+    /// Base pages per bin, `[slow, fast]`, at the current epoch.
+    hist: [[u64; HEAT_BINS]; 2],
+    epoch: u32,
+    cooling: Nanos,
+    /// When the next cooling is due; set by the first observation.
+    next_cool: Option<Nanos>,
+}
+
+impl HeatMap {
+    /// An empty map whose heats halve every `cooling_ms` (at least 1 ms).
+    #[must_use]
+    pub fn new(cooling_ms: u64) -> Self {
+        HeatMap {
+            map: SizedPageMap::default(),
+            hist: [[0; HEAT_BINS]; 2],
+            epoch: 0,
+            cooling: Nanos::from_millis(cooling_ms.max(1)),
+            next_cool: None,
+        }
+    }
+
+    /// Applies every cooling due by `now`: each shifts the histogram one bin down.
+    pub fn cool_until(&mut self, now: Nanos) {
+        let Some(mut due) = self.next_cool else {
+            self.next_cool = Some(now.saturating_add(self.cooling));
+            return;
+        };
+        let mut shifts = 0u32;
+        while due <= now && shifts < 64 {
+            shifts += 1;
+            due = due.saturating_add(self.cooling);
+        }
+        if due <= now {
+            // Idle for more than 64 periods: every heat is 0 by now.
+            due = now.saturating_add(self.cooling);
+        }
+        self.next_cool = Some(due);
+        for _ in 0..shifts.min(u32::from(NO_PROMOTION_BIN)) {
+            for h in &mut self.hist {
+                h[0] += h[1];
+                h.copy_within(2.., 1);
+                h[HEAT_BINS - 1] = 0;
+            }
+        }
+        self.epoch = self.epoch.wrapping_add(shifts);
+    }
+
+    /// `e`'s heat cooled to the current epoch.
+    fn current(&self, e: Entry) -> u32 {
+        e.heat
+            .checked_shr(self.epoch.wrapping_sub(e.epoch))
+            .unwrap_or(0)
+    }
+
+    fn count(&mut self, tier: Tier, bin: u8, size: PageSize, add: bool) {
+        let slot = &mut self.hist[tier.idx()][usize::from(bin)];
+        let n = size.nr_pages().0;
+        if add {
+            *slot += n;
+        } else {
+            *slot = slot.saturating_sub(n);
+        }
+    }
+
+    /// Adds `weight` accesses (at least 1) to `key`, counted in `tier`; returns its new bin.
+    /// Call [`HeatMap::cool_until`] first so that the heat is current.
+    pub fn add(&mut self, key: PageKey, size: PageSize, tier: Tier, weight: u32) -> u8 {
+        let epoch = self.epoch;
+        let mut fresh = false;
+        let e = *self.map.get_or_insert_with(key, size, || {
+            fresh = true;
+            Entry {
+                heat: 0,
+                epoch,
+                fast: tier == Tier::Fast,
+                size,
+            }
+        });
+        let old = self.current(e);
+        if !fresh {
+            self.count(e.tier(), heat_bin(old), e.size, false);
+        }
+        let heat = old.saturating_add(weight.max(1));
+        let bin = heat_bin(heat);
+        let ne = Entry {
+            heat,
+            epoch,
+            fast: tier == Tier::Fast,
+            size,
+        };
+        self.count(tier, bin, size, true);
+        self.map.insert(key, size, ne);
+        bin
+    }
+
+    /// The current bin of `key` (0 when it has no heat).
+    #[must_use]
+    pub fn bin(&mut self, key: PageKey) -> u8 {
+        let e = self.map.get(key).copied();
+        e.map_or(0, |e| heat_bin(self.current(e)))
+    }
+
+    /// Moves `key`'s heat to `tier` (it was promoted or demoted), keeping its value.
+    pub fn set_tier(&mut self, key: PageKey, tier: Tier) {
+        let Some(e) = self.map.get(key).copied() else {
+            return;
+        };
+        if e.tier() == tier {
+            return;
+        }
+        let bin = heat_bin(self.current(e));
+        self.count(e.tier(), bin, e.size, false);
+        self.count(tier, bin, e.size, true);
+        self.map.insert(
+            key,
+            e.size,
+            Entry {
+                fast: tier == Tier::Fast,
+                ..e
+            },
+        );
+    }
+
+    /// Forgets `key`.
+    pub fn remove(&mut self, key: PageKey) {
+        if let Some(e) = self.map.remove(key) {
+            let bin = heat_bin(self.current(e));
+            self.count(e.tier(), bin, e.size, false);
+        }
+    }
+
+    /// Forgets every page of `space`.
+    pub fn forget_space(&mut self, space: SpaceId) {
+        let mut gone = Vec::new();
+        for (k, e) in self.map.iter() {
+            if k.space == space {
+                gone.push((k, *e));
+            }
+        }
+        for (k, e) in gone {
+            let bin = heat_bin(self.current(e));
+            self.count(e.tier(), bin, e.size, false);
+            self.map.remove(k);
+        }
+    }
+
+    /// Drops the entries that cooled down to 0: memory follows the pages with heat.
+    pub fn prune(&mut self) {
+        let epoch = self.epoch;
+        let mut dropped = [0u64; 2];
+        self.map.retain(|_, e| {
+            let cold = e.heat.checked_shr(epoch.wrapping_sub(e.epoch)).unwrap_or(0) == 0;
+            if cold {
+                dropped[e.tier().idx()] += e.size.nr_pages().0;
+            }
+            !cold
+        });
+        for (h, d) in self.hist.iter_mut().zip(dropped) {
+            h[0] = h[0].saturating_sub(d);
+        }
+    }
+
+    /// Base pages per bin in `tier`.
+    #[must_use]
+    pub fn histogram(&self, tier: Tier) -> &[u64; HEAT_BINS] {
+        &self.hist[tier.idx()]
+    }
+
+    /// Pages with an entry (any heat, either tier), in base pages.
+    #[must_use]
+    pub fn tracked_pages(&self) -> u64 {
+        self.hist.iter().flatten().sum()
+    }
+
+    /// Memory held, as allocated.
+    #[must_use]
+    pub fn memory_bytes(&self) -> usize {
+        self.map.memory_bytes() + std::mem::size_of::<Self>()
+    }
+}
+
+/// The lowest bin `T >= 1` whose slow pages (with every hotter bin's) fit in the room:
+/// `room_pages` free, plus the fast pages colder than `T` when `demotable`. Returns
+/// [`NO_PROMOTION_BIN`] when not even the hottest bin with pages fits.
+///
+/// Demand falls and room grows as `T` rises, so the first `T` that fits is the answer.
+#[must_use]
+pub fn fit_threshold(
+    slow: &[u64; HEAT_BINS],
+    fast: &[u64; HEAT_BINS],
+    room_pages: u64,
+    demotable: bool,
+) -> u8 {
+    let total: u64 = slow[1..].iter().sum();
+    let mut demand = total;
+    let mut colder_fast: u64 = fast[0];
+    for t in 1..HEAT_BINS {
+        let room = room_pages.saturating_add(if demotable { colder_fast } else { 0 });
+        if demand == 0 && total > 0 {
+            // Only a bin above every candidate fits: say so plainly.
+            return NO_PROMOTION_BIN;
+        }
+        if demand <= room {
+            return u8::try_from(t).unwrap_or(NO_PROMOTION_BIN);
+        }
+        demand -= slow[t];
+        colder_fast += fast[t];
+    }
+    NO_PROMOTION_BIN
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::types::Vpn;
+
+    fn k(vpn: u64) -> PageKey {
+        PageKey {
+            space: SpaceId(1),
+            vpn: Vpn(vpn),
+        }
+    }
+
+    #[test]
+    fn bins_are_log2() {
+        assert_eq!(heat_bin(0), 0);
+        assert_eq!(heat_bin(1), 1);
+        assert_eq!(heat_bin(2), 2);
+        assert_eq!(heat_bin(3), 2);
+        assert_eq!(heat_bin(4), 3);
+        assert_eq!(heat_bin(u32::MAX), 32);
+    }
+
+    #[test]
+    fn cooling_halves_heat_and_shifts_the_histogram() {
+        let mut m = HeatMap::new(1000);
+        m.cool_until(Nanos::ZERO);
+        assert_eq!(m.add(k(1), PageSize::Base, Tier::Slow, 8), 4);
+        assert_eq!(m.add(k(2), PageSize::Base, Tier::Slow, 1), 1);
+        assert_eq!(m.histogram(Tier::Slow)[4], 1);
+        m.cool_until(Nanos::from_millis(999));
+        assert_eq!(m.bin(k(1)), 4);
+        m.cool_until(Nanos::from_millis(1000));
+        assert_eq!(m.bin(k(1)), 3, "8 -> 4");
+        assert_eq!(m.bin(k(2)), 0, "1 -> 0");
+        assert_eq!(m.histogram(Tier::Slow)[3], 1);
+        assert_eq!(m.histogram(Tier::Slow)[0], 1);
+        // Adding to a cooled page starts from its cooled heat.
+        assert_eq!(m.add(k(1), PageSize::Base, Tier::Slow, 4), 4);
+        m.prune();
+        assert_eq!(m.tracked_pages(), 1, "the page cooled to 0 is dropped");
+        // A long idle period cools everything.
+        m.cool_until(Nanos::from_secs(1000));
+        assert_eq!(m.bin(k(1)), 0);
+        assert_eq!(m.histogram(Tier::Slow)[0], 1);
+    }
+
+    #[test]
+    fn tier_moves_and_removal_keep_the_histogram_exact() {
+        let mut m = HeatMap::new(1000);
+        m.cool_until(Nanos::ZERO);
+        m.add(k(0), PageSize::Huge2M, Tier::Slow, 3);
+        assert_eq!(m.histogram(Tier::Slow)[2], 512);
+        m.set_tier(k(0), Tier::Fast);
+        assert_eq!(m.histogram(Tier::Slow)[2], 0);
+        assert_eq!(m.histogram(Tier::Fast)[2], 512);
+        m.remove(k(0));
+        assert_eq!(m.tracked_pages(), 0);
+        m.add(k(5), PageSize::Base, Tier::Fast, 1);
+        m.add(k(5), PageSize::Base, Tier::Slow, 1);
+        assert_eq!(m.histogram(Tier::Fast)[2], 0);
+        assert_eq!(m.histogram(Tier::Slow)[2], 1, "seen on the slow tier now");
+        m.forget_space(SpaceId(1));
+        assert_eq!(m.tracked_pages(), 0);
+    }
+
+    #[test]
+    fn the_threshold_fits_the_hottest_bins_in_the_room() {
+        let mut slow = [0u64; HEAT_BINS];
+        let mut fast = [0u64; HEAT_BINS];
+        slow[5] = 100;
+        slow[3] = 100;
+        slow[1] = 1000;
+        assert_eq!(
+            fit_threshold(&slow, &fast, 10_000, false),
+            1,
+            "room for all"
+        );
+        assert_eq!(fit_threshold(&slow, &fast, 200, false), 2);
+        assert_eq!(fit_threshold(&slow, &fast, 199, false), 4);
+        assert_eq!(fit_threshold(&slow, &fast, 99, false), NO_PROMOTION_BIN);
+        // Colder fast pages count as room when the demoter can move them.
+        fast[2] = 150;
+        assert_eq!(fit_threshold(&slow, &fast, 50, true), 3);
+        assert_eq!(fit_threshold(&slow, &fast, 50, false), NO_PROMOTION_BIN);
+    }
+
+    proptest! {
+        /// The histogram always equals the one recomputed from the entries, through adds,
+        /// coolings, tier moves, removals and prunes.
+        #[test]
+        fn histogram_matches_the_entries(
+            ops in proptest::collection::vec((0u8..5, 0u64..40, 1u32..100, 0u64..3000), 1..200)
+        ) {
+            let mut m = HeatMap::new(500);
+            let mut now = Nanos::ZERO;
+            m.cool_until(now);
+            for (op, vpn, w, dt) in ops {
+                now = now.saturating_add(Nanos::from_millis(dt / 10));
+                m.cool_until(now);
+                let tier = if w % 2 == 0 { Tier::Fast } else { Tier::Slow };
+                match op {
+                    0 | 1 => { m.add(k(vpn), PageSize::Base, tier, w); }
+                    2 => m.set_tier(k(vpn), tier),
+                    3 => m.remove(k(vpn)),
+                    _ => m.prune(),
+                }
+                let mut want = [[0u64; HEAT_BINS]; 2];
+                for (_, e) in m.map.iter() {
+                    want[e.tier().idx()][usize::from(heat_bin(m.current(*e)))] += 1;
+                }
+                prop_assert_eq!(&want, &m.hist);
+            }
+        }
+
+        /// Scaling every heat by a power of two moves the threshold by exactly that many
+        /// bins: the same pages are chosen.
+        #[test]
+        fn the_threshold_is_scale_free(
+            heats in proptest::collection::vec(1u32..1_000_000, 1..60),
+            room in 0u64..70,
+            shift in 0u32..8,
+        ) {
+            let hist = |scale: u32| {
+                let mut h = [0u64; HEAT_BINS];
+                for x in &heats {
+                    h[usize::from(heat_bin(x << scale))] += 1;
+                }
+                h
+            };
+            let fast = [0u64; HEAT_BINS];
+            let t0 = fit_threshold(&hist(0), &fast, room, false);
+            let t1 = fit_threshold(&hist(shift), &fast, room, false);
+            let chosen = |t: u8, scale: u32| heats.iter().filter(|x| heat_bin(*x << scale) >= t).count();
+            prop_assert_eq!(chosen(t0, 0), chosen(t1, shift));
+            prop_assert!(chosen(t0, 0) as u64 <= room);
+        }
+    }
+}
