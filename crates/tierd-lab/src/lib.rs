@@ -53,11 +53,85 @@ pub enum LabError {
     },
 }
 
+/// What a lab figure depends on besides the mechanism: the host that ran the TCG guest (its
+/// speed sets the workload's access rate) and the guest kernel.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct HostInfo {
+    /// `model name` from the host's `/proc/cpuinfo`.
+    pub cpu_model: String,
+    /// Online CPUs of the host.
+    pub cpus: usize,
+    /// The host's 1-minute load average when the experiment started (another busy process
+    /// slows TCG down).
+    pub loadavg_1m: f64,
+    /// Single-thread speed index: millions of iterations per second of a fixed integer loop
+    /// (xorshift64), timed on the host before the experiment. Compare rows from different
+    /// hosts by it, and by the workload's accesses per hot page per second.
+    pub speed_mops: f64,
+    /// `uname -r` of the guest kernel.
+    pub guest_kernel: String,
+}
+
+impl HostInfo {
+    /// Reads the host and times the speed loop (about 0.1-0.5 s).
+    #[must_use]
+    pub fn measure(guest_kernel: &str) -> HostInfo {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .and_then(|r| r.split_once(':'))
+            .map_or_else(|| "unknown".to_string(), |(_, m)| m.trim().to_string());
+        let loadavg_1m = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0.0);
+        HostInfo {
+            cpu_model,
+            cpus: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            loadavg_1m,
+            speed_mops: speed_index(),
+            guest_kernel: guest_kernel.to_string(),
+        }
+    }
+
+    /// One line for tables.
+    #[must_use]
+    pub fn line(&self) -> String {
+        format!(
+            "host: {} ({} CPUs), speed index {:.0} Mops/s, load {:.2}; guest kernel {}",
+            self.cpu_model, self.cpus, self.speed_mops, self.loadavg_1m, self.guest_kernel
+        )
+    }
+}
+
+/// Millions of xorshift64 steps per second on one host thread: the best of three timings
+/// of 50 M steps (the best, because another process can only slow a timing down).
+#[allow(clippy::cast_precision_loss)]
+fn speed_index() -> f64 {
+    const STEPS: u64 = 50_000_000;
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..STEPS {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+        }
+        std::hint::black_box(x);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    STEPS as f64 / best.max(1e-9) / 1e6
+}
+
 /// The result of one experiment.
 #[derive(Clone, Debug, Serialize)]
 pub struct ExperimentResult {
     /// The experiment.
     pub experiment: Experiment,
+    /// The host and guest kernel it ran on.
+    pub host: HostInfo,
     /// One row per run.
     pub rows: Vec<Summary>,
     /// The measurements behind each row, by row id.
@@ -117,6 +191,7 @@ pub fn run_experiment(
             });
         }
     }
+    let host = HostInfo::measure(&env.kernel.version);
     let mut rows = Vec::new();
     let mut runs = Vec::new();
     for (id, mech) in &exp.runs {
@@ -146,6 +221,7 @@ pub fn run_experiment(
     }
     Ok(ExperimentResult {
         experiment: exp.clone(),
+        host,
         rows,
         runs,
     })

@@ -65,11 +65,11 @@ PID_workload=$(echo "$READY" | sed -n 's/^[a-z]* pid=\([0-9]*\) .*/\1/p')
 lab_sample
 echo "LAB START $(lab_t)"
 {start}k=0
-while [ $k -lt {duration} ]; do
+{until_setup}while [ $k -lt {duration} ]; do
   sleep 1
   k=$((k+1))
 {tick}  lab_sample
-done
+{until_check}done
 {stop}lab_sample
 echo "LAB END $(lab_t)"
 kill $PID_workload 2>/dev/null; wait $PID_workload 2>/dev/null
@@ -84,6 +84,49 @@ sed 's/^/LAB W /' /tmp/w.log
         duration = exp.duration_s,
         tick = exp.tick,
         stop = mech.stop_script(),
+        until_setup = until_setup(exp),
+        until_check = until_check(exp),
+    )
+}
+
+/// Shell that finds the first part's start address and defines `lab_on_fast` (its pages on
+/// the fast node now, from the numa_maps entry of the VMA containing it), when the
+/// experiment ends early on a condition.
+fn until_setup(exp: &Experiment) -> String {
+    let (Some(_), Some(part)) = (exp.until, exp.parts.first()) else {
+        return String::new();
+    };
+    format!(
+        r#"UNTIL_ADDR=$(( $(echo "$READY" | sed -n 's/.* {key}=\(0x[0-9a-f]*\).*/\1/p') ))
+lab_on_fast() {{
+  best=0; n=0
+  while read st rest; do
+    s=$((0x$st)); [ $s -le $UNTIL_ADDR ] && [ $s -ge $best ] || continue
+    best=$s; n=0
+    for w in $rest; do case $w in N$FAST=*) n=${{w#N$FAST=}};; esac; done
+  done < /proc/$PID_workload/numa_maps
+  echo $n
+}}
+ok=0
+"#,
+        key = part.addr_key
+    )
+}
+
+/// Shell at the end of each sampling step that leaves the loop once the experiment's
+/// [`crate::experiment::Until`] holds.
+fn until_check(exp: &Experiment) -> String {
+    let (Some(u), Some(part)) = (exp.until, exp.parts.first()) else {
+        return String::new();
+    };
+    format!(
+        "  if [ $(( $(lab_on_fast) * 1000 )) -ge $(( {pages} * {permille} )) ]; then ok=$((ok+1)); else ok=0; fi
+           if [ $ok -ge {consecutive} ] && [ $k -ge {min_s} ]; then echo \"LAB UNTIL met at k=$k\"; break; fi
+",
+        pages = part.pages,
+        permille = u.hot_permille,
+        consecutive = u.consecutive,
+        min_s = u.min_s,
     )
 }
 
@@ -332,7 +375,13 @@ LAB W chase t=1.000 hot_n0=1 hot_n1=1 hot_other=0 cold_n0=0 cold_n1=6 cold_other
         let s = script(&exp, &exp.runs[0].1);
         assert!(s.contains("sed \"s/^/LAB NM t=$T /\" /proc/$PID_workload/numa_maps"));
         assert!(s.contains("/bin/tierd run --config /lab/tierd.toml"));
-        assert!(s.contains("while [ $k -lt 20 ]"));
+        assert!(s.contains("while [ $k -lt 120 ]"));
+        // The short run ends once 95 % of the 32768 hot pages sat on node 0 for 3 samples.
+        assert!(s.contains("$(( 32768 * 950 ))"), "{s}");
+        assert!(s.contains("[ $ok -ge 3 ] && [ $k -ge 20 ]"));
+        assert!(s.contains("sed -n 's/.* addr=\\(0x[0-9a-f]*\\).*/\\1/p'"));
+        let full = experiment_a(false);
+        assert!(!script(&full, &full.runs[0].1).contains("lab_on_fast"));
         assert!(s.contains("chase --total-mib 512 --hot-mib 128"));
     }
 }

@@ -50,6 +50,12 @@ pub struct Summary {
     pub workload_cpu_s: f64,
     /// Mean steps per second of the workload over the last quarter of the run.
     pub throughput: Option<f64>,
+    /// The workload's accesses per hot page per second over the whole run (its steps per
+    /// second, each one access to a hot page, over the hot part's pages): under TCG this is
+    /// set by the host's speed, and it is what a source sees of the hot set, so it is what
+    /// rows from different hosts are compared by.
+    #[serde(default)]
+    pub hot_accesses_per_page_s: Option<f64>,
     /// Checksum failures the workload reported (integrity runs).
     pub checksum_failures: Option<u64>,
     /// Whether the workload printed its `done` line (it did not crash and was not killed).
@@ -142,6 +148,9 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
         .collect();
     let tail = &rates[rates.len() - rates.len() / 4..];
     let throughput = (!tail.is_empty()).then(|| tail.iter().sum::<f64>() / tail.len() as f64);
+    let chase = exp.workload.starts_with("chase");
+    let hot_accesses_per_page_s = (chase && !rates.is_empty())
+        .then(|| rates.iter().sum::<f64>() / rates.len() as f64 / hot.pages.max(1) as f64);
     let failures = d
         .workload_lines
         .iter()
@@ -189,6 +198,7 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
         promoter_cpu_s: promoter,
         workload_cpu_s: cpu_delta(d, "workload").unwrap_or(0) as f64 / USER_HZ,
         throughput,
+        hot_accesses_per_page_s,
         checksum_failures: failures,
         wall_s: d.wall_s,
         error: None,
@@ -326,16 +336,16 @@ pub fn table(exp: &Experiment, rows: &[Summary]) -> String {
     let _ = writeln!(o, "{}", exp.title);
     let _ = writeln!(
         o,
-        "| id | mechanism | t50 s | t90 s | t95 s | hot on fast | fast MiB | over | cold moved | migrated MiB | pgpromote | hint faults | promoter CPU s | workload CPU s | steps/s | notes |"
+        "| id | mechanism | t50 s | t90 s | t95 s | hot on fast | fast MiB | over | cold moved | migrated MiB | pgpromote | hint faults | promoter CPU s | workload CPU s | steps/s | acc/hot page/s | notes |"
     );
     let _ = writeln!(
         o,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for r in rows {
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} | {:.1} % | {:.0} | {:+.1} % | {:.1} % | {:.0} | {} | {} | {} | {:.1} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.1} % | {:.0} | {:+.1} % | {:.1} % | {:.0} | {} | {} | {} | {:.1} | {} | {} | {} |",
             r.id,
             r.mechanism,
             opt(r.t50_s, 1),
@@ -351,7 +361,62 @@ pub fn table(exp: &Experiment, rows: &[Summary]) -> String {
             opt(r.promoter_cpu_s, 2),
             r.workload_cpu_s,
             opt(r.throughput, 0),
+            opt(r.hot_accesses_per_page_s, 1),
             notes(r),
+        );
+    }
+    o
+}
+
+/// The spread of repeated runs of one experiment: per row id, the median and the range of
+/// each figure over the runs (`runs[i]` holds the rows of run i).
+#[must_use]
+pub fn spread_table(exp: &Experiment, runs: &[Vec<Summary>]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "{} ({} runs: median [min - max])", exp.title, runs.len());
+    let _ = writeln!(
+        o,
+        "| id | mechanism | t50 s | t90 s | t95 s | hot on fast % | over % | migrated MiB | promoter CPU s | acc/hot page/s | failed |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let Some(first) = runs.first() else {
+        return o;
+    };
+    for r0 in first {
+        let rows: Vec<&Summary> = runs
+            .iter()
+            .filter_map(|rs| rs.iter().find(|r| r.id == r0.id))
+            .collect();
+        let ok: Vec<&&Summary> = rows.iter().filter(|r| r.error.is_none()).collect();
+        let cell = |f: &dyn Fn(&Summary) -> Option<f64>, prec: usize| -> String {
+            let mut v: Vec<f64> = ok.iter().filter_map(|r| f(r)).collect();
+            let missing = ok.len() - v.len();
+            if v.is_empty() {
+                return "-".into();
+            }
+            v.sort_by(f64::total_cmp);
+            let med = v[v.len() / 2];
+            let s = format!("{med:.prec$} [{:.prec$} - {:.prec$}]", v[0], v[v.len() - 1]);
+            if missing > 0 {
+                format!("{s} ({missing} never)")
+            } else {
+                s
+            }
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r0.id,
+            r0.mechanism,
+            cell(&|r| r.t50_s, 1),
+            cell(&|r| r.t90_s, 1),
+            cell(&|r| r.t95_s, 1),
+            cell(&|r| Some(r.hot_on_fast_pct), 1),
+            cell(&|r| Some(r.over_pct), 1),
+            cell(&|r| Some(r.migrated_mib), 0),
+            cell(&|r| r.promoter_cpu_s, 1),
+            cell(&|r| r.hot_accesses_per_page_s, 1),
+            rows.len() - ok.len(),
         );
     }
     o

@@ -128,8 +128,12 @@ pub struct DamonSourceConfig {
     pub min_nr_regions: u64,
     /// `monitoring_attrs/nr_regions/max`.
     pub max_nr_regions: u64,
-    /// Regions whose `nr_accesses` reach this feed observations.
+    /// Regions whose `nr_accesses` reach this feed observations (an absolute floor; see
+    /// `min_relative_permille`).
     pub min_nr_accesses: u32,
+    /// Regions must also reach this share of the hottest region's `nr_accesses`, per mille:
+    /// a floor relative to what this host and these intervals make hot regions count.
+    pub min_relative_permille: u32,
     /// At most this many page observations per read-back, so one huge hot region cannot
     /// flood the engine.
     pub max_pages_per_pass: u64,
@@ -137,6 +141,16 @@ pub struct DamonSourceConfig {
     /// costs a location query of the pages of every accessed region; with the engine's
     /// default 3 s window, two reads a second still see a page twice within a window.
     pub read_interval_ms: u64,
+    /// Tune the intervals at run time toward this share of possible access events observed,
+    /// basis points (DAMON's `intervals_goal/access_bp`; the kernel does it from 6.15, tierd
+    /// does it from userspace before); 0 keeps `sample_us`/`aggr_us` fixed.
+    pub intervals_goal_bp: u64,
+    /// Aggregation intervals between two adjustments (`intervals_goal/aggrs`).
+    pub intervals_goal_aggrs: u64,
+    /// The tuned sampling interval's lower bound, µs (`intervals_goal/min_sample_us`).
+    pub min_sample_us: u64,
+    /// The tuned sampling interval's upper bound, µs (`intervals_goal/max_sample_us`).
+    pub max_sample_us: u64,
 }
 
 impl Default for DamonSourceConfig {
@@ -153,6 +167,15 @@ impl Default for DamonSourceConfig {
             min_nr_accesses: 1,
             max_pages_per_pass: 262_144,
             read_interval_ms: 500,
+            min_relative_permille: 250,
+            // DAMON's recommended goal (Documentation/mm/damon/design.rst: 4 % of possible
+            // access events, adjusted every 3 aggregations; damo's `4% 3 5ms 10s`), with a
+            // 100 ms ceiling instead of 10 s: tierd promotes, and a 2 s aggregation is as
+            // slow as it can react and still place a hot set within seconds.
+            intervals_goal_bp: 400,
+            intervals_goal_aggrs: 3,
+            min_sample_us: 5_000,
+            max_sample_us: 100_000,
         }
     }
 }
@@ -446,6 +469,31 @@ impl DaemonConfig {
                     "{} can never be reached: a region is checked at most aggr_us / sample_us = \
                      {max_acc} times per aggregation",
                     d.min_nr_accesses
+                ),
+            ));
+        }
+        if d.min_relative_permille > 1000 {
+            return Err(invalid(
+                "sources.damon.min_relative_permille",
+                format!("{} is above 1000", d.min_relative_permille),
+            ));
+        }
+        if d.intervals_goal_bp > 10_000 {
+            return Err(invalid(
+                "sources.damon.intervals_goal_bp",
+                format!("{} is above 10000 (100 %)", d.intervals_goal_bp),
+            ));
+        }
+        if d.intervals_goal_bp > 0
+            && (d.min_sample_us == 0
+                || d.max_sample_us < d.min_sample_us
+                || d.intervals_goal_aggrs == 0)
+        {
+            return Err(invalid(
+                "sources.damon.min_sample_us",
+                format!(
+                    "need 0 < min_sample_us ({}) <= max_sample_us ({}) and intervals_goal_aggrs > 0",
+                    d.min_sample_us, d.max_sample_us
                 ),
             ));
         }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tierd_engine::plan::{CgroupUsage, NodeUsage};
 use tierd_engine::policy::Owner;
 use tierd_engine::topology::Topology;
-use tierd_engine::types::{Bytes, CgroupId, Nanos, NodeId, PageRef, SpaceId, Vpn};
+use tierd_engine::types::{Bytes, CgroupId, Nanos, NodeId, PageRef, SpaceId, Vpn, PAGE_SHIFT};
 use tierd_engine::{
     Backend, Engine, MigrationBatch, MigrationReport, Observation, OwnerUpdate, SourceKind,
     StepBuffers, SystemUsage,
@@ -124,6 +124,19 @@ pub fn slow_part_is_hot(
     left >= u128::from(min_nr_accesses.max(1)) * u128::from(slow)
 }
 
+/// The `nr_accesses` a region needs to feed observations this pass: the configured floor, or
+/// `permille` of the hottest region's, whichever is higher. Relative, because what a region
+/// counts depends on the host's speed and the sampling intervals (hot regions reach 5-8 of 20
+/// samples on one host and 2-3 on a slower one): a fixed floor that drops noise on one host
+/// drops the hot set on another. The engine's relative threshold then picks the hottest pages
+/// that fit.
+#[must_use]
+pub fn relative_min_nr_accesses(hottest: u32, floor: u32, permille: u32) -> u32 {
+    let rel = u64::from(hottest) * u64::from(permille);
+    let rel = u32::try_from(rel.div_ceil(1000)).unwrap_or(u32::MAX);
+    floor.max(rel).max(1)
+}
+
 /// A running hotness source.
 pub trait Feed: Send {
     /// Its name in messages and metrics.
@@ -138,6 +151,13 @@ pub trait Feed: Send {
     /// # Errors
     /// When the source broke (its sysfs files vanished, the kernel refused).
     fn poll(&mut self, now: Nanos, out: &mut Vec<AccessedRange>) -> Result<(), DaemonError>;
+    /// The targets' mapped size, bytes (refreshed with the scope); sources that tune their
+    /// resolution to the share of memory found accessed use it.
+    fn set_monitored_bytes(&mut self, _bytes: u64) {}
+    /// The intervals in force, for sources that have them.
+    fn intervals(&self) -> Option<crate::metrics::IntervalsSnapshot> {
+        None
+    }
     /// Stops the source and gives back what it borrowed from the kernel.
     fn stop(&mut self);
 }
@@ -479,6 +499,14 @@ impl LinuxBackend {
                 ranges: policy_ranges(&p.vmas),
             });
         }
+        let mapped: u64 = fresh
+            .values()
+            .flat_map(|p| p.vmas.iter())
+            .filter_map(|v| v.end.map(|e| e.0.saturating_sub(v.start.0) << PAGE_SHIFT))
+            .sum();
+        for f in &mut self.feeds {
+            f.set_monitored_bytes(mapped);
+        }
         self.procs = fresh;
         self.pending_updates = out;
         self.hot.roll();
@@ -490,6 +518,14 @@ impl LinuxBackend {
         }
         self.last_refresh = Some(now);
         Ok(())
+    }
+
+    /// Each feed's intervals in force, by feed name.
+    fn feed_intervals(&self) -> Vec<(&'static str, crate::metrics::IntervalsSnapshot)> {
+        self.feeds
+            .iter()
+            .filter_map(|f| f.intervals().map(|iv| (f.name(), iv)))
+            .collect()
     }
 
     /// Placement per process from the last `numa_maps` read.
@@ -536,7 +572,8 @@ impl LinuxBackend {
             }
         }
         self.ranges.clear();
-        let min_acc = self.cfg.sources.damon.min_nr_accesses;
+        let d = &self.cfg.sources.damon;
+        let min_acc = relative_min_nr_accesses(hottest, d.min_nr_accesses, d.min_relative_permille);
         for (pid, ranges) in by_pid {
             if !self.procs.contains_key(&pid) {
                 continue;
@@ -817,7 +854,18 @@ fn build_snapshot(
         dry_run,
         nodes,
         processes: backend.process_snapshots(),
-        sources: statuses.to_vec(),
+        sources: statuses
+            .iter()
+            .map(|s| {
+                let mut s = s.clone();
+                s.intervals = backend
+                    .feed_intervals()
+                    .into_iter()
+                    .find(|(n, _)| *n == s.name)
+                    .map(|(_, iv)| iv);
+                s
+            })
+            .collect(),
         mover: MoverSnapshot {
             calls: ms.move_calls,
             pages_moved: ms.pages_moved,
@@ -857,6 +905,7 @@ pub fn run(
     let mut bufs = StepBuffers::default();
     let mut summary = RunSummary::default();
     let mut next_refresh = Duration::ZERO;
+    let mut last_intervals: Vec<(&'static str, crate::metrics::IntervalsSnapshot)> = Vec::new();
     let publish = |engine: &Engine, backend: &LinuxBackend| {
         let snap = build_snapshot(
             cfg,
@@ -898,6 +947,25 @@ pub fn run(
             for line in backend.dry_run_log.drain(..) {
                 log(&line);
             }
+            // The intervals a source tuned, each change logged once (tierd lab and operators
+            // read them from here and from /status).
+            let now_iv = backend.feed_intervals();
+            for (name, iv) in &now_iv {
+                let was = last_intervals
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v);
+                if was != Some(iv) {
+                    log(&format!(
+                        "{name}: intervals sample {} us, aggregation {} us (tuning: {}) at {:.1} s",
+                        iv.sample_us,
+                        iv.aggr_us,
+                        iv.tuning,
+                        start.elapsed().as_secs_f64()
+                    ));
+                }
+            }
+            last_intervals = now_iv;
             // Sleep to the next pass in short slices so a signal is seen quickly; the batch in
             // flight has already finished when we get here.
             let next = pass_start + interval;
@@ -916,7 +984,23 @@ pub fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::{slow_part_is_hot, HotWindow};
+    use super::{relative_min_nr_accesses, slow_part_is_hot, HotWindow};
+
+    #[test]
+    fn the_region_floor_is_relative_to_the_hottest_region() {
+        // A slow host: hot regions at 3 of 20 still pass; a fast one: 15 of 20, and a
+        // region a fifth as hot (3) does not.
+        assert_eq!(relative_min_nr_accesses(3, 1, 250), 1);
+        assert_eq!(relative_min_nr_accesses(15, 1, 250), 4);
+        assert_eq!(relative_min_nr_accesses(16, 1, 250), 4);
+        assert_eq!(relative_min_nr_accesses(0, 0, 250), 1, "never 0");
+        assert_eq!(
+            relative_min_nr_accesses(8, 5, 250),
+            5,
+            "the absolute floor holds"
+        );
+        assert_eq!(relative_min_nr_accesses(u32::MAX, 1, 1000), u32::MAX);
+    }
     use tierd_engine::types::{NodeId, Vpn};
 
     #[test]

@@ -11,9 +11,11 @@ use tierd_engine::SourceKind;
 
 use crate::config::{DaemonConfig, SourceName as ConfigSource};
 use crate::daemon::{AccessedRange, DaemonError, Feed};
-use crate::metrics::SourceSnapshot;
+use crate::metrics::{IntervalsSnapshot, SourceSnapshot};
 use crate::read::numa_maps::read_maps;
-use crate::source::damon::{self, DamonConfig as DamonSysfsConfig, DamonMonitor, RealFs};
+use crate::source::damon::{
+    self, DamonConfig as DamonSysfsConfig, DamonMonitor, IntervalsGoal, RealFs,
+};
 use crate::source::idle::{self, IdleBitmap, IdleTracker, ScanRange};
 use crate::source::perf::live::{HwPmu, LiveConfig, LiveSampler, Target};
 use crate::source::perf::{self, MemSample};
@@ -22,9 +24,13 @@ use crate::source::SourceName;
 /// DAMON regions as accessed ranges, read once per aggregation interval.
 struct DamonFeed {
     mon: DamonMonitor<RealFs>,
-    aggr: Nanos,
+    /// The configured read interval: regions are read at most this often, and at most once
+    /// per aggregation interval (which tuning changes).
+    read_interval: Nanos,
     min_nr_accesses: u64,
     last: Option<Nanos>,
+    /// The targets' mapped bytes, DAMON vaddr's monitored size (for the tuning score).
+    monitored_bytes: u64,
 }
 
 impl Feed for DamonFeed {
@@ -39,11 +45,24 @@ impl Feed for DamonFeed {
         })
     }
 
+    fn set_monitored_bytes(&mut self, bytes: u64) {
+        self.monitored_bytes = bytes;
+    }
+
+    fn intervals(&self) -> Option<IntervalsSnapshot> {
+        let (sample_us, aggr_us) = self.mon.intervals();
+        Some(IntervalsSnapshot {
+            tuning: self.mon.tuning().name().to_string(),
+            sample_us,
+            aggr_us,
+        })
+    }
+
     fn poll(&mut self, now: Nanos, out: &mut Vec<AccessedRange>) -> Result<(), DaemonError> {
         // tried_regions only change once per aggregation; reading more often re-reports the
-        // same aggregation as new accesses. `aggr` is the larger of the aggregation and the
-        // configured read interval.
-        if self.last.is_some_and(|t| now.saturating_sub(t) < self.aggr) {
+        // same aggregation as new accesses.
+        let every = Nanos(self.mon.intervals().1 * 1000).max(self.read_interval);
+        if self.last.is_some_and(|t| now.saturating_sub(t) < every) {
             return Ok(());
         }
         self.last = Some(now);
@@ -51,6 +70,13 @@ impl Feed for DamonFeed {
             name: "damon",
             reason: e.to_string(),
         })?;
+        // The daemon reports changes of the intervals (status, metrics, its log).
+        self.mon
+            .tune(now, &regions, self.monitored_bytes)
+            .map_err(|e| DaemonError::Source {
+                name: "damon",
+                reason: e.to_string(),
+            })?;
         // Hottest first: the daemon's per-pass page budget is taken from the front.
         regions.sort_by(|a, b| {
             b.nr_accesses
@@ -200,6 +226,7 @@ fn snapshot(name: &str, available: bool, reason: impl Into<String>) -> SourceSna
         name: name.to_string(),
         available,
         reason: reason.into(),
+        intervals: None,
     }
 }
 
@@ -232,6 +259,12 @@ pub fn start_feeds(
                     min_regions: d.min_nr_regions,
                     max_regions: d.max_nr_regions,
                     min_nr_accesses: u64::from(d.min_nr_accesses),
+                    intervals_goal: (d.intervals_goal_bp > 0).then_some(IntervalsGoal {
+                        access_bp: d.intervals_goal_bp,
+                        aggrs: d.intervals_goal_aggrs,
+                        min_sample_us: d.min_sample_us,
+                        max_sample_us: d.max_sample_us,
+                    }),
                     ..DamonSysfsConfig::default()
                 };
                 match DamonMonitor::new(RealFs, sys, dc) {
@@ -239,10 +272,10 @@ pub fn start_feeds(
                         statuses.push(snapshot("damon", true, probe.reason));
                         feeds.push(Box::new(DamonFeed {
                             mon,
-                            aggr: Nanos(d.aggr_us * 1000)
-                                .max(Nanos::from_millis(d.read_interval_ms)),
+                            read_interval: Nanos::from_millis(d.read_interval_ms),
                             min_nr_accesses: u64::from(d.min_nr_accesses),
                             last: None,
+                            monitored_bytes: 0,
                         }));
                     }
                     Err(e) => statuses.push(snapshot("damon", false, e.to_string())),

@@ -61,6 +61,20 @@ pub struct SourceSnapshot {
     pub available: bool,
     /// Why not, or what it runs on.
     pub reason: String,
+    /// A source with tuned intervals (DAMON): the ones in force now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intervals: Option<IntervalsSnapshot>,
+}
+
+/// A source's sampling and aggregation intervals as they are now (tuned at run time).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntervalsSnapshot {
+    /// Who tunes them: `off`, `kernel` (DAMON's `intervals_goal`, 6.15+) or `userspace`.
+    pub tuning: String,
+    /// Sampling interval, µs.
+    pub sample_us: u64,
+    /// Aggregation interval, µs.
+    pub aggr_us: u64,
 }
 
 impl SourceSnapshot {
@@ -356,6 +370,30 @@ pub fn render_prometheus(s: &Snapshot) -> String {
         "1 when the hotness source runs; the reason says why not",
         &sources,
     );
+    let intervals = |pick: fn(&IntervalsSnapshot) -> u64| -> Vec<(Labels, i64)> {
+        s.sources
+            .iter()
+            .filter_map(|src| {
+                let iv = src.intervals.as_ref()?;
+                Some((
+                    l(&[("source", src.name.clone()), ("tuning", iv.tuning.clone())]),
+                    i64::try_from(pick(iv)).unwrap_or(i64::MAX),
+                ))
+            })
+            .collect()
+    };
+    gauge_family(
+        &mut reg,
+        "source_sample_interval_microseconds",
+        "The source's sampling interval in force (DAMON: tuned toward its intervals goal)",
+        &intervals(|iv| iv.sample_us),
+    );
+    gauge_family(
+        &mut reg,
+        "source_aggregation_interval_microseconds",
+        "The source's aggregation interval in force (DAMON: tuned toward its intervals goal)",
+        &intervals(|iv| iv.aggr_us),
+    );
     counter_family(
         &mut reg,
         "move_pages_calls",
@@ -593,11 +631,24 @@ mod tests {
                 pages_per_node: [(0, 100), (1, 900)].into_iter().collect(),
                 hot_pages_per_node: [(1, 300)].into_iter().collect(),
             }],
-            sources: vec![SourceSnapshot {
-                name: "idle".into(),
-                available: false,
-                reason: "no /sys/kernel/mm/page_idle/bitmap".into(),
-            }],
+            sources: vec![
+                SourceSnapshot {
+                    name: "idle".into(),
+                    available: false,
+                    reason: "no /sys/kernel/mm/page_idle/bitmap".into(),
+                    intervals: None,
+                },
+                SourceSnapshot {
+                    name: "damon".into(),
+                    available: true,
+                    reason: "vaddr".into(),
+                    intervals: Some(IntervalsSnapshot {
+                        tuning: "userspace".into(),
+                        sample_us: 10_000,
+                        aggr_us: 200_000,
+                    }),
+                },
+            ],
             ..Snapshot::default()
         };
         s.mover.pages_moved = 77;
@@ -626,6 +677,15 @@ mod tests {
         assert!(text.contains("tierd_node_free_bytes{node=\"1\"} 1073741824"));
         assert!(text.contains("tierd_kernel_vmstat_total{name=\"pgpromote_success\"} 5"));
         assert!(text.contains("tierd_source_available{source=\"idle\""));
+        assert!(
+            text.contains(
+                "tierd_source_sample_interval_microseconds{source=\"damon\",tuning=\"userspace\"} 10000"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(
+            "tierd_source_aggregation_interval_microseconds{source=\"damon\",tuning=\"userspace\"} 200000"
+        ));
         assert!(text.ends_with("# EOF\n"), "{text}");
         // Every engine statistic is exported, counters with _total.
         for d in EngineStats::FIELDS {

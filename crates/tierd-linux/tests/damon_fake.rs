@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 
 use tierd_engine::types::Nanos;
 use tierd_linux::source::damon::{
-    probe_with, DamonConfig, DamonError, DamonFs, DamonMonitor, DamonRegion, RealFs, ADMIN_PATH,
+    probe_with, DamonConfig, DamonError, DamonFs, DamonMonitor, DamonRegion, IntervalsGoal,
+    IntervalsTuning, RealFs, ADMIN_PATH,
 };
 
 /// (start, end, nr_accesses, age)
@@ -31,6 +32,8 @@ struct FakeKernel {
     live: RefCell<Vec<u32>>,
     /// Every write, relative to the admin dir.
     log: RefCell<Vec<(String, String)>>,
+    /// A 6.15+ kernel: contexts have `monitoring_attrs/intervals/intervals_goal`.
+    intervals_goal: std::cell::Cell<bool>,
 }
 
 fn einval() -> io::Error {
@@ -55,6 +58,7 @@ impl FakeKernel {
             view: RefCell::new(HashMap::new()),
             live: RefCell::new(Vec::new()),
             log: RefCell::new(Vec::new()),
+            intervals_goal: std::cell::Cell::new(false),
         }
     }
 
@@ -170,6 +174,23 @@ impl FakeKernel {
                 if !on {
                     return Err(einval());
                 }
+                // mm/damon/core.c damon_set_attrs(): sample_interval > aggr_interval is
+                // -EINVAL.
+                let iv = k.join("contexts/0/monitoring_attrs/intervals");
+                let s: u64 = rd(&iv.join("sample_us")).parse().unwrap();
+                let a: u64 = rd(&iv.join("aggr_us")).parse().unwrap();
+                if s > a {
+                    return Err(einval());
+                }
+            }
+            "update_tuned_intervals" => {
+                if !on {
+                    return Err(einval());
+                }
+                // The kernel writes what it tuned into the files (6.15+).
+                let iv = k.join("contexts/0/monitoring_attrs/intervals");
+                put(&iv.join("sample_us"), "20000\n");
+                put(&iv.join("aggr_us"), "400000\n");
             }
             "update_schemes_tried_regions" => {
                 if !on {
@@ -214,6 +235,12 @@ impl DamonFs for &FakeKernel {
                 });
             }
             "nr_contexts" => FakeKernel::renumber(parent, n()?, |d| {
+                if self.intervals_goal.get() {
+                    let g = d.join("monitoring_attrs/intervals/intervals_goal");
+                    for f in ["access_bp", "aggrs", "min_sample_us", "max_sample_us"] {
+                        put(&g.join(f), "0\n");
+                    }
+                }
                 put(&d.join("avail_operations"), "vaddr\nfvaddr\npaddr\n");
                 put(&d.join("operations"), "vaddr\n");
                 let a = d.join("monitoring_attrs");
@@ -438,4 +465,87 @@ fn probe_without_damon_names_the_config() {
     assert!(st.reason.contains("CONFIG_DAMON_SYSFS"), "{}", st.reason);
     let err = DamonMonitor::new(RealFs, &t.path().join("sys"), DamonConfig::default()).unwrap_err();
     assert!(matches!(err, DamonError::Unavailable { .. }));
+}
+
+fn goal() -> IntervalsGoal {
+    IntervalsGoal {
+        access_bp: 400,
+        aggrs: 3,
+        min_sample_us: 5_000,
+        max_sample_us: 100_000,
+    }
+}
+
+#[test]
+fn userspace_tuning_grows_the_intervals_when_too_little_is_seen_and_commits() {
+    let (t, k) = setup();
+    let a = admin(&t);
+    let cfg = DamonConfig {
+        intervals_goal: Some(goal()),
+        ..DamonConfig::default()
+    };
+    let mut m = DamonMonitor::new(&k, &t.path().join("sys"), cfg).unwrap();
+    assert_eq!(
+        m.tuning(),
+        IntervalsTuning::Userspace,
+        "6.12: no intervals_goal dir"
+    );
+    m.set_targets(&[100]).unwrap();
+    // Nothing accessed in 1 GiB monitored: the score is 0, the intervals double.
+    assert!(m.tune(Nanos::from_millis(0), &[], 1 << 30).unwrap());
+    assert_eq!(m.intervals(), (10_000, 200_000));
+    let iv = a.join("kdamonds/0/contexts/0/monitoring_attrs/intervals");
+    assert_eq!(rd(&iv.join("sample_us")), "10000");
+    assert_eq!(rd(&iv.join("aggr_us")), "200000");
+    let writes: Vec<String> = k
+        .log
+        .borrow()
+        .iter()
+        .map(|(p, v)| format!("{p}={v}"))
+        .collect();
+    let n = writes.len();
+    assert!(
+        writes[n - 3].ends_with("aggr_us=200000"),
+        "grow aggregation first: {writes:?}"
+    );
+    assert!(writes[n - 1].ends_with("state=commit"));
+    // Not again before `aggrs` aggregation intervals (3 x 200 ms) have passed.
+    assert!(!m.tune(Nanos::from_millis(500), &[], 1 << 30).unwrap());
+    // Everything accessed in every sample: far over the goal, the intervals halve, and
+    // never below the minimum.
+    let hot = DamonRegion {
+        pid: 100,
+        start: 0,
+        end: 1 << 30,
+        nr_accesses: 20,
+        age: 0,
+        time: Nanos(0),
+    };
+    let mut now = 1000;
+    for _ in 0..5 {
+        m.tune(Nanos::from_millis(now), &[hot], 1 << 30).unwrap();
+        now += 1000;
+    }
+    assert_eq!(m.intervals(), (5_000, 100_000));
+}
+
+#[test]
+fn kernel_tuning_is_configured_and_read_back_where_the_kernel_has_it() {
+    let (t, k) = setup();
+    let a = admin(&t);
+    // A 6.15+ kernel: intervals_goal exists in each context.
+    k.intervals_goal.set(true);
+    let g = a.join("kdamonds/0/contexts/0/monitoring_attrs/intervals/intervals_goal");
+    let cfg = DamonConfig {
+        intervals_goal: Some(goal()),
+        ..DamonConfig::default()
+    };
+    let mut m = DamonMonitor::new(&k, &t.path().join("sys"), cfg).unwrap();
+    assert_eq!(m.tuning(), IntervalsTuning::Kernel);
+    assert_eq!(rd(&g.join("access_bp")), "400");
+    assert_eq!(rd(&g.join("aggrs")), "3");
+    assert_eq!(rd(&g.join("max_sample_us")), "100000");
+    m.set_targets(&[100]).unwrap();
+    assert!(m.tune(Nanos::from_millis(0), &[], 1 << 30).unwrap());
+    assert_eq!(m.intervals(), (20_000, 400_000), "what the kernel tuned");
 }

@@ -223,6 +223,7 @@ mod tests {
                 name: "damon".into(),
                 available: true,
                 reason: "vaddr".into(),
+                intervals: None,
             }],
             ..Snapshot::default()
         };

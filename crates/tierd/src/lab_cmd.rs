@@ -6,9 +6,11 @@ use anyhow::{Context, Result};
 use tierd_lab::{experiment, run_experiment, summary, LabEnv, EXPERIMENTS};
 
 /// `tierd lab [EXPERIMENT...]`.
+#[allow(clippy::too_many_arguments)]
 pub fn lab(
     experiments: &[String],
     quick: bool,
+    repeat: u32,
     only: &[String],
     json: Option<&Path>,
     csv: Option<&Path>,
@@ -30,23 +32,36 @@ pub fn lab(
     let mut results = Vec::new();
     let mut all_csv = String::new();
     for exp in &exps {
-        eprintln!("tierd lab: {}", exp.title);
-        let res = run_experiment(&env, exp, only, &mut |row| match &row.error {
-            Some(e) => eprintln!("  {} ({}) FAILED: {e}", row.id, row.mechanism),
-            None => eprintln!(
-                "  {} ({}) done: hot on fast {:.1} %, over {:+.1} %, guest {:.0} s",
-                row.id, row.mechanism, row.hot_on_fast_pct, row.over_pct, row.wall_s
-            ),
-        })
-        .with_context(|| format!("experiment {}", exp.id))?;
-        println!("{}", summary::table(&res.experiment, &res.rows));
-        let c = summary::csv(&res.experiment, &res.runs);
-        if all_csv.is_empty() {
-            all_csv = c;
-        } else {
-            all_csv.extend(c.lines().skip(1).map(|l| format!("{l}\n")));
+        let mut repeats = Vec::new();
+        for i in 0..repeat.max(1) {
+            eprintln!(
+                "tierd lab: {} (run {} of {})",
+                exp.title,
+                i + 1,
+                repeat.max(1)
+            );
+            let res = run_experiment(&env, exp, only, &mut |row| match &row.error {
+                Some(e) => eprintln!("  {} ({}) FAILED: {e}", row.id, row.mechanism),
+                None => eprintln!(
+                    "  {} ({}) done: hot on fast {:.1} %, over {:+.1} %, guest {:.0} s",
+                    row.id, row.mechanism, row.hot_on_fast_pct, row.over_pct, row.wall_s
+                ),
+            })
+            .with_context(|| format!("experiment {}", exp.id))?;
+            println!("{}", res.host.line());
+            println!("{}", summary::table(&res.experiment, &res.rows));
+            let c = summary::csv(&res.experiment, &res.runs);
+            if all_csv.is_empty() {
+                all_csv = c;
+            } else {
+                all_csv.extend(c.lines().skip(1).map(|l| format!("{l}\n")));
+            }
+            repeats.push(res.rows.clone());
+            results.push(res);
         }
-        results.push(res);
+        if repeats.len() > 1 {
+            println!("{}", summary::spread_table(exp, &repeats));
+        }
     }
     if let Some(p) = json {
         std::fs::write(p, serde_json::to_string_pretty(&results)? + "\n")

@@ -136,6 +136,9 @@ enum Command {
         /// The short versions (what CI runs).
         #[arg(long)]
         quick: bool,
+        /// Run each experiment this many times and print the spread (median, min, max).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+        repeat: u32,
         /// Only these row ids (comma-separated, e.g. N2,T1).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
@@ -276,6 +279,7 @@ fn real_main() -> Result<()> {
         Command::Lab {
             experiments,
             quick,
+            repeat,
             only,
             json,
             csv,
@@ -284,6 +288,7 @@ fn real_main() -> Result<()> {
         } => lab_cmd::lab(
             &experiments,
             quick,
+            repeat,
             &only,
             json.as_deref(),
             csv.as_deref(),

@@ -292,6 +292,7 @@ mod tests {
         ];
         let res = ExperimentResult {
             experiment: exp,
+            host: tierd_lab::HostInfo::default(),
             rows,
             runs: vec![
                 ("B0".into(), run_data(&[0, 0, 0], &[300.0, 300.0])),

@@ -380,11 +380,17 @@ fn populated() -> Snapshot {
                 name: "damon".into(),
                 available: true,
                 reason: "vaddr".into(),
+                intervals: Some(tierd_linux::metrics::IntervalsSnapshot {
+                    tuning: "userspace".into(),
+                    sample_us: 10_000,
+                    aggr_us: 200_000,
+                }),
             },
             SourceSnapshot {
                 name: "idle".into(),
                 available: false,
                 reason: "absent".into(),
+                intervals: None,
             },
         ],
         daemon_cpu_s: 1.5,

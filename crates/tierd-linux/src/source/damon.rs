@@ -167,6 +167,114 @@ pub struct DamonConfig {
     pub min_nr_accesses: u64,
     /// Take over kdamonds that are configured but all off (e.g. left by a crashed tierd).
     pub take_over_idle: bool,
+    /// Tune the intervals toward this goal; `None` keeps them fixed.
+    pub intervals_goal: Option<IntervalsGoal>,
+}
+
+/// DAMON's monitoring intervals auto-tuning goal (`monitoring_attrs/intervals/intervals_goal`,
+/// kernel 6.15+; Documentation/mm/damon/design.rst "Monitoring Intervals Auto-tuning"): scale
+/// both intervals so that the observed access events are `access_bp` / 10000 of the most
+/// that could be observed, adjusting every `aggrs` aggregation intervals, the sampling
+/// interval kept within `min_sample_us..=max_sample_us` and the aggregation interval a fixed
+/// multiple of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IntervalsGoal {
+    /// Target ratio of observed to possible access events, in basis points.
+    pub access_bp: u64,
+    /// Aggregation intervals between adjustments.
+    pub aggrs: u64,
+    /// Smallest sampling interval, µs.
+    pub min_sample_us: u64,
+    /// Largest sampling interval, µs.
+    pub max_sample_us: u64,
+}
+
+/// Who tunes the intervals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntervalsTuning {
+    /// Fixed intervals.
+    Off,
+    /// The kernel (`intervals_goal` exists, 6.15+).
+    Kernel,
+    /// tierd, the kernel's algorithm from userspace (older kernels).
+    Userspace,
+}
+
+impl IntervalsTuning {
+    /// A name for logs and status.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            IntervalsTuning::Off => "off",
+            IntervalsTuning::Kernel => "kernel",
+            IntervalsTuning::Userspace => "userspace",
+        }
+    }
+}
+
+/// mm/damon/core.c `damon_feed_loop_next_input()`: the next input of DAMON's feedback loop
+/// for a score in basis points of its goal (10000 = on goal).
+#[must_use]
+pub fn feed_loop_next_input(last_input: u64, score: u64) -> u64 {
+    const GOAL: u64 = 10_000;
+    // The kernel's minimum input, so that the compensation never reaches zero.
+    const MIN_INPUT: u64 = 10_000;
+    if score == GOAL {
+        return last_input;
+    }
+    if score >= GOAL * 2 {
+        return MIN_INPUT;
+    }
+    let over = score > GOAL;
+    let diff = if over { score - GOAL } else { GOAL - score };
+    let compensation = if last_input < u64::MAX / diff {
+        last_input * diff / GOAL
+    } else {
+        last_input / GOAL * diff
+    };
+    if over {
+        last_input.saturating_sub(compensation).max(MIN_INPUT)
+    } else {
+        last_input.saturating_add(compensation)
+    }
+}
+
+/// mm/damon/core.c `damon_get_intervals_score()`: observed access events (region bytes x
+/// `nr_accesses`) against `access_bp` of the most possible (monitored bytes x samples per
+/// aggregation), in basis points of that goal. Regions not listed count as not accessed, so
+/// `monitored_bytes` is the whole monitored size.
+#[must_use]
+pub fn intervals_score_bp(
+    regions: &[DamonRegion],
+    monitored_bytes: u64,
+    aggr_samples: u64,
+    access_bp: u64,
+) -> u64 {
+    let events: u128 = regions
+        .iter()
+        .map(|r| u128::from(r.end.saturating_sub(r.start)) * u128::from(r.nr_accesses))
+        .sum();
+    let listed: u64 = regions.iter().map(|r| r.end.saturating_sub(r.start)).sum();
+    let max = u128::from(monitored_bytes.max(listed)) * u128::from(aggr_samples.max(1));
+    let target = (max * u128::from(access_bp) / 10_000).max(1);
+    u64::try_from(events * 10_000 / target).unwrap_or(u64::MAX)
+}
+
+/// mm/damon/core.c `damon_get_intervals_adaptation_bp()` + `kdamond_tune_intervals()`: the
+/// next sampling interval for a score (a score of 0 doubles it, twice the goal or more halves
+/// it, the kernel limits a decrease to 50 %), clamped to the goal's range.
+#[must_use]
+pub fn tuned_sample_us(sample_us: u64, score_bp: u64, goal: &IntervalsGoal) -> u64 {
+    let mut adaptation_bp = feed_loop_next_input(100_000_000, score_bp) / 10_000;
+    if adaptation_bp <= 10_000 {
+        adaptation_bp = 5_000 + adaptation_bp / 2;
+    }
+    let next = u64::try_from(u128::from(sample_us) * u128::from(adaptation_bp) / 10_000)
+        .unwrap_or(u64::MAX);
+    next.clamp(
+        goal.min_sample_us,
+        goal.max_sample_us.max(goal.min_sample_us),
+    )
 }
 
 impl Default for DamonConfig {
@@ -179,6 +287,7 @@ impl Default for DamonConfig {
             max_regions: 1_000,
             min_nr_accesses: 1,
             take_over_idle: false,
+            intervals_goal: None,
         }
     }
 }
@@ -342,6 +451,14 @@ pub struct DamonMonitor<F: DamonFs> {
     pids: Vec<u32>,
     on: bool,
     owned: bool,
+    tuning: IntervalsTuning,
+    /// The intervals in force (as tierd last set or read them), µs.
+    sample_us: u64,
+    aggr_us: u64,
+    /// Samples per aggregation, kept when the intervals are scaled.
+    aggr_samples: u64,
+    /// When the userspace tuner last adjusted.
+    last_tune: Option<Nanos>,
 }
 
 impl<F: DamonFs> DamonMonitor<F> {
@@ -365,6 +482,11 @@ impl<F: DamonFs> DamonMonitor<F> {
             pids: Vec::new(),
             on: false,
             owned: false,
+            tuning: IntervalsTuning::Off,
+            sample_us: config.sample_us,
+            aggr_us: config.aggr_us,
+            aggr_samples: (config.aggr_us / config.sample_us.max(1)).max(1),
+            last_tune: None,
         };
         write(&m.fs, &m.kdamonds().join("nr_kdamonds"), "1")?;
         m.owned = true;
@@ -389,7 +511,103 @@ impl<F: DamonFs> DamonMonitor<F> {
         ] {
             write(&m.fs, &attrs.join(f), &v.to_string())?;
         }
+        if let Some(g) = c.intervals_goal {
+            let dir = attrs.join("intervals/intervals_goal");
+            if m.fs.exists(&dir) {
+                for (f, v) in [
+                    ("access_bp", g.access_bp),
+                    ("aggrs", g.aggrs),
+                    // max first, so that min <= max holds at every step.
+                    ("max_sample_us", g.max_sample_us),
+                    ("min_sample_us", g.min_sample_us),
+                ] {
+                    write(&m.fs, &dir.join(f), &v.to_string())?;
+                }
+                m.tuning = IntervalsTuning::Kernel;
+            } else {
+                m.tuning = IntervalsTuning::Userspace;
+            }
+        }
         Ok(m)
+    }
+
+    /// Who tunes the intervals.
+    #[must_use]
+    pub fn tuning(&self) -> IntervalsTuning {
+        self.tuning
+    }
+
+    /// The sampling and aggregation intervals in force, µs.
+    #[must_use]
+    pub fn intervals(&self) -> (u64, u64) {
+        (self.sample_us, self.aggr_us)
+    }
+
+    /// One step of the intervals auto-tuning for the regions of the last aggregation and the
+    /// monitored size: userspace tuning adjusts and commits the intervals (at most once per
+    /// `aggrs` aggregations, as the kernel does); kernel tuning reads back what the kernel
+    /// chose (`update_tuned_intervals`). Returns whether the intervals changed.
+    ///
+    /// # Errors
+    /// An I/O or parse error naming the file (e.g. `EINVAL` from `commit` when a target
+    /// exited meanwhile).
+    pub fn tune(
+        &mut self,
+        now: Nanos,
+        regions: &[DamonRegion],
+        monitored_bytes: u64,
+    ) -> Result<bool, DamonError> {
+        let Some(goal) = self.config.intervals_goal else {
+            return Ok(false);
+        };
+        if !self.on {
+            return Ok(false);
+        }
+        let period = Nanos(self.aggr_us.saturating_mul(goal.aggrs.max(1)) * 1000);
+        if self
+            .last_tune
+            .is_some_and(|t| now.saturating_sub(t) < period)
+        {
+            return Ok(false);
+        }
+        self.last_tune = Some(now);
+        let iv = self.ctx().join("monitoring_attrs/intervals");
+        match self.tuning {
+            IntervalsTuning::Off => Ok(false),
+            IntervalsTuning::Kernel => {
+                write(
+                    &self.fs,
+                    &self.kdamond().join("state"),
+                    "update_tuned_intervals",
+                )?;
+                let s = read_u64(&self.fs, &iv.join("sample_us"))?;
+                let a = read_u64(&self.fs, &iv.join("aggr_us"))?;
+                let changed = (s, a) != (self.sample_us, self.aggr_us);
+                (self.sample_us, self.aggr_us) = (s, a);
+                Ok(changed)
+            }
+            IntervalsTuning::Userspace => {
+                let score =
+                    intervals_score_bp(regions, monitored_bytes, self.aggr_samples, goal.access_bp);
+                let s = tuned_sample_us(self.sample_us, score, &goal);
+                if s == self.sample_us {
+                    return Ok(false);
+                }
+                let a = s.saturating_mul(self.aggr_samples);
+                // Grow: aggregation first, so that sample <= aggr holds at every step.
+                let order: [(&str, u64); 2] = if s > self.sample_us {
+                    [("aggr_us", a), ("sample_us", s)]
+                } else {
+                    [("sample_us", s), ("aggr_us", a)]
+                };
+                for (f, v) in order {
+                    write(&self.fs, &iv.join(f), &v.to_string())?;
+                }
+                write(&self.fs, &self.kdamond().join("state"), "commit")?;
+                (self.sample_us, self.aggr_us) = (s, a);
+                Ok(true)
+            }
+        }
     }
 
     fn kdamonds(&self) -> PathBuf {
@@ -692,6 +910,46 @@ mod tests {
         assert_eq!(obs[0].page_node, NodeId(1));
         assert_eq!(obs[0].source, SourceKind::AccessedBitScan);
         assert_eq!(obs[0].time, Nanos(9));
+    }
+
+    #[test]
+    fn the_feedback_loop_is_the_kernels() {
+        // mm/damon/core.c damon_feed_loop_next_input(): on goal keeps, 2x goal or more gives
+        // the minimum input, otherwise moves by the relative distance from the goal.
+        assert_eq!(feed_loop_next_input(100_000_000, 10_000), 100_000_000);
+        assert_eq!(feed_loop_next_input(100_000_000, 20_000), 10_000);
+        assert_eq!(feed_loop_next_input(100_000_000, 0), 200_000_000);
+        assert_eq!(feed_loop_next_input(100_000_000, 5_000), 150_000_000);
+        assert_eq!(feed_loop_next_input(100_000_000, 15_000), 50_000_000);
+        assert_eq!(feed_loop_next_input(u64::MAX - 1, 1), u64::MAX);
+    }
+
+    #[test]
+    fn tuned_intervals_scale_as_the_kernel_does() {
+        let g = IntervalsGoal {
+            access_bp: 400,
+            aggrs: 3,
+            min_sample_us: 5_000,
+            max_sample_us: 100_000,
+        };
+        // Score 0: twice as long. On goal: unchanged. 1.5x the goal: 0.5 -> rescaled to
+        // 0.75. 2x or more: halved.
+        assert_eq!(tuned_sample_us(10_000, 0, &g), 20_000);
+        assert_eq!(tuned_sample_us(10_000, 10_000, &g), 10_000);
+        assert_eq!(tuned_sample_us(10_000, 15_000, &g), 7_500);
+        assert_eq!(tuned_sample_us(10_000, 30_000, &g), 5_000);
+        assert_eq!(
+            tuned_sample_us(80_000, 0, &g),
+            100_000,
+            "clamped to the maximum"
+        );
+        // Score: 1 MiB at 10 of 20 samples in 100 MiB monitored = 0.5 % of the events, for a
+        // goal of 4 %: 1250 bp of the goal.
+        let r = region(1, 0, 1 << 20, 10, 0);
+        assert_eq!(intervals_score_bp(&[r], 100 << 20, 20, 400), 1250);
+        // Nothing monitored yet: regions count as the monitored size, no division by zero.
+        assert_eq!(intervals_score_bp(&[r], 0, 20, 400), 125_000);
+        assert_eq!(intervals_score_bp(&[], 0, 20, 400), 0);
     }
 
     #[test]
