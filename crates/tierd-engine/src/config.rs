@@ -107,8 +107,10 @@ pub struct EngineConfig {
     pub threshold: ThresholdMode,
     /// Relative mode: every page's decayed access count halves this often, ms.
     pub heat_cooling_ms: u64,
-    /// Accesses within the window that make a page hot (`pghot_freq_threshold`); fixed mode
-    /// only (in relative mode one access makes a page a candidate).
+    /// Accesses within the window that make a page hot (`pghot_freq_threshold`). In relative
+    /// mode: sightings within the window before a page is a candidate at all (a noise
+    /// filter counted in observations, not in their weight, so it does not depend on the
+    /// access rate); its heat then decides.
     pub freq_threshold: u8,
     /// The frequency window, ms (`pghot_promote_freq_window_ms`); `None` = the mode's default.
     pub freq_window_ms: Option<u32>,

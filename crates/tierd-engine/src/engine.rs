@@ -174,11 +174,11 @@ impl Engine {
         }
         let params = HotnessParams {
             mode: config.mode,
-            // Relative mode: one access makes a page a candidate; its heat decides.
-            freq_threshold: match config.threshold {
-                ThresholdMode::Relative => 1,
-                ThresholdMode::Fixed => config.freq_threshold,
-            },
+            // Both modes: `freq_threshold` sightings within the window make a page a
+            // candidate (pghot's ready bit). In relative mode that is only a noise filter (a
+            // page seen once, say in a coarse DAMON region straddling the hot set's edge,
+            // waits for a second sighting); its heat decides.
+            freq_threshold: config.freq_threshold,
             freq_window_ms: config.window_ms(),
             target_nid: target,
         };
@@ -440,9 +440,14 @@ impl Engine {
         let room_pages =
             u64::try_from(room / i128::from(crate::types::PAGE_SIZE)).unwrap_or(u64::MAX);
         let demotable = self.config.demotion.enabled && self.sees_fast_tier();
+        // Fast pages the demoter knows but whose heat cooled away (or was never seen) are
+        // the coldest: bin 0.
+        let mut fast = *self.heat.histogram(Tier::Fast);
+        let with_heat: u64 = fast[1..].iter().sum();
+        fast[0] = self.fast.pages.saturating_sub(with_heat);
         let t = fit_threshold(
             self.heat.histogram(Tier::Slow),
-            self.heat.histogram(Tier::Fast),
+            &fast,
             room_pages,
             demotable,
         );

@@ -815,6 +815,8 @@ fn no_room_is_made_on_no_evidence_when_sources_cannot_see_the_fast_tier() {
 fn rel_cfg() -> EngineConfig {
     EngineConfig {
         threshold: ThresholdMode::Relative,
+        // One sighting makes a candidate: these tests observe each page once.
+        freq_threshold: 1,
         demotion: DemotionConfig {
             enabled: false,
             ..DemotionConfig::default()
@@ -905,9 +907,13 @@ fn relative_threshold_demotes_colder_fast_pages_to_make_room_for_hotter_ones() {
     );
     let mut free = high;
     let mut t = 10_000;
+    let mut on_fast = std::collections::BTreeSet::new();
     for _ in 0..20 {
-        // 100 pages on the slow node, seen hot every pass; the fast node has no free room.
-        e.observe(&(0..100).map(|p| scan_obs(p, N1, 64, t)).collect::<Vec<_>>());
+        // 100 pages seen hot every pass (where they are now); the fast node has no free room.
+        let seen: Vec<Observation> = (0..100)
+            .map(|p| scan_obs(p, if on_fast.contains(&p) { N0 } else { N1 }, 64, t))
+            .collect();
+        e.observe(&seen);
         let plan = e.tick(Nanos::from_millis(t), &usage(&topo, Bytes(free)));
         for b in &plan.batches {
             for m in &b.pages {
@@ -916,7 +922,10 @@ fn relative_threshold_demotes_colder_fast_pages_to_make_room_for_hotter_ones() {
                         assert!(m.page.vpn.0 >= 10_000, "only the colder pages make room");
                         free += 4096;
                     }
-                    MigrationKind::Promote => free -= 4096,
+                    MigrationKind::Promote => {
+                        assert!(on_fast.insert(m.page.vpn.0), "promoted twice");
+                        free -= 4096;
+                    }
                 }
             }
         }
@@ -973,4 +982,27 @@ proptest! {
             prop_assert!(with_next > room);
         }
     }
+}
+
+#[test]
+fn relative_mode_waits_for_a_second_sighting_by_default() {
+    // A page seen once (a coarse region straddling the hot set's edge) is not a candidate
+    // with the default freq_threshold of 2; one seen twice within the window is.
+    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+    let cfg = EngineConfig {
+        demotion: DemotionConfig {
+            enabled: false,
+            ..DemotionConfig::default()
+        },
+        ..EngineConfig::default()
+    };
+    assert_eq!(cfg.threshold, ThresholdMode::Relative);
+    let mut e = Engine::new(cfg, topo.clone()).unwrap();
+    e.observe(&(0..10).map(|p| scan_obs(p, N1, 8, 0)).collect::<Vec<_>>());
+    e.observe(&(0..5).map(|p| scan_obs(p, N1, 8, 500)).collect::<Vec<_>>());
+    let plan = e.tick(Nanos::from_millis(600), &usage(&topo, Bytes::mib(512)));
+    assert_eq!(
+        planned_vpns(&plan, MigrationKind::Promote),
+        (0..5).collect()
+    );
 }

@@ -56,6 +56,10 @@ pub struct Summary {
     /// rows from different hosts are compared by.
     #[serde(default)]
     pub hot_accesses_per_page_s: Option<f64>,
+    /// tierd's DAMON sampling interval over the run, µs: (first, last, changes), from its
+    /// log of every change.
+    #[serde(default)]
+    pub damon_sample_us: Option<(u64, u64, usize)>,
     /// Checksum failures the workload reported (integrity runs).
     pub checksum_failures: Option<u64>,
     /// Whether the workload printed its `done` line (it did not crash and was not killed).
@@ -172,7 +176,19 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
             .and_then(|e| e.get(k))
             .and_then(serde_json::Value::as_u64)
     };
+    let samples_us: Vec<u64> = d
+        .notes
+        .iter()
+        .filter_map(|n| n.strip_prefix("TIERD_OUT "))
+        .filter_map(|n| n.split(" intervals sample ").nth(1))
+        .filter_map(|r| r.split_whitespace().next()?.parse().ok())
+        .collect();
+    let damon_sample_us = match (samples_us.first(), samples_us.last()) {
+        (Some(a), Some(b)) => Some((*a, *b, samples_us.len() - 1)),
+        _ => None,
+    };
     Summary {
+        damon_sample_us,
         workload_finished: finished,
         wrong_node_pct,
         tierd_demoted: tierd_stat("pgdemote_success"),
@@ -302,6 +318,23 @@ fn opt(v: Option<f64>, prec: usize) -> String {
     v.map_or_else(|| "-".to_string(), |x| format!("{x:.prec$}"))
 }
 
+fn changes_word(n: usize) -> String {
+    match n {
+        0 => "fixed".into(),
+        1 => "1 change".into(),
+        n => format!("{n} changes"),
+    }
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn n_push_intervals(n: &mut Vec<String>, first: u64, last: u64, changes: String) {
+    n.push(format!(
+        "DAMON sample {:.0} -> {:.0} ms ({changes})",
+        first as f64 / 1000.0,
+        last as f64 / 1000.0
+    ));
+}
+
 /// What only some experiments have: churn, wrong nodes, checksums.
 fn notes(r: &Summary) -> String {
     let mut n = Vec::new();
@@ -316,6 +349,9 @@ fn notes(r: &Summary) -> String {
         if d > 0 {
             n.push(format!("tierd promoted {p} demoted {d}"));
         }
+    }
+    if let Some((a, b, c)) = r.damon_sample_us {
+        n_push_intervals(&mut n, a, b, changes_word(c));
     }
     if let Some(w) = r.wrong_node_pct {
         n.push(format!("wrong fast node {w:.1} %"));
@@ -478,9 +514,18 @@ mod tests {
                 "chase t=3 steps_per_s=300".into(),
                 "chase t=4 steps_per_s=400".into(),
             ],
+            notes: vec![
+                "TIERD_OUT damon: intervals sample 5000 us, aggregation 100000 us (tuning: userspace) at 0.5 s".into(),
+                "TIERD_OUT damon: intervals sample 10000 us, aggregation 200000 us (tuning: userspace) at 1.2 s".into(),
+            ],
             ..RunData::default()
         };
         let s = summarize(&exp, "T1", "tierd", &d);
+        // Accesses per hot page per second: the mean of all the chase's lines (250 steps/s)
+        // over the 32768 hot pages.
+        let rate = s.hot_accesses_per_page_s.unwrap();
+        assert!((rate - 250.0 / 32768.0).abs() < 1e-12, "{rate}");
+        assert_eq!(s.damon_sample_us, Some((5000, 10000, 1)));
         assert_eq!(s.t50_s, Some(1.0));
         assert_eq!(s.t90_s, Some(2.0));
         assert_eq!(s.t95_s, Some(3.0));
@@ -498,6 +543,7 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("workload did not finish"), "{t}");
+        assert!(t.contains("DAMON sample 5 -> 10 ms (1 change)"), "{t}");
     }
 
     #[test]
