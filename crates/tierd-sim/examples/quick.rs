@@ -21,6 +21,10 @@ fn main() {
             "damos_qt_exceeds",
             "pgpromote_candidate",
             "pgpromote_candidate_nrl",
+            "abit_scans",
+            "abit_pages_scanned",
+            "abit_interval_tunings",
+            "pgpromote_cold",
         ];
         let s: Vec<String> = keys
             .iter()

@@ -1277,6 +1277,7 @@ mod tests {
                 compute_ns,
                 running: true,
                 regions: vec![rid],
+                rate_scale: 1.0,
             });
             (rid, hot)
         }

@@ -35,6 +35,7 @@
     clippy::cast_precision_loss
 )]
 
+pub mod abit;
 pub mod cost;
 pub mod damon;
 pub mod mechanism;

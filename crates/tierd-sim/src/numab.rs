@@ -1610,6 +1610,7 @@ mod tests {
                 compute_ns: 0.0,
                 running: true,
                 regions: regions.to_vec(),
+                rate_scale: 1.0,
             });
             self.tax.push(0.0);
             self.acct.app_overhead_ns.push(0.0);

@@ -297,14 +297,22 @@ pub struct TierdToml {
     /// Keep only samples that missed the L3 (IBS `l3miss-only`).
     #[serde(default = "yes")]
     pub l3miss_only: bool,
-    /// Accessed-bit scan: how often each slow-tier page's accessed bit is checked, ms.
+    /// Accessed-bit scan: how often each page's accessed bit is checked, ms (with
+    /// `abit_goal`, the first interval, which the goal then tunes).
     #[serde(default = "default_abit_ms")]
     pub abit_interval_ms: u64,
+    /// Accessed-bit scan: tune the interval at run time toward a share of scanned slow-tier
+    /// pages found accessed, as DAMON's intervals auto-tuning does (`intervals_goal`); `None`
+    /// keeps `abit_interval_ms` fixed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abit_goal: Option<crate::abit::IntervalsGoal>,
     /// NUMA-balancing scanner knobs for the hint-fault source.
     #[serde(default)]
     pub numab: NumabParams,
     /// Model the kernel's pghot rather than tierd's userspace daemon: migration costs are
-    /// kmigrated's (a walk of hot sections, no syscall) instead of `move_pages(2)`'s.
+    /// kmigrated's (a walk of hot sections, no syscall) instead of `move_pages(2)`'s, and the
+    /// engine runs the kernel's fixed threshold (`threshold = "fixed"` is forced: the kernel has
+    /// no relative threshold, so a pghot row under tierd's default would model neither).
     #[serde(default)]
     pub kernel_pghot: bool,
     /// The kernel's classic NUMA balancing running alongside for top-tier pages only
@@ -401,6 +409,12 @@ pub struct Scenario {
     /// Time-series sampling period, ms.
     #[serde(default = "default_sample")]
     pub sample_ms: u64,
+    /// Multiplies every access rate of every process (1 = as the threads and latencies give).
+    /// A machine or workload `rate_scale` times faster or slower at the page level, with the
+    /// same placement dynamics to find: how much a mechanism's result depends on absolute
+    /// access rates.
+    #[serde(default = "default_rate_scale", skip_serializing_if = "is_one")]
+    pub rate_scale: f64,
     /// The machine.
     pub machine: MachineToml,
     /// Cgroups.
@@ -425,6 +439,13 @@ fn default_step() -> u64 {
 }
 fn default_sample() -> u64 {
     1000
+}
+fn default_rate_scale() -> f64 {
+    1.0
+}
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_one(x: &f64) -> bool {
+    (*x - 1.0).abs() < f64::EPSILON
 }
 
 /// The shipped scenarios, by name (`tierd compare <name>`), embedded in the binary.
@@ -552,6 +573,13 @@ impl Scenario {
                 "step_ms".into(),
                 "step_ms",
                 "must be positive and at most sample_ms".into(),
+            ));
+        }
+        if !(self.rate_scale.is_finite() && self.rate_scale > 0.0) {
+            return Err(err(
+                "rate_scale".into(),
+                "rate_scale",
+                "must be positive".into(),
             ));
         }
         for (i, n) in self.machine.node.iter().enumerate() {
@@ -748,6 +776,13 @@ impl Scenario {
                         format!("config[{i}].tierd.sample_period"),
                         "sample_period",
                         "must be positive".into(),
+                    ));
+                }
+                if let Some(problem) = t.abit_goal.as_ref().and_then(|g| g.problem()) {
+                    return Err(err(
+                        format!("config[{i}].tierd.abit_goal"),
+                        "abit_goal",
+                        problem.into(),
                     ));
                 }
             }

@@ -298,6 +298,7 @@ impl World {
                 compute_ns: p.compute_ns,
                 running: false,
                 regions: Vec::new(),
+                rate_scale: sc.rate_scale,
             });
         }
         for i in 0..sc.process.len() {

@@ -11,9 +11,14 @@
 //!   sampling CPU's node;
 //! - **hint faults** (pghot over NUMA balancing's faults): the NUMA-balancing scanner model,
 //!   whose faults are reported instead of migrated on;
-//! - **accessed-bit scans** (DAMON vaddr / idle page tracking): every `abit_interval_ms`, each
-//!   slow-tier page is found accessed with probability `1 - exp(-rate x interval)`; no
-//!   accessing node.
+//! - **accessed-bit scans** (DAMON vaddr / idle page tracking): every interval, each page is
+//!   found accessed with probability `1 - exp(-rate x interval)`; no accessing node. The
+//!   interval is `abit_interval_ms`, or starts there and is tuned toward `abit_goal` as
+//!   DAMON tunes its sampling interval; a finding weighs the number of the last scans that
+//!   found the page accessed ([`crate::abit`]).
+//!
+//! The engine runs its configured threshold (tierd's default: relative), except in rows that
+//! model the kernel's pghot (`kernel_pghot = true`), which always run the kernel's fixed one.
 
 use std::collections::BTreeMap;
 
@@ -25,8 +30,10 @@ use tierd_engine::topology::Topology;
 use tierd_engine::types::{Bytes, CgroupId, Nanos, PageRef, PageSize, SpaceId, Vpn};
 use tierd_engine::{
     CgroupUsage, Engine, MigrationBatch, MigrationReport, MoveOutcome, NodeUsage, SystemUsage,
+    ThresholdMode,
 };
 
+use crate::abit::{IntervalTuner, ScanHistory};
 use crate::cost::{
     ABIT_SCAN_NS_PER_PAGE, ENGINE_NS_PER_OBSERVATION, KMIGRATED_NS_PER_PAGE, MOVE_PAGES_CALL_NS,
     MOVE_PAGES_NS_PER_PAGE,
@@ -48,7 +55,14 @@ pub struct Tierd {
     faults: Vec<HintFault>,
     /// Classic NUMA balancing for top-tier pages alongside (pghot with `numa_balancing=3`).
     kernel: Option<crate::numab::Numab>,
+    /// When the next accessed-bit scan reads the bits, and when the last one did (and
+    /// cleared them).
     next_abit_ns: u64,
+    last_abit_ns: u64,
+    /// The scan's interval, fixed or tuned toward `abit_goal`.
+    tuner: IntervalTuner,
+    /// Which of the last scans found each unit accessed (the scan's weight).
+    history: ScanHistory,
     lows: CgroupLows,
     owners_sent: bool,
     bufs: StepBuffers,
@@ -71,6 +85,13 @@ impl Tierd {
     ) -> Result<Tierd, tierd_engine::ConfigError> {
         let mut cfg = params.engine.clone();
         cfg.sources = tierd_engine::SourceMask::of(&params.sources);
+        if params.kernel_pghot {
+            // The kernel's pghot has one rule, the fixed threshold (pghot_freq_threshold
+            // within the window, the free-space bypass, the latency threshold): a row that
+            // models it must not run tierd's relative threshold, whatever its table says.
+            cfg.threshold = ThresholdMode::Fixed;
+        }
+        let tuner = IntervalTuner::new(params.abit_interval_ms, params.abit_goal);
         let engine = Engine::new(cfg, topo)?;
         let scanner = params
             .sources
@@ -87,7 +108,10 @@ impl Tierd {
                 .map(|k| crate::numab::Numab::new(k, nprocs).toptier_only()),
             // Idle page tracking marks pages idle at the start and reads them one interval
             // later: the first report comes after one interval.
-            next_abit_ns: params.abit_interval_ms.max(1) * 1_000_000,
+            next_abit_ns: tuner.interval_ns(),
+            last_abit_ns: 0,
+            tuner,
+            history: ScanHistory::default(),
             lows,
             owners_sent: false,
             bufs: StepBuffers::default(),
@@ -287,21 +311,34 @@ impl Tierd {
 
     fn abit_scan(&mut self, ctx: &mut Ctx<'_>, out: &mut Vec<Observation>) {
         let end = ctx.now + ctx.dt;
-        let interval = self.params.abit_interval_ms.max(1) * 1_000_000;
         while self.next_abit_ns < end {
             let t = self.next_abit_ns.max(ctx.now);
-            self.next_abit_ns += interval;
-            let tau = interval as f64 / 1e9;
+            // The bits read now were cleared at the last scan (or when tracking began).
+            let tau = (self.next_abit_ns - self.last_abit_ns) as f64 / 1e9;
+            self.last_abit_ns = self.next_abit_ns;
+            self.history.begin_scan(ctx.mem.units() as usize);
+            let topo = ctx.mem.topology().clone();
             let mut scanned = 0u64;
+            // Slow-tier pages scanned and found accessed: the share the interval is tuned on.
+            let (mut slow_scanned, mut slow_found) = (0u64, 0u64);
             for ci in 0..ctx.mem.classes().len() {
                 let class = ctx.mem.class(crate::memory::ClassId(ci as u16)).clone();
                 // Idle page tracking sees every node: the demoter needs the recency of fast
                 // pages as much as the promoter needs the slow ones.
                 let units = u64::from(class.len);
-                if units == 0 || !ctx.mem.regions()[class.region.0 as usize].alive {
+                let region = &ctx.mem.regions()[class.region.0 as usize];
+                if units == 0 || !region.alive {
                     continue;
                 }
+                let unit_pages = region.unit_pages();
                 scanned += units;
+                slow_scanned += class
+                    .units_on
+                    .iter()
+                    .filter(|(n, _)| !topo.is_toptier(**n))
+                    .map(|(_, k)| *k)
+                    .sum::<u64>()
+                    * unit_pages;
                 let rate = ctx.load.class_rate[ci];
                 if rate <= 0.0 {
                     continue;
@@ -324,18 +361,26 @@ impl Tierd {
                         continue;
                     }
                     let node = ctx.mem.node_of(u);
+                    if !topo.is_toptier(node) {
+                        slow_found += unit_pages;
+                    }
                     out.push(Observation {
                         page: page_ref(ctx, u),
                         page_node: node,
                         accessing_node: None,
                         source: SourceKind::AccessedBitScan,
                         time: Nanos(t),
-                        weight: 1,
+                        weight: self.history.found(u.0 as usize),
                     });
                 }
             }
             ctx.acct.count("abit_pages_scanned", scanned);
+            ctx.acct.count("abit_scans", 1);
             ctx.charge_promoter(scanned as f64 * ABIT_SCAN_NS_PER_PAGE);
+            if self.tuner.after_scan(slow_found, slow_scanned) {
+                ctx.acct.count("abit_interval_tunings", 1);
+            }
+            self.next_abit_ns += self.tuner.interval_ns();
         }
     }
 }
@@ -396,5 +441,32 @@ impl Mechanism for Tierd {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tierd_engine::topology::two_tier;
+
+    use super::*;
+
+    fn tierd(toml_text: &str) -> Tierd {
+        let params: TierdToml = toml::from_str(toml_text).expect("parses");
+        let topo = two_tier(Bytes(1 << 30), Bytes(1 << 32));
+        Tierd::new(&params, topo, 1, CgroupLows::new()).expect("valid")
+    }
+
+    #[test]
+    fn a_kernel_pghot_row_runs_the_fixed_threshold() {
+        // tierd's own default is relative...
+        let t = tierd(r#"sources = ["hw_sample"]"#);
+        assert_eq!(t.engine().config().threshold, ThresholdMode::Relative);
+        // ...but the kernel has only the fixed rule, whatever the row's table says.
+        let k = tierd(
+            r#"sources = ["hw_sample"]
+kernel_pghot = true
+engine = { threshold = "relative" }"#,
+        );
+        assert_eq!(k.engine().config().threshold, ThresholdMode::Fixed);
     }
 }

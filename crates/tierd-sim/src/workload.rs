@@ -58,6 +58,8 @@ pub struct Process {
     pub running: bool,
     /// Its regions.
     pub regions: Vec<RegionId>,
+    /// Multiplies its access rates (the scenario's `rate_scale`; 1 = unchanged).
+    pub rate_scale: f64,
 }
 
 /// Loaded access latency between an initiator node (CPUs) and a memory node.
@@ -140,7 +142,8 @@ impl Load {
                     })
                     .sum();
                 let per_access = mem_lat + p.compute_ns + tax;
-                let rate = f64::from(g.threads) * 1e9 / per_access.max(1.0);
+                // `rate_scale` is 1 unless a scenario asks otherwise; x * 1.0 is x exactly.
+                let rate = f64::from(g.threads) * 1e9 / per_access.max(1.0) * p.rate_scale;
                 weighted_lat += f64::from(g.threads) * (mem_lat + tax);
                 total_threads += f64::from(g.threads);
                 load.process_rate[pi] += rate;
