@@ -590,7 +590,10 @@ impl<F: DamonFs> DamonMonitor<F> {
                 let score =
                     intervals_score_bp(regions, monitored_bytes, self.aggr_samples, goal.access_bp);
                 let s = tuned_sample_us(self.sample_us, score, &goal);
-                if s == self.sample_us {
+                // tierd's deadband: each change is a `commit` of the whole context, so steps
+                // under 10 % (the score hovering around the goal) are not worth one. The
+                // kernel, tuning in place, has none.
+                if s.abs_diff(self.sample_us) * 10 < self.sample_us {
                     return Ok(false);
                 }
                 let a = s.saturating_mul(self.aggr_samples);
