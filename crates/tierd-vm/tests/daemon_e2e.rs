@@ -30,10 +30,12 @@ const TOTAL_MIB: u64 = 512;
 const HOT_MIB: u64 = 128;
 const HOT_PAGES: u64 = HOT_MIB * 256;
 const COLD_PAGES: u64 = (TOTAL_MIB - HOT_MIB) * 256;
-/// Seconds after tierd starts by which 90 % of the hot part must be on node 0.
-const HOT_DEADLINE_S: f64 = 25.0;
+/// Seconds after tierd starts by which 90 % of the hot part must be on node 0: a generous
+/// bound (it takes 4-8 s on a 2-core host, idle or busy), so that a slow or shared CI host is
+/// not a failure.
+const HOT_DEADLINE_S: f64 = 40.0;
 /// How long tierd runs before it is sent SIGTERM.
-const TIERD_SECS: u32 = 30;
+const TIERD_SECS: u32 = 45;
 
 const CONFIG: &str = r#"
 [scope]
