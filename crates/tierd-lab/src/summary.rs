@@ -547,6 +547,36 @@ mod tests {
     }
 
     #[test]
+    fn the_spread_table_gives_median_and_range_per_row() {
+        let exp = experiment_a(false);
+        let row = |t90: Option<f64>, over: f64| Summary {
+            id: "T1".into(),
+            mechanism: "tierd".into(),
+            t90_s: t90,
+            over_pct: over,
+            hot_on_fast_pct: 99.0,
+            ..Summary::default()
+        };
+        let failed = Summary {
+            error: Some("guest timed out".into()),
+            ..row(None, 0.0)
+        };
+        let runs = vec![
+            vec![row(Some(4.0), 1.0)],
+            vec![row(Some(9.0), -0.5)],
+            vec![row(Some(5.0), 0.5)],
+            vec![row(None, 0.0)],
+            vec![failed],
+        ];
+        let t = spread_table(&exp, &runs);
+        assert!(t.contains("(5 runs: median [min - max])"), "{t}");
+        // t90 over the four runs that worked: one never got there.
+        assert!(t.contains("| 5.0 [4.0 - 9.0] (1 never) |"), "{t}");
+        assert!(t.contains("| 0.5 [-0.5 - 1.0] |"), "{t}");
+        assert!(t.trim_end().ends_with("| 1 |"), "one failed run: {t}");
+    }
+
+    #[test]
     fn wrong_node_and_checksums_come_from_the_workload_lines() {
         let mut exp = experiment_a(true);
         exp.fast = vec![0, 1];
