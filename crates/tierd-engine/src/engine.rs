@@ -526,14 +526,12 @@ impl Engine {
             if !below_low {
                 if self.config.threshold == ThresholdMode::Relative {
                     // Room for hotter pages: only pages colder than the promotion threshold
-                    // make way (Memtis demotes below its hot threshold), and only pages
-                    // idle for a while, so that one just promoted is not sent straight back.
+                    // make way (Memtis demotes below its hot threshold), and, as in the fixed
+                    // mode, only pages idle for longer than the ping-pong window, so that a
+                    // page is not demoted to come straight back.
                     let t = self.heat_threshold;
                     let heat = &mut self.heat;
-                    cands.retain(|c| {
-                        heat.bin(c.2) < t
-                            && now.saturating_sub(c.1) >= idle_for.min(Nanos::from_secs(10))
-                    });
+                    cands.retain(|c| heat.bin(c.2) < t && now.saturating_sub(c.1) >= idle_for);
                 } else {
                     cands.retain(|c| now.saturating_sub(c.1) >= idle_for);
                 }

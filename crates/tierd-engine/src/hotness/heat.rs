@@ -18,7 +18,8 @@
 //! # Model
 //!
 //! - An observation adds its weight (the accesses it stands for: a DAMON region's
-//!   `nr_accesses`, 1 for a fault or a sample) to the page's heat, saturating at `u32::MAX`.
+//!   `nr_accesses`, 1 for a fault or a sample) to the page's heat, saturating at `u32::MAX`,
+//!   in units of [`HEAT_ONE`] (4 fractional bits, so one sighting survives a few coolings).
 //! - Every `cooling_ms` all heats halve (Memtis halves every 2M samples; a time period keeps
 //!   the engine's output a function of time and observations only). Halving is lazy: an entry
 //!   stores the cooling epoch of its heat and is shifted when next touched. Since
@@ -34,6 +35,12 @@ use crate::types::{Nanos, PageKey, PageSize, SpaceId};
 
 /// Histogram bins: bin 0 for heat 0, bins 1..=32 for `[2^(b-1), 2^b)`.
 pub const HEAT_BINS: usize = 33;
+
+/// One access in heat units: heats are fixed point with 4 fractional bits, so that a page seen
+/// once keeps a non-zero heat through 4 coolings (8 s at the default period) instead of
+/// dropping to 0 at the first one, which could fall between its sighting and the promoter's
+/// next pass. A uniform factor moves every page by the same 4 bins: thresholds are unchanged.
+pub const HEAT_ONE: u32 = 16;
 
 /// The threshold bin that promotes nothing (no slow page's bin reaches it).
 pub const NO_PROMOTION_BIN: u8 = 33;
@@ -169,7 +176,7 @@ impl HeatMap {
         if !fresh {
             self.count(e.tier(), heat_bin(old), e.size, false);
         }
-        let heat = old.saturating_add(weight.max(1));
+        let heat = old.saturating_add(weight.max(1).saturating_mul(HEAT_ONE));
         let bin = heat_bin(heat);
         let ne = Entry {
             heat,
@@ -326,18 +333,23 @@ mod tests {
     fn cooling_halves_heat_and_shifts_the_histogram() {
         let mut m = HeatMap::new(1000);
         m.cool_until(Nanos::ZERO);
-        assert_eq!(m.add(k(1), PageSize::Base, Tier::Slow, 8), 4);
-        assert_eq!(m.add(k(2), PageSize::Base, Tier::Slow, 1), 1);
-        assert_eq!(m.histogram(Tier::Slow)[4], 1);
+        // Heat 8 x 16 = 128: bin 8; heat 16: bin 5.
+        assert_eq!(m.add(k(1), PageSize::Base, Tier::Slow, 8), 8);
+        assert_eq!(m.add(k(2), PageSize::Base, Tier::Slow, 1), 5);
+        assert_eq!(m.histogram(Tier::Slow)[8], 1);
         m.cool_until(Nanos::from_millis(999));
-        assert_eq!(m.bin(k(1)), 4);
+        assert_eq!(m.bin(k(1)), 8);
         m.cool_until(Nanos::from_millis(1000));
-        assert_eq!(m.bin(k(1)), 3, "8 -> 4");
-        assert_eq!(m.bin(k(2)), 0, "1 -> 0");
-        assert_eq!(m.histogram(Tier::Slow)[3], 1);
+        assert_eq!(m.bin(k(1)), 7, "8 -> 4 accesses");
+        assert_eq!(m.bin(k(2)), 4, "one sighting survives a cooling");
+        assert_eq!(m.histogram(Tier::Slow)[7], 1);
+        assert_eq!(m.histogram(Tier::Slow)[4], 1);
+        // Four more coolings take the single sighting to 0.
+        m.cool_until(Nanos::from_millis(5000));
+        assert_eq!(m.bin(k(2)), 0);
         assert_eq!(m.histogram(Tier::Slow)[0], 1);
-        // Adding to a cooled page starts from its cooled heat.
-        assert_eq!(m.add(k(1), PageSize::Base, Tier::Slow, 4), 4);
+        // Adding to a cooled page starts from its cooled heat: 128 >> 5 = 4, + 64.
+        assert_eq!(m.add(k(1), PageSize::Base, Tier::Slow, 4), 7);
         m.prune();
         assert_eq!(m.tracked_pages(), 1, "the page cooled to 0 is dropped");
         // A long idle period cools everything.
@@ -351,16 +363,17 @@ mod tests {
         let mut m = HeatMap::new(1000);
         m.cool_until(Nanos::ZERO);
         m.add(k(0), PageSize::Huge2M, Tier::Slow, 3);
-        assert_eq!(m.histogram(Tier::Slow)[2], 512);
+        // 3 x 16 = 48: bin 6.
+        assert_eq!(m.histogram(Tier::Slow)[6], 512);
         m.set_tier(k(0), Tier::Fast);
-        assert_eq!(m.histogram(Tier::Slow)[2], 0);
-        assert_eq!(m.histogram(Tier::Fast)[2], 512);
+        assert_eq!(m.histogram(Tier::Slow)[6], 0);
+        assert_eq!(m.histogram(Tier::Fast)[6], 512);
         m.remove(k(0));
         assert_eq!(m.tracked_pages(), 0);
         m.add(k(5), PageSize::Base, Tier::Fast, 1);
         m.add(k(5), PageSize::Base, Tier::Slow, 1);
-        assert_eq!(m.histogram(Tier::Fast)[2], 0);
-        assert_eq!(m.histogram(Tier::Slow)[2], 1, "seen on the slow tier now");
+        assert_eq!(m.histogram(Tier::Fast)[6], 0);
+        assert_eq!(m.histogram(Tier::Slow)[6], 1, "seen on the slow tier now");
         m.forget_space(SpaceId(1));
         assert_eq!(m.tracked_pages(), 0);
     }
