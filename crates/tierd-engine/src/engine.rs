@@ -20,6 +20,14 @@
 //!       last access is older than it, thin cgroups above their share, charge
 //!       `pgpromote_candidate` and apply the per-node rate limit;
 //!    4. group admitted pages by (target node, cgroup) into batches of at most `batch_nr`.
+//!
+//!    That is the kernel's rule (`threshold = "fixed"`). tierd's default, `relative`,
+//!    replaces step 3's free-space bypass and latency threshold: before the pass it sizes a
+//!    heat threshold to the room on the fast tier from the histogram of every page's decayed
+//!    access count ([`crate::hotness::heat`]), orders the ready pages hottest first, and
+//!    admits those at or above it (then the cgroup share, the rate limit and the room test
+//!    as above). When promotions are refused for want of room, the demoter makes room from
+//!    fast pages colder than that threshold and idle for the ping-pong window.
 //! 3. **Housekeeping**: free idle record chunks, prune the ping-pong history, update gauges.
 //!
 //! `apply` turns each page's outcome into counters (`pgpromote_success`, failures by errno,

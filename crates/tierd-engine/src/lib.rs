@@ -33,7 +33,8 @@
 //!
 //! - [`types`]: newtypes for nodes, spaces, pages, bytes, time.
 //! - [`topology`]: nodes, abstract distances, tiers, demotion targets (mm/memory-tiers.c).
-//! - [`hotness`]: both pghot record formats, bit-exact, and the per-node record store.
+//! - [`hotness`]: both pghot record formats, bit-exact, the per-node record store, and the
+//!   per-page heat histogram of the relative threshold (`hotness::heat`).
 //! - [`sources`]: the observation type and the per-source enable mask.
 //! - [`policy`]: owners, mempolicy nodemasks, the cgroup fast-tier share.
 //! - [`ratelimit`]: the kernel's rate limiter and adaptive threshold, and tierd's sliding one.
