@@ -662,6 +662,31 @@ proptest! {
         prop_assert_eq!(parse_nodelist(&format!("{m}\n")).unwrap(), m);
     }
 
+    /// A file name with any character (vertical tab, no-break space, '=' and the rest),
+    /// escaped as seq_file_path(m, file, "\n\t= ") does in show_numa_map(), parses back to
+    /// the same name, and the counts after it are still read.
+    #[test]
+    fn numa_maps_file_names_with_any_character_round_trip(
+        name in "/[^\\\x00]{0,40}",
+        anon in 1u64..1000,
+    ) {
+        let mut printed = String::new();
+        for c in name.chars() {
+            if matches!(c, '\n' | '\t' | ' ' | '=') {
+                printed.push_str(&format!("\\{:03o}", u32::from(c)));
+            } else {
+                printed.push(c);
+            }
+        }
+        let line = format!("7f0000000000 default file={printed} anon={anon} dirty={anon} N1={anon} kernelpagesize_kB=4");
+        let e = numa_maps::parse_numa_maps_line(&line).unwrap();
+        prop_assert_eq!(&e.backing, &Backing::File(name.clone()));
+        prop_assert_eq!(e.anon, Some(anon));
+        prop_assert_eq!(e.nodes.get(&NodeId(1)).copied(), Some(anon));
+        let whole = numa_maps::parse_numa_maps(&format!("{line}\n{line}\n")).unwrap();
+        prop_assert_eq!(whole.entries.len(), 2);
+    }
+
     /// A numa_maps line printed the way show_numa_map() prints it parses back to its parts.
     #[test]
     fn numa_maps_lines_round_trip(
@@ -705,5 +730,23 @@ proptest! {
         prop_assert_eq!(&e.nodes, &want);
         let per = if huge { 512 } else { 1 };
         prop_assert_eq!(e.total_pages(), Pages(counts.values().sum::<u64>() * per));
+    }
+}
+
+/// A tenant's file names that the kernel prints unescaped (vertical tab, no-break space) next to
+/// what looks like a field name: the parse must keep them in the name (split_whitespace made
+/// `/x\u{a0}anon` a name `/x` and a count-less `anon`, and the whole scope failed).
+#[test]
+fn numa_maps_names_with_unicode_spaces_stay_names() {
+    for name in [
+        "/x\u{a0}anon",
+        "/x\u{b}N1",
+        "/x\u{c}dirty\u{2003}N0",
+        "/x\r",
+    ] {
+        let line = format!("7f0000000000 default file={name} anon=2 N1=2 kernelpagesize_kB=4");
+        let e = numa_maps::parse_numa_maps_line(&line).unwrap();
+        assert_eq!(e.backing, Backing::File(name.into()), "{line:?}");
+        assert_eq!(e.anon, Some(2));
     }
 }

@@ -241,7 +241,11 @@ pub fn parse_numa_maps_line(line: &str) -> Result<NumaMapsEntry, String> {
         policy,
         ..NumaMapsEntry::default()
     };
-    for tok in rest.split_whitespace() {
+    // show_numa_map() (fs/proc/task_mmu.c) separates fields with one ASCII space and prints
+    // the file name through seq_file_path(m, file, "\n\t= "), which escapes only newline,
+    // tab, space and '=' (as \ooo): any other byte, a vertical tab or a no-break space among
+    // them, is printed as it is. So split on ' ' alone, never on Unicode whitespace.
+    for tok in rest.split(' ').filter(|t| !t.is_empty()) {
         let (key, value) = tok.split_once('=').unwrap_or((tok, ""));
         match key {
             "heap" if value.is_empty() => e.backing = Backing::Heap,
