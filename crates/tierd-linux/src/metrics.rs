@@ -218,7 +218,13 @@ fn set_gauge(g: &Gauge, v: u64) {
 
 /// Registers one engine statistic (labelled series when there are several).
 fn register_stat(reg: &mut Registry, prefix: &str, desc: &StatDesc, series: &[(Labels, u64)]) {
-    let name = format!("{prefix}{}", desc.name);
+    // prometheus-client appends the unit to the name (`_bytes`); a statistic whose name
+    // already ends in its unit (`hotness_store_bytes`) would be exported doubled.
+    let bare = match desc.unit {
+        StatUnit::Bytes => desc.name.strip_suffix("_bytes").unwrap_or(desc.name),
+        _ => desc.name,
+    };
+    let name = format!("{prefix}{bare}");
     let base = desc.help.trim_end_matches('.');
     let help = match desc.unit {
         StatUnit::Pages => format!("{base} (base pages)"),
@@ -255,11 +261,30 @@ fn counter_family(reg: &mut Registry, name: &str, help: &str, series: &[(Labels,
     register_series::<Counter>(reg, name, help, None, series, set_counter);
 }
 
+/// Labels with their values escaped for the text exposition format: prometheus-client 0.23
+/// writes label values as given, so a `comm` holding `"` (any process may name itself so)
+/// would end the value early and make the whole scrape unparsable. The format's escapes are
+/// `\\`, `\"` and `\n` (Prometheus exposition formats, "label_value can be any sequence of
+/// UTF-8 characters, but the backslash, double-quote and line feed characters have to be
+/// escaped").
 fn l(pairs: &[(&str, String)]) -> Labels {
     pairs
         .iter()
-        .map(|(k, v)| ((*k).to_string(), v.clone()))
+        .map(|(k, v)| ((*k).to_string(), escape_label_value(v)))
         .collect()
+}
+
+fn escape_label_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn as_i64(v: u64) -> i64 {
@@ -697,6 +722,12 @@ mod tests {
             let name = format!("tierd_{}{}", d.name, suffix);
             assert!(text.contains(&name), "{name} missing");
         }
+        // Base units in names, never doubled.
+        assert!(!text.contains("_bytes_bytes"), "{text}");
+        assert!(
+            text.contains("# UNIT tierd_hotness_store_bytes bytes"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -732,5 +763,33 @@ mod tests {
         assert!(e
             .to_string()
             .contains("cannot read status from http://127.0.0.1:"));
+    }
+
+    #[test]
+    fn label_values_are_escaped_so_any_comm_keeps_the_scrape_parsable() {
+        let s = Snapshot {
+            processes: vec![ProcessSnapshot {
+                pid: 7,
+                comm: "a\"b\\c\nd".into(),
+                cgroup: "/".into(),
+                pages_per_node: [(1, 5)].into_iter().collect(),
+                hot_pages_per_node: BTreeMap::new(),
+            }],
+            ..Snapshot::default()
+        };
+        let text = render_prometheus(&s);
+        assert!(
+            text.contains("tierd_process_pages{pid=\"7\",comm=\"a\\\"b\\\\c\\nd\",node=\"1\"} 5"),
+            "{text}"
+        );
+        // Every sample line is one line with balanced, escaped quotes.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let unescaped_quotes = line
+                .char_indices()
+                .filter(|(i, c)| *c == '"' && !line[..*i].ends_with('\\'))
+                .count();
+            assert_eq!(unescaped_quotes % 2, 0, "{line}");
+        }
+        assert_eq!(escape_label_value("plain"), "plain");
     }
 }
