@@ -714,30 +714,13 @@ impl Engine {
             return;
         };
         let node_stats = self.stats.nodes.entry(target).or_default();
+        // The hot test: relative mode's heat bin (the histogram already sized the threshold
+        // to the room, so no free-space bypass and no latency threshold); the kernel's
+        // free-space bypass, else its adaptive latency threshold.
+        let bypass = !relative && enough;
         if relative {
-            // The histogram already sized the threshold to the room: no free-space bypass
-            // and no latency threshold, only the heat test, the cgroup share and the rate
-            // limit.
             if !hot_enough {
                 e.pgpromote_cold += nr.0;
-                return;
-            }
-            if let Some((share, used)) = cg_share {
-                let scale = cgroup_promotion_scale(share, used, true);
-                if scale < 1.0 {
-                    let credit = self.cgroup_credit.entry(owner.cgroup).or_insert(0.0);
-                    *credit += scale;
-                    if *credit < 1.0 {
-                        e.pgpromote_cgroup_throttled += nr.0;
-                        return;
-                    }
-                    *credit -= 1.0;
-                }
-            }
-            e.pgpromote_candidate += nr.0;
-            node_stats.pgpromote_candidate += nr.0;
-            if !ts.limiter.try_admit(now, nr, rl_pages) {
-                e.pgpromote_rate_limited += nr.0;
                 return;
             }
         } else if enough {
@@ -760,6 +743,8 @@ impl Engine {
                 e.pgpromote_cold += nr.0;
                 return;
             }
+        }
+        if !bypass {
             if let Some((share, used)) = cg_share {
                 let scale = cgroup_promotion_scale(share, used, true);
                 if scale < 1.0 {
