@@ -40,6 +40,7 @@
 //! - [`ratelimit`]: the kernel's rate limiter and adaptive threshold, and tierd's sliding one.
 //! - [`config`]: tunables with the kernel's defaults and ranges.
 //! - [`engine`]: the promoter, the demoter, ping-pong, report accounting.
+//! - [`feedback`]: DAMON's feedback loop, for backends that tune a sampling interval.
 //! - [`plan`]: usage in, plan out, report back.
 //! - [`stats`]: counters and gauges, each documented with kind and unit.
 //! - [`backend`]: the backend trait and the step function.
@@ -53,6 +54,7 @@
 pub mod backend;
 pub mod config;
 pub mod engine;
+pub mod feedback;
 
 pub mod hotness;
 mod pagemap;

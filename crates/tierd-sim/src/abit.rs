@@ -37,6 +37,7 @@
 //! how often a page was touched.
 
 use serde::{Deserialize, Serialize};
+use tierd_engine::feedback::intervals_adaptation_bp;
 
 /// How many past scans a page's weight counts (assumption: DAMON's default aggregation is
 /// 20 samples; 8 fit a byte and span 8 intervals, long enough to tell a page found every time
@@ -70,41 +71,6 @@ impl IntervalsGoal {
         } else {
             None
         }
-    }
-}
-
-/// `damon_feed_loop_next_input()` (mm/damon/core.c): the next input toward a score of 10,000,
-/// assuming input and score are proportional.
-#[must_use]
-pub fn feed_loop_next_input(last_input: u64, score: u64) -> u64 {
-    const GOAL: u64 = 10_000;
-    const MIN_INPUT: u64 = 10_000;
-    if score == GOAL {
-        return last_input;
-    }
-    if score >= GOAL * 2 {
-        return MIN_INPUT;
-    }
-    let over = score > GOAL;
-    let diff = if over { score - GOAL } else { GOAL - score };
-    let compensation = u64::try_from(u128::from(last_input) * u128::from(diff) / u128::from(GOAL))
-        .unwrap_or(u64::MAX);
-    if over {
-        last_input.saturating_sub(compensation).max(MIN_INPUT)
-    } else {
-        last_input.saturating_add(compensation)
-    }
-}
-
-/// `damon_get_intervals_adaptation_bp()`: the factor, in basis points, that the interval is
-/// multiplied by for a score (`found / goal`, basis points); 5,000 to 20,000.
-#[must_use]
-pub fn adaptation_bp(score_bp: u64) -> u64 {
-    let a = feed_loop_next_input(100_000_000, score_bp) / 10_000;
-    if a <= 10_000 {
-        5_000 + a / 2
-    } else {
-        a
     }
 }
 
@@ -155,7 +121,7 @@ impl IntervalTuner {
             return false;
         }
         self.scans_left = g.scans;
-        let a = adaptation_bp(intervals_score(found, possible, g.access_bp));
+        let a = intervals_adaptation_bp(intervals_score(found, possible, g.access_bp));
         let us = self.interval_ns / 1000;
         let next_us = u64::try_from(u128::from(us) * u128::from(a) / 10_000)
             .unwrap_or(u64::MAX)
@@ -216,16 +182,16 @@ mod tests {
     #[test]
     fn adaptation_follows_the_kernel() {
         // On goal: no change.
-        assert_eq!(adaptation_bp(10_000), 10_000);
+        assert_eq!(intervals_adaptation_bp(10_000), 10_000);
         // Nothing found: double.
-        assert_eq!(adaptation_bp(0), 20_000);
+        assert_eq!(intervals_adaptation_bp(0), 20_000);
         // Half the goal: x1.5.
-        assert_eq!(adaptation_bp(5_000), 15_000);
+        assert_eq!(intervals_adaptation_bp(5_000), 15_000);
         // 1.5x the goal: 2 - 1.5 = 0.5, rescaled to 0.75.
-        assert_eq!(adaptation_bp(15_000), 7_500);
+        assert_eq!(intervals_adaptation_bp(15_000), 7_500);
         // Twice the goal or more: halve, never less.
-        assert_eq!(adaptation_bp(20_000), 5_000);
-        assert_eq!(adaptation_bp(1_000_000), 5_000);
+        assert_eq!(intervals_adaptation_bp(20_000), 5_000);
+        assert_eq!(intervals_adaptation_bp(1_000_000), 5_000);
         // Score: 4 % found with a 4 % goal is on goal.
         assert_eq!(intervals_score(400, 10_000, 400), 10_000);
         assert_eq!(

@@ -44,6 +44,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use tierd_engine::feedback::intervals_adaptation_bp;
 use tierd_engine::types::{Nanos, PageRef, SpaceId, Vpn, PAGE_SHIFT};
 use tierd_engine::{Observation, SourceKind};
 
@@ -212,33 +213,6 @@ impl IntervalsTuning {
     }
 }
 
-/// mm/damon/core.c `damon_feed_loop_next_input()`: the next input of DAMON's feedback loop
-/// for a score in basis points of its goal (10000 = on goal).
-#[must_use]
-pub fn feed_loop_next_input(last_input: u64, score: u64) -> u64 {
-    const GOAL: u64 = 10_000;
-    // The kernel's minimum input, so that the compensation never reaches zero.
-    const MIN_INPUT: u64 = 10_000;
-    if score == GOAL {
-        return last_input;
-    }
-    if score >= GOAL * 2 {
-        return MIN_INPUT;
-    }
-    let over = score > GOAL;
-    let diff = if over { score - GOAL } else { GOAL - score };
-    let compensation = if last_input < u64::MAX / diff {
-        last_input * diff / GOAL
-    } else {
-        last_input / GOAL * diff
-    };
-    if over {
-        last_input.saturating_sub(compensation).max(MIN_INPUT)
-    } else {
-        last_input.saturating_add(compensation)
-    }
-}
-
 /// mm/damon/core.c `damon_get_intervals_score()`: observed access events (region bytes x
 /// `nr_accesses`) against `access_bp` of the most possible (monitored bytes x samples per
 /// aggregation), in basis points of that goal. Regions not listed count as not accessed, so
@@ -265,10 +239,7 @@ pub fn intervals_score_bp(
 /// it, the kernel limits a decrease to 50 %), clamped to the goal's range.
 #[must_use]
 pub fn tuned_sample_us(sample_us: u64, score_bp: u64, goal: &IntervalsGoal) -> u64 {
-    let mut adaptation_bp = feed_loop_next_input(100_000_000, score_bp) / 10_000;
-    if adaptation_bp <= 10_000 {
-        adaptation_bp = 5_000 + adaptation_bp / 2;
-    }
+    let adaptation_bp = intervals_adaptation_bp(score_bp);
     let next = u64::try_from(u128::from(sample_us) * u128::from(adaptation_bp) / 10_000)
         .unwrap_or(u64::MAX);
     next.clamp(
@@ -913,18 +884,6 @@ mod tests {
         assert_eq!(obs[0].page_node, NodeId(1));
         assert_eq!(obs[0].source, SourceKind::AccessedBitScan);
         assert_eq!(obs[0].time, Nanos(9));
-    }
-
-    #[test]
-    fn the_feedback_loop_is_the_kernels() {
-        // mm/damon/core.c damon_feed_loop_next_input(): on goal keeps, 2x goal or more gives
-        // the minimum input, otherwise moves by the relative distance from the goal.
-        assert_eq!(feed_loop_next_input(100_000_000, 10_000), 100_000_000);
-        assert_eq!(feed_loop_next_input(100_000_000, 20_000), 10_000);
-        assert_eq!(feed_loop_next_input(100_000_000, 0), 200_000_000);
-        assert_eq!(feed_loop_next_input(100_000_000, 5_000), 150_000_000);
-        assert_eq!(feed_loop_next_input(100_000_000, 15_000), 50_000_000);
-        assert_eq!(feed_loop_next_input(u64::MAX - 1, 1), u64::MAX);
     }
 
     #[test]
