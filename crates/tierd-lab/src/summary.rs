@@ -318,23 +318,6 @@ fn opt(v: Option<f64>, prec: usize) -> String {
     v.map_or_else(|| "-".to_string(), |x| format!("{x:.prec$}"))
 }
 
-fn changes_word(n: usize) -> String {
-    match n {
-        0 => "fixed".into(),
-        1 => "1 change".into(),
-        n => format!("{n} changes"),
-    }
-}
-
-#[allow(clippy::cast_precision_loss)]
-fn n_push_intervals(n: &mut Vec<String>, first: u64, last: u64, changes: String) {
-    n.push(format!(
-        "DAMON sample {:.0} -> {:.0} ms ({changes})",
-        first as f64 / 1000.0,
-        last as f64 / 1000.0
-    ));
-}
-
 /// What only some experiments have: churn, wrong nodes, checksums.
 fn notes(r: &Summary) -> String {
     let mut n = Vec::new();
@@ -350,8 +333,20 @@ fn notes(r: &Summary) -> String {
             n.push(format!("tierd promoted {p} demoted {d}"));
         }
     }
-    if let Some((a, b, c)) = r.damon_sample_us {
-        n_push_intervals(&mut n, a, b, changes_word(c));
+    if let Some((first, last, changes)) = r.damon_sample_us {
+        let changes = match changes {
+            0 => "fixed".to_string(),
+            1 => "1 change".to_string(),
+            c => format!("{c} changes"),
+        };
+        // Microseconds to milliseconds for display only.
+        #[allow(clippy::cast_precision_loss)]
+        let ms = |us: u64| us as f64 / 1000.0;
+        n.push(format!(
+            "DAMON sample {:.0} -> {:.0} ms ({changes})",
+            ms(first),
+            ms(last)
+        ));
     }
     if let Some(w) = r.wrong_node_pct {
         n.push(format!("wrong fast node {w:.1} %"));

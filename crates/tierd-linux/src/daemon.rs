@@ -598,7 +598,17 @@ impl LinuxBackend {
         let min_acc = relative_min_nr_accesses(hottest, d.min_nr_accesses, d.min_relative_permille);
         // First every process's location query, then the filter: the heat credited to a
         // region's fast pages is estimated from all the regions of this pass.
+        // Per range: its pages' places (a slice of its process's query) and how many of them
+        // are present and on the fast tier.
+        struct Located {
+            pid: u32,
+            range: AccessedRange,
+            pages: std::ops::Range<usize>,
+            fast: u64,
+            present: u64,
+        }
         let mut located = Vec::new();
+        let mut nodes_of = BTreeMap::new();
         for (pid, ranges) in by_pid {
             if !self.procs.contains_key(&pid) {
                 continue;
@@ -610,52 +620,55 @@ impl LinuxBackend {
                 .collect();
             let pid_i = i32::try_from(pid).unwrap_or(i32::MAX);
             let nodes = self.mover.query(pid_i, &addrs)?;
-            located.push((pid, ranges, nodes));
-        }
-        let mut counts = Vec::new();
-        for (_, ranges, nodes) in &located {
             let mut at = 0;
-            for r in ranges {
-                let n = usize::try_from(r.nr_pages).unwrap_or(usize::MAX);
-                let here = &nodes[at.min(nodes.len())..(at + n).min(nodes.len())];
+            for range in ranges {
+                let n = usize::try_from(range.nr_pages).unwrap_or(usize::MAX);
+                let pages = at.min(nodes.len())..(at + n).min(nodes.len());
                 at += n;
+                let here = &nodes[pages.clone()];
                 let fast = here
                     .iter()
                     .filter(|x| x.is_ok_and(|nd| self.fast_nodes.contains(&nd)))
                     .count() as u64;
                 let present = here.iter().filter(|x| x.is_ok()).count() as u64;
-                counts.push((r.nr_accesses, fast, present));
+                located.push(Located {
+                    pid,
+                    range,
+                    pages,
+                    fast,
+                    present,
+                });
             }
+            nodes_of.insert(pid, nodes);
         }
+        let counts: Vec<(u32, u64, u64)> = located
+            .iter()
+            .map(|l| (l.range.nr_accesses, l.fast, l.present))
+            .collect();
         let fast_heat = fast_heat_estimate(&counts, hottest);
-        let mut counts = counts.into_iter();
-        for (pid, ranges, nodes) in located {
-            let mut at = 0;
-            for r in &ranges {
-                let n = usize::try_from(r.nr_pages).unwrap_or(usize::MAX);
-                let here = &nodes[at.min(nodes.len())..(at + n).min(nodes.len())];
-                at += n;
-                let (_, fast, present) = counts.next().unwrap_or_default();
-                let keep_slow =
-                    slow_part_is_hot(r.nr_accesses, fast_heat, fast, present - fast, min_acc);
-                if !keep_slow {
-                    self.slow_explained += present - fast;
+        for l in located {
+            let (r, fast, present) = (&l.range, l.fast, l.present);
+            let keep_slow =
+                slow_part_is_hot(r.nr_accesses, fast_heat, fast, present - fast, min_acc);
+            if !keep_slow {
+                self.slow_explained += present - fast;
+            }
+            let here = nodes_of.get(&l.pid).map_or(&[][..], |n| &n[l.pages]);
+            for (i, node) in here.iter().enumerate() {
+                let Ok(node) = *node else { continue };
+                if !keep_slow && !self.fast_nodes.contains(&node) {
+                    continue;
                 }
-                for (i, node) in here.iter().enumerate() {
-                    let Ok(node) = *node else { continue };
-                    if !keep_slow && !self.fast_nodes.contains(&node) {
-                        continue;
-                    }
-                    self.hot.note(pid, Vpn(r.start.0 + i as u64), node);
-                    out.push(Observation {
-                        page: PageRef::base(SpaceId(pid), Vpn(r.start.0 + i as u64)),
-                        page_node: node,
-                        accessing_node: r.accessing_node,
-                        source: r.kind,
-                        time: r.time,
-                        weight: r.nr_accesses,
-                    });
-                }
+                let vpn = Vpn(r.start.0 + i as u64);
+                self.hot.note(l.pid, vpn, node);
+                out.push(Observation {
+                    page: PageRef::base(SpaceId(l.pid), vpn),
+                    page_node: node,
+                    accessing_node: r.accessing_node,
+                    source: r.kind,
+                    time: r.time,
+                    weight: r.nr_accesses,
+                });
             }
         }
         Ok(())
@@ -895,18 +908,20 @@ fn build_snapshot(
         dry_run,
         nodes,
         processes: backend.process_snapshots(),
-        sources: statuses
-            .iter()
-            .map(|s| {
-                let mut s = s.clone();
-                s.intervals = backend
-                    .feed_intervals()
-                    .into_iter()
-                    .find(|(n, _)| *n == s.name)
-                    .map(|(_, iv)| iv);
-                s
-            })
-            .collect(),
+        sources: {
+            let intervals = backend.feed_intervals();
+            statuses
+                .iter()
+                .map(|s| {
+                    let mut s = s.clone();
+                    s.intervals = intervals
+                        .iter()
+                        .find(|(n, _)| *n == s.name)
+                        .map(|(_, iv)| iv.clone());
+                    s
+                })
+                .collect()
+        },
         mover: MoverSnapshot {
             calls: ms.move_calls,
             pages_moved: ms.pages_moved,
