@@ -291,6 +291,7 @@ impl Engine {
     }
 
     fn observe_one(&mut self, obs: &Observation) {
+        let relative = self.relative();
         let e = &mut self.stats.engine;
         let src = self.stats.sources.entry(obs.source).or_default();
         src.observed += 1;
@@ -304,7 +305,6 @@ impl Engine {
             return;
         }
         let key = obs.page.key();
-        let relative = self.config.threshold == ThresholdMode::Relative;
         if relative {
             self.heat.cool_until(obs.time);
         }
@@ -532,7 +532,7 @@ impl Engine {
                 })
                 .collect();
             if !below_low {
-                if self.config.threshold == ThresholdMode::Relative {
+                if self.relative() {
                     // Room for hotter pages: only pages colder than the promotion threshold
                     // make way (Memtis demotes below its hot threshold), and, as in the fixed
                     // mode, only pages idle for longer than the ping-pong window, so that a
@@ -617,7 +617,7 @@ impl Engine {
             if let Some(store) = self.stores.get_mut(&src_node) {
                 store.drain_ready(now, &mut ready);
             }
-            if self.config.threshold == ThresholdMode::Relative {
+            if self.relative() {
                 // Hottest first, so that the rate limit and the room go to them; address
                 // order among equals (a stable sort of the store's address order).
                 let heat = &mut self.heat;
@@ -707,7 +707,7 @@ impl Engine {
         } else {
             None
         };
-        let relative = self.config.threshold == ThresholdMode::Relative;
+        let relative = self.relative();
         let hot_enough = !relative || self.heat.bin(rp.key) >= self.heat_threshold;
         let e = &mut self.stats.engine;
         let Some(ts) = self.targets.get_mut(&target) else {
