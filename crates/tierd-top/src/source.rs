@@ -10,7 +10,7 @@ use std::sync::mpsc::{channel, Receiver, TryRecvError};
 use std::time::Duration;
 
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use tierd_linux::metrics::{fetch_status, MetricsError};
+use tierd_linux::status::{fetch_status, StatusError};
 use tierd_sim::scenario::{ConfigToml, MechanismKind, Scenario, ScenarioError};
 use tierd_sim::sim::{SimError, World};
 
@@ -28,7 +28,7 @@ pub enum TopError {
         addr: SocketAddr,
         /// Why.
         #[source]
-        source: MetricsError,
+        source: StatusError,
     },
     /// The scenario could not be found or read.
     #[error(transparent)]

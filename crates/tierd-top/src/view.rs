@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use tierd_linux::metrics::Snapshot;
+use tierd_linux::status::Snapshot;
 use tierd_sim::observe::Observed;
 
 /// Bytes of a base page: every count in a view is in base pages.
@@ -292,7 +292,7 @@ pub fn from_observed(o: &Observed<'_>, source: &str) -> TopView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tierd_linux::metrics::{NodeSnapshot, ProcessSnapshot};
+    use tierd_linux::status::{NodeSnapshot, ProcessSnapshot};
 
     fn owner(name: &str, cgroup: &str, pages: &[(u32, u64)], hot: &[(u32, u64)]) -> OwnerView {
         OwnerView {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tierd_linux::metrics::{NodeSnapshot, ProcessSnapshot, Snapshot};
+use tierd_linux::status::{NodeSnapshot, ProcessSnapshot, Snapshot};
 use tierd_top::render::plain;
 use tierd_top::source::{daemon_view, sim_final, spawn_daemon, SimSpec, TopError, Update};
 

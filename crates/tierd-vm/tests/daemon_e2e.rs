@@ -21,8 +21,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use tierd_linux::metrics::Snapshot;
 use tierd_linux::read::numa_maps::parse_numa_maps_line;
+use tierd_linux::status::Snapshot;
 use tierd_vm::initramfs::DEFAULT_BUSYBOX;
 use tierd_vm::{binaries, default_cache_dir, guest, Guest, GuestSpec, Initramfs, Kernel};
 

@@ -1,4 +1,4 @@
-//! `tierd run` and `tierd status`: glue between the command line and `tierd_linux::daemon`.
+//! `tierd run` and `tierd status`: glue between the command line and `tierd_daemon::daemon`.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -8,10 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use tierd_linux::config::DaemonConfig;
-use tierd_linux::daemon::{run, Preflight, RunOptions};
-use tierd_linux::feeds::start_feeds;
-use tierd_linux::metrics::{fetch_status, MetricsServer, SharedSnapshot, Snapshot};
+use tierd_daemon::config::DaemonConfig;
+use tierd_daemon::daemon::{run, Preflight, RunOptions};
+use tierd_daemon::feeds::start_feeds;
+use tierd_daemon::metrics::{MetricsServer, SharedSnapshot, Snapshot};
+use tierd_linux::status::fetch_status;
 
 /// `tierd run`.
 pub fn run_daemon(
@@ -189,7 +190,7 @@ pub fn status(addr: SocketAddr, json: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tierd_linux::metrics::{NodeSnapshot, ProcessSnapshot, SourceSnapshot};
+    use tierd_daemon::metrics::{NodeSnapshot, ProcessSnapshot, SourceSnapshot};
 
     #[test]
     fn status_shows_placement_per_process_sources_and_nonzero_counters() {

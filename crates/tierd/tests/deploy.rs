@@ -14,14 +14,14 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value as Json;
 use serde_norway::Value as Yaml;
-use tierd_engine::stats::{NodeStats, SourceStats, Stats};
-use tierd_engine::types::NodeId;
-use tierd_engine::SourceKind;
-use tierd_linux::config::DaemonConfig;
-use tierd_linux::metrics::{
+use tierd_daemon::config::DaemonConfig;
+use tierd_daemon::metrics::{
     render_prometheus, MetricsServer, NodeSnapshot, ProcessSnapshot, SharedSnapshot, Snapshot,
     SourceSnapshot,
 };
+use tierd_engine::stats::{NodeStats, SourceStats, Stats};
+use tierd_engine::types::NodeId;
+use tierd_engine::SourceKind;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -380,7 +380,7 @@ fn populated() -> Snapshot {
                 name: "damon".into(),
                 available: true,
                 reason: "vaddr".into(),
-                intervals: Some(tierd_linux::metrics::IntervalsSnapshot {
+                intervals: Some(tierd_daemon::metrics::IntervalsSnapshot {
                     tuning: "userspace".into(),
                     sample_us: 10_000,
                     aggr_us: 200_000,

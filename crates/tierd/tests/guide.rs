@@ -170,7 +170,7 @@ fn messages() -> Vec<(String, String)> {
         add(&f, msgs);
     }
     // The configuration's `invalid(key, reason)`: both the key and the reason.
-    let cfg = root.join("crates/tierd-linux/src/config.rs");
+    let cfg = root.join("crates/tierd-daemon/src/config.rs");
     let text = std::fs::read_to_string(&cfg).expect("config.rs");
     let mut msgs = Vec::new();
     let mut from = 0;
@@ -185,7 +185,7 @@ fn messages() -> Vec<(String, String)> {
     }
     add(&cfg, msgs);
     // The daemon's preflight: refusals and warnings.
-    let daemon = root.join("crates/tierd-linux/src/daemon.rs");
+    let daemon = root.join("crates/tierd-daemon/src/daemon.rs");
     let text = std::fs::read_to_string(&daemon).expect("daemon.rs");
     let mut msgs = literals_after(&text, "NothingToTier(format!(", 0);
     msgs.extend(literals_after(&text, "warnings.push(", 60));

@@ -5,14 +5,15 @@
 
 use std::path::PathBuf;
 
+use tierd_daemon::config::DaemonConfig;
+use tierd_daemon::daemon::{LinuxBackend, Preflight};
 use tierd_engine::policy::Owner;
 use tierd_engine::types::{Bytes, CgroupId, Nanos, NodeId, SpaceId};
 use tierd_engine::{Backend, OwnerUpdate};
-use tierd_linux::config::DaemonConfig;
-use tierd_linux::daemon::{LinuxBackend, Preflight};
 
 fn guest_config(scope: &str) -> DaemonConfig {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/guest-6.12");
+    let root =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tierd-linux/tests/fixtures/guest-6.12");
     let text = format!(
         "{scope}\n[system]\nsys_root = \"{0}/sys\"\nproc_root = \"{0}/proc\"\ncgroup_root = \"{0}/sys/fs/cgroup\"\n",
         root.display()
@@ -103,7 +104,8 @@ fn pids_that_do_not_exist_are_not_in_scope() {
 fn a_bind_policy_from_the_real_kernel_reaches_the_engine_as_a_nodemask() {
     use tierd_engine::policy::PolicyMode;
     use tierd_linux::read::numa_maps::{join_maps, parse_maps, parse_numa_maps, policy_ranges};
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/guest-6.12/extra");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tierd-linux/tests/fixtures/guest-6.12/extra");
     let numa = std::fs::read_to_string(dir.join("numa_maps-bind")).expect("numa_maps");
     let maps = std::fs::read_to_string(dir.join("maps-bind")).expect("maps");
     let vmas = join_maps(

@@ -276,8 +276,8 @@ pub struct SystemRoots {
 impl Default for SystemRoots {
     fn default() -> Self {
         SystemRoots {
-            proc_root: PathBuf::from(crate::DEFAULT_PROC_ROOT),
-            sys_root: PathBuf::from(crate::DEFAULT_SYS_ROOT),
+            proc_root: PathBuf::from(tierd_linux::DEFAULT_PROC_ROOT),
+            sys_root: PathBuf::from(tierd_linux::DEFAULT_SYS_ROOT),
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
         }
     }

@@ -33,16 +33,16 @@ use crate::config::DaemonConfig;
 use crate::metrics::{
     MoverSnapshot, NodeSnapshot, ProcessSnapshot, SharedSnapshot, Snapshot, SourceSnapshot,
 };
-use crate::mover::{Mover, MoverConfig, MoverError};
-use crate::read::cgroup::{read_proc_cgroup, unified_path, CgroupFs};
-use crate::read::meminfo::read_node_meminfo;
-use crate::read::numa_maps::{policy_ranges, read_vmas, Vma};
-use crate::read::proc::{list_pids, read_stat, read_status, USER_HZ};
-use crate::read::topology::{
+use tierd_linux::mover::{Mover, MoverConfig, MoverError};
+use tierd_linux::read::cgroup::{read_proc_cgroup, unified_path, CgroupFs};
+use tierd_linux::read::meminfo::read_node_meminfo;
+use tierd_linux::read::numa_maps::{policy_ranges, read_vmas, Vma};
+use tierd_linux::read::proc::{list_pids, read_stat, read_status, USER_HZ};
+use tierd_linux::read::topology::{
     read_demotion_enabled, read_numa_balancing, read_system_topology, SystemTopology,
 };
-use crate::read::vmstat::{read_vmstat, Vmstat};
-use crate::read::ReadError;
+use tierd_linux::read::vmstat::{read_vmstat, Vmstat};
+use tierd_linux::read::ReadError;
 
 /// Why the daemon cannot run.
 #[derive(Debug, thiserror::Error)]
@@ -896,7 +896,7 @@ fn build_snapshot(
         .as_ref()
         .map_or(0.0, |s| s.cpu_time(USER_HZ).as_secs_f64());
     let daemon_cpu_sys_s = stat.as_ref().map_or(0.0, |s| {
-        let sys_only = crate::read::proc::ProcStat {
+        let sys_only = tierd_linux::read::proc::ProcStat {
             utime_ticks: 0,
             ..s.clone()
         };

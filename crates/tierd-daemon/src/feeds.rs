@@ -12,14 +12,14 @@ use tierd_engine::SourceKind;
 use crate::config::{DaemonConfig, SourceName as ConfigSource};
 use crate::daemon::{AccessedRange, DaemonError, Feed};
 use crate::metrics::{IntervalsSnapshot, SourceSnapshot};
-use crate::read::numa_maps::read_maps;
-use crate::source::damon::{
+use tierd_linux::read::numa_maps::read_maps;
+use tierd_linux::source::damon::{
     self, DamonConfig as DamonSysfsConfig, DamonMonitor, IntervalsGoal, RealFs,
 };
-use crate::source::idle::{self, IdleBitmap, IdleTracker, ScanRange};
-use crate::source::perf::live::{HwPmu, LiveConfig, LiveSampler, Target};
-use crate::source::perf::{self, MemSample};
-use crate::source::SourceName;
+use tierd_linux::source::idle::{self, IdleBitmap, IdleTracker, ScanRange};
+use tierd_linux::source::perf::live::{HwPmu, LiveConfig, LiveSampler, Target};
+use tierd_linux::source::perf::{self, MemSample};
+use tierd_linux::source::SourceName;
 
 /// DAMON regions as accessed ranges, read once per aggregation interval.
 struct DamonFeed {

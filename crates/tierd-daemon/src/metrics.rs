@@ -15,148 +15,11 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
-use serde::{Deserialize, Serialize};
 use tierd_engine::stats::{EngineStats, NodeStats, SourceStats, StatDesc, StatKind, StatUnit};
-use tierd_engine::Stats;
 
-/// One NUMA node as the daemon sees it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeSnapshot {
-    /// Node id.
-    pub id: u32,
-    /// Index of its memory tier, 0 = fastest.
-    pub tier: u32,
-    /// Whether it has CPUs.
-    pub has_cpus: bool,
-    /// Memory, bytes.
-    pub total_bytes: u64,
-    /// Free memory, bytes.
-    pub free_bytes: u64,
-}
-
-/// One process in scope.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessSnapshot {
-    /// Process id.
-    pub pid: u32,
-    /// Command name.
-    pub comm: String,
-    /// cgroup v2 path.
-    pub cgroup: String,
-    /// Base pages on each node (from `numa_maps`).
-    pub pages_per_node: BTreeMap<u32, u64>,
-    /// Of which hot, per node: distinct base pages that a hotness source reported accessed
-    /// (and `move_pages(2)` located) during the last refresh period (`daemon.refresh_ms`).
-    /// Empty from a daemon that predates the field.
-    #[serde(default)]
-    pub hot_pages_per_node: BTreeMap<u32, u64>,
-}
-
-/// A hotness source and whether it runs.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SourceSnapshot {
-    /// Source name (`damon`, `idle`, `perf`).
-    pub name: String,
-    /// Whether it is running.
-    pub available: bool,
-    /// Why not, or what it runs on.
-    pub reason: String,
-    /// A source with tuned intervals (DAMON): the ones in force now.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub intervals: Option<IntervalsSnapshot>,
-}
-
-/// A source's sampling and aggregation intervals as they are now (tuned at run time).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IntervalsSnapshot {
-    /// Who tunes them: `off`, `kernel` (DAMON's `intervals_goal`, 6.15+) or `userspace`.
-    pub tuning: String,
-    /// Sampling interval, µs.
-    pub sample_us: u64,
-    /// Aggregation interval, µs.
-    pub aggr_us: u64,
-}
-
-impl SourceSnapshot {
-    /// `running` or `unavailable`, as `tierd run`, `tierd status` and `tierd top` print it.
-    #[must_use]
-    pub fn state(&self) -> &'static str {
-        if self.available {
-            "running"
-        } else {
-            "unavailable"
-        }
-    }
-}
-
-/// The mover's totals.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct MoverSnapshot {
-    /// `move_pages(2)` calls.
-    pub calls: u64,
-    /// Base pages moved.
-    pub pages_moved: u64,
-    /// Base pages that could not be moved, by reason (`busy`, `no_process`, ...).
-    pub pages_failed: BTreeMap<String, u64>,
-    /// Seconds spent inside `move_pages(2)`.
-    pub seconds: f64,
-}
-
-/// Everything `/status` returns.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Snapshot {
-    /// tierd's version.
-    pub version: String,
-    /// Seconds since the daemon started.
-    pub uptime_s: f64,
-    /// Whether migrations are only planned.
-    pub dry_run: bool,
-    /// Nodes.
-    pub nodes: Vec<NodeSnapshot>,
-    /// Processes in scope.
-    pub processes: Vec<ProcessSnapshot>,
-    /// Sources.
-    pub sources: Vec<SourceSnapshot>,
-    /// Engine-wide counters by name (`pgpromote_success`, ...).
-    pub engine: BTreeMap<String, u64>,
-    /// Per-node engine counters.
-    pub engine_nodes: BTreeMap<u32, BTreeMap<String, u64>>,
-    /// Per-source engine counters.
-    pub engine_sources: BTreeMap<String, BTreeMap<String, u64>>,
-    /// The mover.
-    pub mover: MoverSnapshot,
-    /// Growth of the kernel's own `/proc/vmstat` counters since the daemon started.
-    pub kernel_vmstat_delta: BTreeMap<String, u64>,
-    /// CPU time of the daemon process, seconds (user + system).
-    pub daemon_cpu_s: f64,
-    /// Of which in the kernel (reading numa_maps and pagemap, move_pages, sysfs), seconds.
-    #[serde(default)]
-    pub daemon_cpu_sys_s: f64,
-}
-
-fn named(values: Vec<(&'static StatDesc, u64)>) -> BTreeMap<String, u64> {
-    values
-        .into_iter()
-        .map(|(d, v)| (d.name.to_string(), v))
-        .collect()
-}
-
-impl Snapshot {
-    /// Copies the engine's statistics in.
-    pub fn set_engine_stats(&mut self, stats: &Stats) {
-        self.engine = named(stats.engine.values());
-        self.engine_nodes = stats
-            .nodes
-            .iter()
-            .map(|(n, s)| (u32::from(n.0), named(s.values())))
-            .collect();
-        self.engine_sources = stats
-            .sources
-            .iter()
-            .map(|(k, s)| (k.name().to_string(), named(s.values())))
-            .collect();
-    }
-}
+pub use tierd_linux::status::{
+    IntervalsSnapshot, MoverSnapshot, NodeSnapshot, ProcessSnapshot, Snapshot, SourceSnapshot,
+};
 
 fn unit(u: StatUnit) -> Option<Unit> {
     match u {
@@ -506,14 +369,6 @@ pub enum MetricsError {
         /// Why.
         reason: String,
     },
-    /// The status endpoint could not be read.
-    #[error("cannot read status from {url}: {reason}")]
-    Fetch {
-        /// The URL.
-        url: String,
-        /// Why.
-        reason: String,
-    },
 }
 
 /// The HTTP endpoint: `/metrics` (Prometheus text) and `/status` (JSON).
@@ -604,28 +459,12 @@ fn serve(server: &tiny_http::Server, shared: &SharedSnapshot) {
     }
 }
 
-/// Reads `/status` from a running daemon.
-///
-/// # Errors
-/// [`MetricsError::Fetch`] when nothing answers or the answer is not a status.
-pub fn fetch_status(addr: SocketAddr) -> Result<Snapshot, MetricsError> {
-    let url = format!("http://{addr}/status");
-    let fail = |reason: String| MetricsError::Fetch {
-        url: url.clone(),
-        reason,
-    };
-    let resp = ureq::get(&url)
-        .timeout(std::time::Duration::from_secs(5))
-        .call()
-        .map_err(|e| fail(e.to_string()))?;
-    let text = resp.into_string().map_err(|e| fail(e.to_string()))?;
-    serde_json::from_str(&text).map_err(|e| fail(format!("not a tierd status: {e}")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use tierd_engine::types::NodeId;
+    use tierd_engine::Stats;
+    use tierd_linux::status::fetch_status;
 
     fn sample() -> Snapshot {
         let mut stats = Stats::default();
