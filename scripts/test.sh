@@ -34,9 +34,17 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   else
     echo "scripts/doc-deps.sh failed: the groff man-page check will SKIP" >&2
   fi
+  # The fuzz targets' libFuzzer is C++: once g++ is installed, scripts/fuzz.sh must run.
+  if ./scripts/fuzz-deps.sh; then
+    export TIERD_REQUIRE_FUZZ=1
+  else
+    echo "scripts/fuzz-deps.sh failed: the fuzz targets will SKIP" >&2
+  fi
 fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 ./scripts/check-engine-deps.sh
 cargo test --workspace --locked
+# Every fuzz target for a few seconds (TIERD_FUZZ_SECONDS, default 8): CONTRIBUTING.md "Fuzzing".
+./scripts/fuzz.sh

@@ -249,6 +249,43 @@ pub struct DaemonSection {
     pub allow_public_metrics: bool,
     /// How often the scope, owners and mempolicies (`numa_maps`) are re-read.
     pub refresh_ms: u64,
+    /// `/healthz` answers 503 when the tiering loop has not completed a pass for this long.
+    pub liveness_timeout_s: u64,
+    /// Processes with their own `tierd_process_*` series (the largest by pages); the rest are
+    /// summed into one `pid="other"` series per node.
+    pub metrics_max_processes: u32,
+    /// A process's `numa_maps` (which walks its page tables) is re-read when its
+    /// `/proc/PID/maps` changed, and otherwise at most this often (for the placement that
+    /// `/status` shows).
+    pub numa_maps_max_age_ms: u64,
+    /// Where tierd keeps what must survive an unclean exit: the marker naming the kdamond it
+    /// configured, so that a restart takes it over instead of refusing it as someone else's.
+    pub state_dir: PathBuf,
+}
+
+/// `daemon.liveness_timeout_s` by default: a pass takes milliseconds and starts every
+/// `engine.interval_ms` (at most 1 s), a refresh reading a large process's `numa_maps` takes
+/// seconds; a loop that has not completed a pass for a minute is stuck, not slow. With the
+/// DaemonSet's probe (every 20 s, 3 failures) a stuck daemon is restarted within two minutes.
+pub const DEFAULT_LIVENESS_TIMEOUT_S: u64 = 60;
+
+impl DaemonSection {
+    /// The consent rule for the metrics address, the same for the file's `metrics_listen`
+    /// and for `tierd run --metrics ADDR`: the endpoint has no authentication, so only a
+    /// loopback address is accepted unless the file sets `allow_public_metrics = true`.
+    ///
+    /// # Errors
+    /// The reason, for a non-loopback address without consent.
+    pub fn check_metrics_listen(&self) -> Result<(), String> {
+        if self.metrics_listen.ip().is_loopback() || self.allow_public_metrics {
+            return Ok(());
+        }
+        Err(format!(
+            "{} is not a loopback address; the endpoint has no authentication \
+             (set allow_public_metrics = true to expose it)",
+            self.metrics_listen
+        ))
+    }
 }
 
 impl Default for DaemonSection {
@@ -257,6 +294,10 @@ impl Default for DaemonSection {
             metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
             allow_public_metrics: false,
             refresh_ms: 1_000,
+            liveness_timeout_s: DEFAULT_LIVENESS_TIMEOUT_S,
+            metrics_max_processes: 20,
+            numa_maps_max_age_ms: 10_000,
+            state_dir: PathBuf::from("/run/tierd"),
         }
     }
 }
@@ -405,6 +446,13 @@ impl DaemonConfig {
         if s.pids.contains(&0) {
             return Err(invalid("scope.pids", "0 is not a process id".into()));
         }
+        // PID_MAX_LIMIT (include/linux/threads.h): 4 Mi on 64-bit, the most pid_max can be.
+        if let Some(p) = s.pids.iter().find(|&&p| p > 4 * 1024 * 1024) {
+            return Err(invalid(
+                "scope.pids",
+                format!("{p} is above the kernel's largest pid (4194304)"),
+            ));
+        }
         for cg in &s.cgroups {
             if !cg.starts_with('/') || cg.split('/').any(|c| c == "..") {
                 return Err(invalid(
@@ -450,6 +498,16 @@ impl DaemonConfig {
                     d.update_us, d.aggr_us
                 ),
             ));
+        }
+        // An hour at most: longer intervals monitor nothing a promoter can use, and every µs
+        // value then converts to ns (x 1000) without overflow.
+        for (key, v) in [
+            ("sources.damon.update_us", d.update_us),
+            ("sources.damon.max_sample_us", d.max_sample_us),
+        ] {
+            if v > 3_600_000_000 {
+                return Err(invalid(key, format!("{v} is above 3600000000 (an hour)")));
+            }
         }
         // mm/damon/core.c damon_set_attrs(): min_nr_regions < 3 or min > max is -EINVAL.
         if d.min_nr_regions < 3 || d.max_nr_regions < d.min_nr_regions {
@@ -537,20 +595,44 @@ impl DaemonConfig {
             invalid(&key, e.to_string())
         })?;
         let daemon = &self.daemon;
-        if !daemon.metrics_listen.ip().is_loopback() && !daemon.allow_public_metrics {
-            return Err(invalid(
-                "daemon.metrics_listen",
-                format!(
-                    "{} is not a loopback address; the endpoint has no authentication \
-                     (set allow_public_metrics = true to expose it)",
-                    daemon.metrics_listen
-                ),
-            ));
+        if let Err(reason) = daemon.check_metrics_listen() {
+            return Err(invalid("daemon.metrics_listen", reason));
         }
         if !(100..=600_000).contains(&daemon.refresh_ms) {
             return Err(invalid(
                 "daemon.refresh_ms",
                 format!("{} is outside 100..=600000", daemon.refresh_ms),
+            ));
+        }
+        // Below 5 s one slow refresh would fail the probe; above a day it is no probe.
+        if !(5..=86_400).contains(&daemon.liveness_timeout_s) {
+            return Err(invalid(
+                "daemon.liveness_timeout_s",
+                format!("{} is outside 5..=86400", daemon.liveness_timeout_s),
+            ));
+        }
+        if !(daemon.refresh_ms..=3_600_000).contains(&daemon.numa_maps_max_age_ms) {
+            return Err(invalid(
+                "daemon.numa_maps_max_age_ms",
+                format!(
+                    "{} is outside refresh_ms ({})..=3600000",
+                    daemon.numa_maps_max_age_ms, daemon.refresh_ms
+                ),
+            ));
+        }
+        if !daemon.state_dir.is_absolute() {
+            return Err(invalid(
+                "daemon.state_dir",
+                format!("{} is not an absolute path", daemon.state_dir.display()),
+            ));
+        }
+        if daemon.metrics_max_processes > 10_000 {
+            return Err(invalid(
+                "daemon.metrics_max_processes",
+                format!(
+                    "{} is above 10000 (each process is a series per node on every scrape)",
+                    daemon.metrics_max_processes
+                ),
             ));
         }
         Ok(())
@@ -649,6 +731,19 @@ mod tests {
         assert!(m.contains("never be reached"), "{m}");
         let m = err("[scope]\npids = [1]\n[sources.damon]\nsample_us = 200000\n");
         assert!(m.contains("aggr_us"), "{m}");
+    }
+
+    #[test]
+    fn huge_pids_intervals_and_a_zero_rate_are_refused_naming_the_key() {
+        let m = err("[scope]\npids = [4194305]\n");
+        assert!(m.contains("scope.pids") && m.contains("4194305"), "{m}");
+        let m = err("[scope]\npids = [1]\n[sources.damon]\nupdate_us = 3600000001\n");
+        assert!(m.contains("sources.damon.update_us"), "{m}");
+        let m = err("[scope]\npids = [1]\n[engine]\npromote_rate_limit_mbps = 0\n");
+        assert!(
+            m.starts_with("t.toml:4: engine.promote_rate_limit_mbps"),
+            "{m}"
+        );
     }
 
     #[test]

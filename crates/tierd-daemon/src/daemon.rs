@@ -2,38 +2,54 @@
 //!
 //! ```text
 //!  preflight ── topology (sysfs) ─▶ engine Topology; refuse one tier; warn when the kernel's
-//!               own tiering (numa_balancing bit 2) or demotion would fight tierd
+//!               own tiering (numa_balancing bit 2) or demotion would fight tierd; check that
+//!               /proc is this process's pid namespace
 //!  loop, every engine interval:
-//!    LinuxBackend::drain_owner_updates  scope (pids / cgroups / all) + numa_maps policies
+//!    LinuxBackend::drain_owner_updates  scope (pids / cgroups / all), each process held by a
+//!                                       pidfd; numa_maps policies when maps changed
 //!    LinuxBackend::drain_observations   feeds (DAMON, idle, perf) -> accessed ranges
-//!                                       -> move_pages location query -> Observations
+//!                                       -> tierd_linux::source::locate -> Observations
 //!    LinuxBackend::usage                node MemFree, cgroup memory.low and fast-tier usage
-//!    Engine::tick -> batches -> LinuxBackend::migrate (move_pages, or only printed: dry run)
+//!    Engine::tick -> batches -> LinuxBackend::migrate (move_pages, after an identity check;
+//!                                                      or only printed: dry run)
 //!  every refresh: a Snapshot for /metrics and /status
 //!  SIGINT/SIGTERM: the stop flag is read between passes, so the batch in flight finishes
 //! ```
 //!
 //! Everything goes through [`tierd_engine::step`], the same loop the simulator runs.
+//!
+//! # Failure model
+//!
+//! Only a bad configuration and a machine where nothing can run are fatal, and only at start
+//! ([`DaemonError`], with its exit code). Once running, everything a host does on its own —
+//! processes exiting, pids reused, maps changing, DAMON refusing a commit because a target
+//! exited, a node or a cgroup going away, descriptors or memory running short — is counted by
+//! reason in [`Faults`] (`tierd_faults_total{reason}` and `/status`), logged at most once a
+//! minute per reason, and survived: the pass skips what failed and the next one retries.
+//! docs/daemon.md has the table of reasons.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tierd_engine::plan::{CgroupUsage, NodeUsage};
 use tierd_engine::policy::Owner;
 use tierd_engine::topology::Topology;
-use tierd_engine::types::{Bytes, CgroupId, Nanos, NodeId, PageRef, SpaceId, Vpn, PAGE_SHIFT};
+use tierd_engine::types::{Bytes, CgroupId, Nanos, NodeId, NodeMask, SpaceId, PAGE_SHIFT};
 use tierd_engine::{
-    Backend, Engine, MigrationBatch, MigrationReport, Observation, OwnerUpdate, SourceKind,
-    StepBuffers, SystemUsage,
+    Backend, Engine, MigrationBatch, MigrationReport, MoveError, MoveOutcome, Observation,
+    OwnerUpdate, StepBuffers, SystemUsage,
 };
 
 use crate::config::DaemonConfig;
 use crate::metrics::{
     MoverSnapshot, NodeSnapshot, ProcessSnapshot, SharedSnapshot, Snapshot, SourceSnapshot,
 };
-use tierd_linux::mover::{Mover, MoverConfig, MoverError};
+use tierd_linux::mover::{Mover, MoverConfig};
+use tierd_linux::process::ProcessHandle;
 use tierd_linux::read::cgroup::{read_proc_cgroup, unified_path, CgroupFs};
 use tierd_linux::read::meminfo::read_node_meminfo;
 use tierd_linux::read::numa_maps::{policy_ranges, read_vmas, Vma};
@@ -43,12 +59,22 @@ use tierd_linux::read::topology::{
 };
 use tierd_linux::read::vmstat::{read_vmstat, Vmstat};
 use tierd_linux::read::ReadError;
+use tierd_linux::source::locate::{locate, LocateParams, LocateStats};
+use tierd_linux::source::{AccessedRange, Feed};
 
-/// Why the daemon cannot run.
+/// Exit status of `tierd run` for a bad configuration (sysexits.h `EX_CONFIG`): the systemd
+/// unit does not restart on it (`RestartPreventExitStatus=78`).
+pub const EXIT_CONFIG: u8 = 78;
+/// Exit status when nothing can run here at start: one memory tier, or no configured source
+/// available (sysexits.h `EX_UNAVAILABLE`); restarted with systemd's back-off, since a
+/// module load or a hotplugged node can change it.
+pub const EXIT_UNAVAILABLE: u8 = 69;
+
+/// Why the daemon cannot start. Nothing that happens once it runs is one of these.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
-    /// A file the daemon needs could not be read.
-    #[error(transparent)]
+    /// A file the daemon needs at start could not be read.
+    #[error("reading the machine's description")]
     Read(#[from] ReadError),
     /// The machine has nothing to tier.
     #[error("nothing to tier: {0}")]
@@ -57,131 +83,125 @@ pub enum DaemonError {
     #[error("topology: {0}")]
     Topology(String),
     /// The engine refused the configuration.
-    #[error("engine configuration: {0}")]
+    #[error("engine configuration")]
     Engine(#[from] tierd_engine::ConfigError),
     /// No configured source can run here.
     #[error("no hotness source can run here: {0}")]
     NoSource(String),
-    /// A hotness source failed while running.
-    #[error("source {name}: {reason}")]
-    Source {
-        /// The source.
-        name: &'static str,
-        /// Why.
+    /// `/proc` is not this process's pid namespace: the pids read there are not the ones
+    /// `move_pages(2)` would move.
+    #[error("{proc_root}: {reason}")]
+    PidNamespace {
+        /// The proc root.
+        proc_root: std::path::PathBuf,
+        /// What does not match.
         reason: String,
     },
-    /// The mover failed as a whole (not a per-page failure, which is counted).
-    #[error(transparent)]
-    Mover(#[from] MoverError),
 }
 
-/// A hotness fact in the daemon's own terms: `nr_pages` base pages from `start` of `pid` were
-/// seen accessed at `time`. Feeds produce these; the backend finds each page's node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AccessedRange {
-    /// The process.
-    pub pid: u32,
-    /// First page.
-    pub start: Vpn,
-    /// Number of base pages.
-    pub nr_pages: u64,
-    /// When it was observed.
-    pub time: Nanos,
-    /// What kind of observation it is for the engine.
-    pub kind: SourceKind,
-    /// The node of the CPU that made the access, when the source knows it (hardware samples).
-    pub accessing_node: Option<NodeId>,
-    /// For a region-based source (DAMON), the region's `nr_accesses`; 0 for sources that name
-    /// single pages they saw accessed.
-    pub nr_accesses: u32,
-}
-
-/// The heat to credit each fast-tier page of a region with, in [`slow_part_is_hot`]: the
-/// median `nr_accesses` of this pass's regions that sit (at least 90 %) on the fast tier
-/// already, i.e. of the hot set that has moved; `hottest` when there are none. Not the
-/// hottest region's count: `nr_accesses` is a sample count, and the largest of many noisy
-/// counts overstates a typical hot region's, which made the few slow pages left in a mostly
-/// promoted hot region look explained by its fast pages and kept them on the slow tier for
-/// tens of seconds (lab A's tail).
-#[must_use]
-pub fn fast_heat_estimate(regions: &[(u32, u64, u64)], hottest: u32) -> u32 {
-    let mut hot: Vec<u32> = regions
-        .iter()
-        .filter(|(_, fast, present)| *present > 0 && fast * 10 >= present * 9)
-        .map(|(nr, _, _)| *nr)
-        .collect();
-    if hot.is_empty() {
-        return hottest;
+impl DaemonError {
+    /// The process exit status for this error ([`EXIT_CONFIG`] or [`EXIT_UNAVAILABLE`]).
+    #[must_use]
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            DaemonError::Engine(_) | DaemonError::PidNamespace { .. } => EXIT_CONFIG,
+            DaemonError::Read(_)
+            | DaemonError::NothingToTier(_)
+            | DaemonError::Topology(_)
+            | DaemonError::NoSource(_) => EXIT_UNAVAILABLE,
+        }
     }
-    hot.sort_unstable();
-    hot[hot.len() / 2]
 }
 
-/// Whether the pages of an accessed region that sit on slower tiers are themselves hot.
-///
-/// DAMON reports one access count for a whole region, estimated by sampling one random page
-/// per sampling interval, so a region that straddles the edge of a hot set reports heat that
-/// belongs to part of it. Once the hot part has been promoted, such a region keeps reporting
-/// accesses and would drag its cold neighbours along (the seed's DAMON over-promotion).
-/// Assuming the region's fast-tier pages are as hot as the typical hot region already on the
-/// fast tier ([`fast_heat_estimate`]), the heat left for the slow-tier pages is
-/// `(nr_accesses * pages - fast * fast_heat) / slow`; they are observed only if that reaches
-/// `min_nr_accesses`. A region of sources that name single
-/// pages (`nr_accesses == 0`) is always kept.
+/// An error and its causes on one line (`a: b: c`), for logs: `Display` of a typed error
+/// shows only its own level.
 #[must_use]
-pub fn slow_part_is_hot(
-    nr_accesses: u32,
-    hottest: u32,
-    fast: u64,
-    slow: u64,
-    min_nr_accesses: u32,
-) -> bool {
-    if nr_accesses == 0 || slow == 0 {
-        return true;
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let _ = write!(s, ": {c}");
+        cur = c.source();
     }
-    let total = u128::from(fast + slow);
-    let heat = u128::from(nr_accesses) * total;
-    let explained = u128::from(fast) * u128::from(hottest.max(nr_accesses));
-    let left = heat.saturating_sub(explained);
-    left >= u128::from(min_nr_accesses.max(1)) * u128::from(slow)
+    s
 }
 
-/// The `nr_accesses` a region needs to feed observations this pass: the configured floor, or
-/// `permille` of the hottest region's, whichever is higher. Relative, because what a region
-/// counts depends on the host's speed and the sampling intervals (hot regions reach 5-8 of 20
-/// samples on one host and 2-3 on a slower one): a fixed floor that drops noise on one host
-/// drops the hot set on another. The engine's relative threshold then picks the hottest pages
-/// that fit.
-#[must_use]
-pub fn relative_min_nr_accesses(hottest: u32, floor: u32, permille: u32) -> u32 {
-    let rel = u64::from(hottest) * u64::from(permille);
-    let rel = u32::try_from(rel.div_ceil(1000)).unwrap_or(u32::MAX);
-    floor.max(rel).max(1)
+/// How often a repeated fault of one reason is logged (its count grows every time).
+const FAULT_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// What went wrong while running and was survived, counted by reason (the names are stable:
+/// docs/daemon.md's failure model lists them). Each reason is logged (tracing, `warn`) the
+/// first time and then at most once a minute with the number suppressed meanwhile, so a
+/// fault that repeats every pass cannot flood the journal.
+#[derive(Debug, Default)]
+pub struct Faults {
+    counts: BTreeMap<String, u64>,
+    logged: HashMap<String, (Instant, u64)>,
 }
 
-/// A running hotness source.
-pub trait Feed: Send {
-    /// Its name in messages and metrics.
-    fn name(&self) -> &'static str;
-    /// The processes to watch changed (called before the first poll too).
-    ///
-    /// # Errors
-    /// When the source cannot follow the new set.
-    fn set_targets(&mut self, pids: &[u32]) -> Result<(), DaemonError>;
-    /// Appends what was observed since the last call.
-    ///
-    /// # Errors
-    /// When the source broke (its sysfs files vanished, the kernel refused).
-    fn poll(&mut self, now: Nanos, out: &mut Vec<AccessedRange>) -> Result<(), DaemonError>;
-    /// The targets' mapped size, bytes (refreshed with the scope); sources that tune their
-    /// resolution to the share of memory found accessed use it.
-    fn set_monitored_bytes(&mut self, _bytes: u64) {}
-    /// The intervals in force, for sources that have them.
-    fn intervals(&self) -> Option<crate::metrics::IntervalsSnapshot> {
-        None
+impl Faults {
+    /// Counts one fault of `reason`, logging `detail` if this reason was not logged in the
+    /// last minute.
+    pub fn record(&mut self, reason: &str, detail: &dyn std::fmt::Display) {
+        *self.counts.entry(reason.to_string()).or_default() += 1;
+        let now = Instant::now();
+        match self.logged.get_mut(reason) {
+            Some((at, suppressed)) if now.duration_since(*at) < FAULT_LOG_EVERY => {
+                *suppressed += 1;
+            }
+            Some((at, suppressed)) => {
+                tracing::warn!(reason, suppressed = *suppressed, "{detail}");
+                (*at, *suppressed) = (now, 0);
+            }
+            None => {
+                tracing::warn!(reason, "{detail}");
+                self.logged.insert(reason.to_string(), (now, 0));
+            }
+        }
     }
-    /// Stops the source and gives back what it borrowed from the kernel.
-    fn stop(&mut self);
+
+    /// Counts `n` faults of `reason` that need no log line (an expected race, e.g. a
+    /// process that exited between two reads).
+    pub fn count(&mut self, reason: &str, n: u64) {
+        if n > 0 {
+            *self.counts.entry(reason.to_string()).or_default() += n;
+        }
+    }
+
+    /// The counts by reason.
+    #[must_use]
+    pub fn counts(&self) -> &BTreeMap<String, u64> {
+        &self.counts
+    }
+
+    /// The count of one reason.
+    #[must_use]
+    pub fn get(&self, reason: &str) -> u64 {
+        self.counts.get(reason).copied().unwrap_or(0)
+    }
+}
+
+/// The fault reason for an OS error met reading `/proc` or sysfs: descriptors, memory and
+/// would-block are named apart (they say the host, not a process, is short).
+fn io_reason(prefix: &str, errno: Option<i32>) -> String {
+    let what = match errno {
+        Some(libc::EMFILE | libc::ENFILE) => "emfile",
+        Some(libc::ENOMEM) => "enomem",
+        Some(libc::EAGAIN) => "eagain",
+        Some(libc::EACCES | libc::EPERM) => "denied",
+        Some(libc::ENOENT | libc::ESRCH) => "gone",
+        Some(libc::EBUSY) => "ebusy",
+        Some(libc::EINVAL) => "einval",
+        _ => "error",
+    };
+    format!("{prefix}_{what}")
+}
+
+fn read_errno(e: &ReadError) -> Option<i32> {
+    match e {
+        ReadError::Io { source, .. } => source.raw_os_error(),
+        _ => None,
+    }
 }
 
 /// What the environment check found.
@@ -223,6 +243,9 @@ impl Preflight {
         let numa_balancing = read_numa_balancing(&roots.proc_root)?.map(|b| b.0);
         let demotion_enabled = read_demotion_enabled(&roots.sys_root)?;
         let mut warnings = Vec::new();
+        if let Some(w) = check_pid_namespace(&roots.proc_root, std::process::id())? {
+            warnings.push(w);
+        }
         if let Some(nb) = numa_balancing {
             // kernel/sched/fair.c: NUMA_BALANCING_MEMORY_TIERING = 0x2.
             if nb & 2 != 0 {
@@ -285,35 +308,100 @@ impl Preflight {
     }
 }
 
-/// One process in scope, as last read.
-#[derive(Clone, Debug, Default)]
-struct ScopedProcess {
-    comm: String,
-    cgroup: String,
-    vmas: Vec<Vma>,
+/// The inode of the initial pid namespace (include/linux/proc_ns.h `PROC_PID_INIT_INO`), as
+/// `/proc/self/ns/pid` names it: `pid:[4026531836]`.
+const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+
+/// Checks that `proc_root` shows this process's pid namespace (`/proc/self` is our own pid):
+/// otherwise the pids read there are not the ones `move_pages(2)` would move, and tierd
+/// refuses to start. Returns a warning when that namespace is not the host's (tierd then
+/// sees and tiers only the processes of its container), or when it cannot tell (a proc
+/// root without `self`, as in a fixture tree).
+///
+/// # Errors
+/// [`DaemonError::PidNamespace`] when `/proc/self` is another pid.
+pub fn check_pid_namespace(proc_root: &Path, me: u32) -> Result<Option<String>, DaemonError> {
+    let Ok(link) = std::fs::read_link(proc_root.join("self")) else {
+        return Ok(Some(format!(
+            "{}/self is not readable: cannot check that this /proc is tierd's own pid namespace",
+            proc_root.display()
+        )));
+    };
+    let seen = link.to_string_lossy().parse::<u32>().ok();
+    if seen != Some(me) {
+        return Err(DaemonError::PidNamespace {
+            proc_root: proc_root.to_path_buf(),
+            reason: format!(
+                "/proc/self is {} but tierd is pid {me}: this /proc belongs to another pid \
+                 namespace (mount the proc of tierd's own namespace, or run tierd in the \
+                 host's)",
+                link.display()
+            ),
+        });
+    }
+    let ns = std::fs::read_link(proc_root.join("self/ns/pid")).ok();
+    let init = format!("pid:[{PROC_PID_INIT_INO}]");
+    Ok(match ns {
+        Some(ns) if ns.to_string_lossy() == init => None,
+        Some(ns) => Some(format!(
+            "tierd runs in a child pid namespace ({}): it sees and tiers only the processes \
+             of that namespace (for a host-wide daemon, run it with the host's pid namespace, \
+             e.g. hostPID: true)",
+            ns.display()
+        )),
+        None => Some("cannot read /proc/self/ns/pid: pid namespace unknown".to_string()),
+    })
 }
 
-/// The Linux implementation of the engine's [`Backend`].
+/// One process in scope, as last read.
+#[derive(Debug)]
+struct ScopedProcess {
+    /// The process itself (a pidfd): a reused pid is another process.
+    handle: ProcessHandle,
+    comm: String,
+    cgroup: String,
+    /// `Mems_allowed_list`: its cpuset's nodes; `move_pages(2)` to another node fails with
+    /// `EACCES` (mm/migrate.c `do_pages_move`: `!node_isset(node, task_nodes)`).
+    mems_allowed: NodeMask,
+    vmas: Vec<Vma>,
+    /// A hash of `/proc/PID/maps` when `numa_maps` was last read: the VMAs and their
+    /// policies change only when it does.
+    maps_sig: u64,
+    /// When `numa_maps` was last read.
+    numa_read_at: Nanos,
+}
+
+/// The Linux implementation of the engine's [`Backend`]. It never fails once built: what
+/// goes wrong is counted in [`LinuxBackend::faults`] and skipped.
 pub struct LinuxBackend {
     cfg: DaemonConfig,
     dry_run: bool,
     mover: Mover,
     feeds: Vec<Box<dyn Feed>>,
+    /// Feeds whose last `set_targets` failed: they are given the targets again on the next
+    /// refresh even if the scope did not change.
+    feeds_stale: Vec<bool>,
     cgroups: CgroupFs,
     cgroup_ids: BTreeMap<String, CgroupId>,
+    next_cgroup_id: u32,
     procs: BTreeMap<u32, ScopedProcess>,
+    /// The pids the feeds were last given.
+    targets: Vec<u32>,
+    /// Hold processes by pidfd (the proc root is our own `/proc`), else by start time.
+    use_pidfd: bool,
     last_refresh: Option<Nanos>,
     ranges: Vec<AccessedRange>,
     pending_updates: Vec<OwnerUpdate>,
     node_ids: Vec<NodeId>,
     fast_nodes: Vec<NodeId>,
+    /// What was survived, by reason.
+    pub faults: Faults,
     /// Processes that vanished between a listing and a read: counted, not raised.
     pub gone: u64,
     /// Pages the dry run would have moved.
     pub planned_pages: u64,
-    /// Slow-tier pages of accessed regions not observed because the region's fast-tier
-    /// pages explain its accesses.
-    pub slow_explained: u64,
+    /// What locating the sources' ranges did, summed over the run.
+    pub locate_stats: LocateStats,
     /// Dry-run lines, when a dry run is printing.
     pub dry_run_log: Vec<String>,
     /// Pages reported accessed, per refresh period (the hot side of `/status`).
@@ -322,19 +410,19 @@ pub struct LinuxBackend {
 
 /// The pages the hotness sources reported accessed, as `/status` shows them ("hot"): the
 /// distinct base pages (pid, vpn) that became observations (located by `move_pages(2)`, and
-/// not dropped by [`slow_part_is_hot`]) during one refresh period, counted per node at the
-/// end of the period. A page seen in several passes counts once, on the node it was last
+/// not dropped by `locate`'s slow-part filter) during one refresh period, counted per node at
+/// the end of the period. A page seen in several passes counts once, on the node it was last
 /// seen on. The set is bounded by what the sources report in one period
 /// (`sources.damon.max_pages_per_pass` per pass); its allocation is kept for the next one.
 #[derive(Debug, Default)]
 struct HotWindow {
-    current: std::collections::HashMap<(u32, u64), NodeId>,
+    current: HashMap<(u32, u64), NodeId>,
     last: BTreeMap<u32, BTreeMap<u32, u64>>,
 }
 
 impl HotWindow {
-    fn note(&mut self, pid: u32, vpn: Vpn, node: NodeId) {
-        self.current.insert((pid, vpn.0), node);
+    fn note(&mut self, pid: u32, vpn: u64, node: NodeId) {
+        self.current.insert((pid, vpn), node);
     }
 
     /// Ends the period: its pages become the counts [`HotWindow::last`] reports.
@@ -372,6 +460,14 @@ impl std::fmt::Debug for LinuxBackend {
 /// Not moved because the daemon runs with `--dry-run` (`ECANCELED`).
 pub const DRY_RUN_ERRNO: i32 = 125;
 
+fn hash_bytes(b: &[u8]) -> u64 {
+    // std's SipHash with fixed keys: deterministic, and a collision only delays a re-read
+    // to the next `numa_maps_max_age_ms`.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    b.hash(&mut h);
+    h.finish()
+}
+
 impl LinuxBackend {
     /// A backend for `topology` over the given feeds.
     #[must_use]
@@ -384,14 +480,20 @@ impl LinuxBackend {
         let cgroups = CgroupFs::new(cfg.system.cgroup_root.clone());
         let mut cgroup_ids = BTreeMap::new();
         cgroup_ids.insert("/".to_string(), CgroupId::ROOT);
+        let feeds_stale = vec![false; feeds.len()];
+        let use_pidfd = tierd_linux::process::proc_is_ours(&cfg.system.proc_root);
         LinuxBackend {
             cfg,
             dry_run,
             mover: Mover::new(MoverConfig::default()),
             feeds,
+            feeds_stale,
             cgroups,
             cgroup_ids,
+            next_cgroup_id: 1,
             procs: BTreeMap::new(),
+            targets: Vec::new(),
+            use_pidfd,
             last_refresh: None,
             ranges: Vec::new(),
             pending_updates: Vec::new(),
@@ -402,9 +504,10 @@ impl LinuxBackend {
                 .map(|n| n.id)
                 .filter(|n| topology.is_toptier(*n))
                 .collect(),
+            faults: Faults::default(),
             gone: 0,
             planned_pages: 0,
-            slow_explained: 0,
+            locate_stats: LocateStats::default(),
             dry_run_log: Vec::new(),
             hot: HotWindow::default(),
         }
@@ -422,16 +525,28 @@ impl LinuxBackend {
         self.procs.keys().copied().collect()
     }
 
-    fn cgroup_id(&mut self, path: &str) -> CgroupId {
-        let next = u32::try_from(self.cgroup_ids.len()).unwrap_or(u32::MAX);
-        *self
-            .cgroup_ids
-            .entry(path.to_string())
-            .or_insert(CgroupId(next))
+    /// Slow-tier pages of accessed regions not observed because the region's fast-tier pages
+    /// explain its accesses.
+    #[must_use]
+    pub fn slow_explained(&self) -> u64 {
+        self.locate_stats.slow_explained
     }
 
-    /// The pids the configured scope names now.
-    fn resolve_scope(&mut self) -> Result<BTreeSet<u32>, DaemonError> {
+    /// The id of a cgroup path; ids are never reused, so a cgroup removed and another
+    /// created cannot be mistaken for each other by the engine.
+    fn cgroup_id(&mut self, path: &str) -> CgroupId {
+        if let Some(id) = self.cgroup_ids.get(path) {
+            return *id;
+        }
+        let id = CgroupId(self.next_cgroup_id);
+        self.next_cgroup_id = self.next_cgroup_id.saturating_add(1);
+        self.cgroup_ids.insert(path.to_string(), id);
+        id
+    }
+
+    /// The pids the configured scope names now. A scoped cgroup that is gone, or unreadable,
+    /// is counted and skipped; only a failure to list `/proc` itself fails.
+    fn resolve_scope(&mut self) -> Result<BTreeSet<u32>, ReadError> {
         let scope = &self.cfg.scope;
         let proc_root = &self.cfg.system.proc_root;
         let me = std::process::id();
@@ -447,15 +562,22 @@ impl LinuxBackend {
                 match self.cgroups.procs(&path) {
                     Ok(ps) => pids.extend(ps),
                     Err(e) if e.is_gone() => {
-                        self.gone += 1;
+                        self.faults.count("cgroup_gone", 1);
                         continue;
                     }
-                    Err(e) => return Err(e.into()),
+                    Err(e) => {
+                        let r = io_reason("cgroup_read", read_errno(&e));
+                        self.faults.record(&r, &chain(&e));
+                        continue;
+                    }
                 }
                 match self.cgroups.children(&path) {
                     Ok(children) => stack.extend(children),
-                    Err(e) if e.is_gone() => self.gone += 1,
-                    Err(e) => return Err(e.into()),
+                    Err(e) if e.is_gone() => self.faults.count("cgroup_gone", 1),
+                    Err(e) => {
+                        let r = io_reason("cgroup_read", read_errno(&e));
+                        self.faults.record(&r, &chain(&e));
+                    }
                 }
             }
         }
@@ -466,61 +588,173 @@ impl LinuxBackend {
         Ok(pids)
     }
 
-    /// Re-reads the scope, owners and policies; the engine gets the updates on its next pass.
-    ///
-    /// # Errors
-    /// When `/proc` or the cgroup tree cannot be read (a process that exits meanwhile is
-    /// counted in [`LinuxBackend::gone`]).
-    pub fn refresh(&mut self, now: Nanos) -> Result<(), DaemonError> {
-        let mut out = std::mem::take(&mut self.pending_updates);
-        let pids = self.resolve_scope()?;
+    /// Reads one process for the scope: held by a pidfd first, its files read, then the
+    /// pidfd checked, so that what was read is this process's and not a successor's. `prev`
+    /// is what the last refresh read of the same process: its VMAs are kept when its maps
+    /// did not change and were read recently.
+    fn read_process(
+        &mut self,
+        pid: u32,
+        prev: Option<ScopedProcess>,
+        now: Nanos,
+    ) -> Option<ScopedProcess> {
         let proc_root = self.cfg.system.proc_root.clone();
+        let handle = match prev {
+            // Held since an earlier refresh: keep the handle (and the VMAs, if the maps did
+            // not change).
+            Some(p) => return self.reread_process(pid, p, now),
+            None => match ProcessHandle::open(&proc_root, pid, self.use_pidfd) {
+                Ok(h) => h,
+                Err(e) if e.is_gone() => {
+                    self.gone += 1;
+                    self.faults.count("process_gone", 1);
+                    return None;
+                }
+                Err(e) => {
+                    let errno = match &e {
+                        tierd_linux::process::ProcessError::Pidfd { source, .. } => {
+                            source.raw_os_error()
+                        }
+                        _ => None,
+                    };
+                    self.faults.record(&io_reason("pidfd", errno), &chain(&e));
+                    return None;
+                }
+            },
+        };
+        let fresh = ScopedProcess {
+            handle,
+            comm: String::new(),
+            cgroup: String::new(),
+            mems_allowed: NodeMask::EMPTY,
+            vmas: Vec::new(),
+            maps_sig: 0,
+            numa_read_at: Nanos(0),
+        };
+        self.reread_process(pid, fresh, now)
+    }
+
+    /// Re-reads the files of a process already held (see [`Self::read_process`]).
+    fn reread_process(
+        &mut self,
+        pid: u32,
+        mut p: ScopedProcess,
+        now: Nanos,
+    ) -> Option<ScopedProcess> {
+        let proc_root = self.cfg.system.proc_root.clone();
+        let max_age = Nanos::from_millis(self.cfg.daemon.numa_maps_max_age_ms);
+        let fresh = p.vmas.is_empty() && p.maps_sig == 0;
+        let read = |p: &mut ScopedProcess| -> Result<bool, ReadError> {
+            let maps_path = proc_root.join(pid.to_string()).join("maps");
+            let maps = std::fs::read(&maps_path).map_err(|source| ReadError::Io {
+                path: maps_path,
+                source,
+            })?;
+            let sig = hash_bytes(&maps);
+            let stale = fresh || sig != p.maps_sig || now.saturating_sub(p.numa_read_at) >= max_age;
+            if stale {
+                p.vmas = read_vmas(&proc_root, pid)?;
+                p.maps_sig = sig;
+                p.numa_read_at = now;
+            }
+            let st = read_status(&proc_root, pid)?;
+            p.comm = st.name;
+            p.mems_allowed = st.mems_allowed;
+            p.cgroup = unified_path(&read_proc_cgroup(&proc_root, pid)?)
+                .unwrap_or("/")
+                .to_string();
+            Ok(stale)
+        };
+        match read(&mut p) {
+            // Kernel threads have no memory map: nothing to tier.
+            Ok(_) if p.vmas.is_empty() => None,
+            Ok(reread) => {
+                self.faults.count("numa_maps_reused", u64::from(!reread));
+                // Read, then checked: if the process had exited meanwhile, the files read
+                // may already be its successor's.
+                if p.handle.is_alive(&proc_root) {
+                    Some(p)
+                } else {
+                    self.gone += 1;
+                    self.faults.count("process_gone", 1);
+                    None
+                }
+            }
+            Err(e) if e.is_gone() => {
+                self.gone += 1;
+                self.faults.count("process_gone", 1);
+                None
+            }
+            // A process we may not inspect (another user's, without CAP_SYS_PTRACE) is left
+            // out rather than stopping the daemon.
+            Err(e) => {
+                let r = io_reason("process_read", read_errno(&e));
+                self.faults.record(&r, &chain(&e));
+                None
+            }
+        }
+    }
+
+    /// Re-reads the scope, owners and policies; the engine gets the updates on its next pass.
+    /// Never fails: a scope that cannot be listed keeps the last one (counted), a process
+    /// that cannot be read is left out (counted).
+    pub fn refresh(&mut self, now: Nanos) {
+        let mut out = std::mem::take(&mut self.pending_updates);
+        let pids = match self.resolve_scope() {
+            Ok(p) => p,
+            Err(e) => {
+                let r = io_reason("scope_read", read_errno(&e));
+                self.faults.record(&r, &chain(&e));
+                self.pending_updates = out;
+                return;
+            }
+        };
+        let proc_root = self.cfg.system.proc_root.clone();
+        let mut old = std::mem::take(&mut self.procs);
         let mut fresh = BTreeMap::new();
         for pid in pids {
-            let read = || -> Result<ScopedProcess, ReadError> {
-                let vmas = read_vmas(&proc_root, pid)?;
-                let comm = read_status(&proc_root, pid)?.name;
-                let cgroup = unified_path(&read_proc_cgroup(&proc_root, pid)?)
-                    .unwrap_or("/")
-                    .to_string();
-                Ok(ScopedProcess { comm, cgroup, vmas })
+            let prev = match old.remove(&pid) {
+                Some(p) if p.handle.is_alive(&proc_root) => Some(p),
+                Some(_) => {
+                    // The process we held exited and its pid is someone's again: the engine
+                    // forgets the old address space before it hears of the new one.
+                    self.faults.count("pid_reused", 1);
+                    out.push(OwnerUpdate::Exited {
+                        space: SpaceId(pid),
+                    });
+                    None
+                }
+                None => None,
             };
-            match read() {
-                // Kernel threads have no memory map: nothing to tier.
-                Ok(p) if p.vmas.is_empty() => {}
-                Ok(p) => {
-                    fresh.insert(pid, p);
-                }
-                Err(e) if e.is_gone() => self.gone += 1,
-                // A process we may not inspect (another user's, without CAP_SYS_PTRACE) is
-                // left out rather than stopping the daemon.
-                Err(ReadError::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::PermissionDenied =>
-                {
-                    self.gone += 1;
-                }
-                Err(e) => return Err(e.into()),
+            if let Some(p) = self.read_process(pid, prev, now) {
+                fresh.insert(pid, p);
             }
         }
-        for pid in self.procs.keys() {
-            if !fresh.contains_key(pid) {
-                out.push(OwnerUpdate::Exited {
-                    space: SpaceId(*pid),
-                });
-            }
-        }
-        let changed = fresh.keys().ne(self.procs.keys());
-        for (pid, p) in &fresh {
-            let cgroup = self.cgroup_id(&p.cgroup);
-            out.push(OwnerUpdate::Owner {
+        // What was held and is no longer in scope (or could not be read).
+        for pid in old.keys() {
+            out.push(OwnerUpdate::Exited {
                 space: SpaceId(*pid),
-                owner: Owner { pid: *pid, cgroup },
+            });
+        }
+        let mut updates = Vec::new();
+        for (pid, p) in &fresh {
+            updates.push((*pid, p.cgroup.clone(), policy_ranges(&p.vmas)));
+        }
+        for (pid, cgroup, ranges) in updates {
+            let cgroup = self.cgroup_id(&cgroup);
+            out.push(OwnerUpdate::Owner {
+                space: SpaceId(pid),
+                owner: Owner { pid, cgroup },
             });
             out.push(OwnerUpdate::Policies {
-                space: SpaceId(*pid),
-                ranges: policy_ranges(&p.vmas),
+                space: SpaceId(pid),
+                ranges,
             });
         }
+        // Cgroups no process in scope is in any more are forgotten (their usage is not read).
+        let live: BTreeSet<&str> = fresh.values().map(|p| p.cgroup.as_str()).collect();
+        self.cgroup_ids
+            .retain(|path, _| path == "/" || live.contains(path.as_str()));
         let mapped: u64 = fresh
             .values()
             .flat_map(|p| p.vmas.iter())
@@ -529,19 +763,31 @@ impl LinuxBackend {
         for f in &mut self.feeds {
             f.set_monitored_bytes(mapped);
         }
+        let targets_changed = fresh.keys().ne(self.targets.iter());
         self.procs = fresh;
         self.pending_updates = out;
         self.hot.roll();
-        if changed || self.last_refresh.is_none() {
-            let pids = self.pids();
-            for f in &mut self.feeds {
-                f.set_targets(&pids)?;
+        let pids = self.pids();
+        if targets_changed {
+            self.targets.clone_from(&pids);
+        }
+        for (i, f) in self.feeds.iter_mut().enumerate() {
+            if !(targets_changed || self.feeds_stale[i] || self.last_refresh.is_none()) {
+                continue;
+            }
+            match f.set_targets(&pids) {
+                Ok(()) => self.feeds_stale[i] = false,
+                Err(e) => {
+                    // Typically DAMON's EINVAL for a target that exited between the scope
+                    // read and the commit: retried with the next refresh's scope.
+                    self.feeds_stale[i] = true;
+                    let r = io_reason(&format!("{}_targets", f.name()), e.errno());
+                    self.faults.record(&r, &chain(&e));
+                }
             }
         }
         self.last_refresh = Some(now);
-        Ok(())
     }
-
     /// Each feed's intervals in force, by feed name.
     fn feed_intervals(&self) -> Vec<(&'static str, crate::metrics::IntervalsSnapshot)> {
         self.feeds
@@ -573,105 +819,12 @@ impl LinuxBackend {
             .collect()
     }
 
-    /// Turns accessed ranges into observations: one location query per process for the pages
-    /// named (at most `max_pages` in all), skipping pages that are not present, and the
-    /// slow-tier pages of regions whose heat the fast-tier pages already explain (see
-    /// [`slow_part_is_hot`]).
-    fn observations_from(
-        &mut self,
-        max_pages: u64,
-        out: &mut Vec<Observation>,
-    ) -> Result<(), DaemonError> {
-        let mut by_pid: BTreeMap<u32, Vec<AccessedRange>> = BTreeMap::new();
-        let mut budget = max_pages;
-        let hottest = self.ranges.iter().map(|r| r.nr_accesses).max().unwrap_or(0);
-        for mut r in self.ranges.drain(..) {
-            r.nr_pages = r.nr_pages.min(budget);
-            budget -= r.nr_pages;
-            by_pid.entry(r.pid).or_default().push(r);
-            if budget == 0 {
-                break;
-            }
-        }
-        self.ranges.clear();
-        let d = &self.cfg.sources.damon;
-        let min_acc = relative_min_nr_accesses(hottest, d.min_nr_accesses, d.min_relative_permille);
-        // First every process's location query, then the filter: the heat credited to a
-        // region's fast pages is estimated from all the regions of this pass.
-        // Per range: its pages' places (a slice of its process's query) and how many of them
-        // are present and on the fast tier.
-        struct Located {
-            pid: u32,
-            range: AccessedRange,
-            pages: std::ops::Range<usize>,
-            fast: u64,
-            present: u64,
-        }
-        let mut located = Vec::new();
-        let mut nodes_of = BTreeMap::new();
-        for (pid, ranges) in by_pid {
-            if !self.procs.contains_key(&pid) {
-                continue;
-            }
-            let addrs: Vec<usize> = ranges
-                .iter()
-                .flat_map(|r| (0..r.nr_pages).map(move |i| Vpn(r.start.0 + i)))
-                .filter_map(|v| usize::try_from(v.addr()).ok())
-                .collect();
-            let pid_i = i32::try_from(pid).unwrap_or(i32::MAX);
-            let nodes = self.mover.query(pid_i, &addrs)?;
-            let mut at = 0;
-            for range in ranges {
-                let n = usize::try_from(range.nr_pages).unwrap_or(usize::MAX);
-                let pages = at.min(nodes.len())..(at + n).min(nodes.len());
-                at += n;
-                let here = &nodes[pages.clone()];
-                let fast = here
-                    .iter()
-                    .filter(|x| x.is_ok_and(|nd| self.fast_nodes.contains(&nd)))
-                    .count() as u64;
-                let present = here.iter().filter(|x| x.is_ok()).count() as u64;
-                located.push(Located {
-                    pid,
-                    range,
-                    pages,
-                    fast,
-                    present,
-                });
-            }
-            nodes_of.insert(pid, nodes);
-        }
-        let counts: Vec<(u32, u64, u64)> = located
-            .iter()
-            .map(|l| (l.range.nr_accesses, l.fast, l.present))
-            .collect();
-        let fast_heat = fast_heat_estimate(&counts, hottest);
-        for l in located {
-            let (r, fast, present) = (&l.range, l.fast, l.present);
-            let keep_slow =
-                slow_part_is_hot(r.nr_accesses, fast_heat, fast, present - fast, min_acc);
-            if !keep_slow {
-                self.slow_explained += present - fast;
-            }
-            let here = nodes_of.get(&l.pid).map_or(&[][..], |n| &n[l.pages]);
-            for (i, node) in here.iter().enumerate() {
-                let Ok(node) = *node else { continue };
-                if !keep_slow && !self.fast_nodes.contains(&node) {
-                    continue;
-                }
-                let vpn = Vpn(r.start.0 + i as u64);
-                self.hot.note(l.pid, vpn, node);
-                out.push(Observation {
-                    page: PageRef::base(SpaceId(l.pid), vpn),
-                    page_node: node,
-                    accessing_node: r.accessing_node,
-                    source: r.kind,
-                    time: r.time,
-                    weight: r.nr_accesses,
-                });
-            }
-        }
-        Ok(())
+    /// Whether `pid` is in scope and still the process the scope read (not a successor that
+    /// reused its pid).
+    fn held(&self, pid: u32) -> bool {
+        self.procs
+            .get(&pid)
+            .is_some_and(|p| p.handle.is_alive(&self.cfg.system.proc_root))
     }
 
     /// Stops every feed.
@@ -682,12 +835,9 @@ impl LinuxBackend {
     }
 }
 
-fn max_pages_per_pass(cfg: &DaemonConfig) -> u64 {
-    cfg.sources.damon.max_pages_per_pass
-}
-
 impl Backend for LinuxBackend {
-    type Error = DaemonError;
+    /// Nothing the running host does is an error of the backend: see [`Faults`].
+    type Error = std::convert::Infallible;
 
     fn drain_observations(
         &mut self,
@@ -695,12 +845,51 @@ impl Backend for LinuxBackend {
         out: &mut Vec<Observation>,
     ) -> Result<(), Self::Error> {
         let mut ranges = std::mem::take(&mut self.ranges);
+        ranges.clear();
+        let mut events = Vec::new();
         for f in &mut self.feeds {
-            f.poll(now, &mut ranges)?;
+            if let Err(e) = f.poll(now, &mut ranges) {
+                let r = io_reason(&format!("{}_poll", f.name()), e.errno());
+                self.faults.record(&r, &chain(&e));
+            }
+            f.drain_events(&mut events);
+        }
+        for e in events {
+            self.faults.count(e, 1);
+        }
+        let d = &self.cfg.sources.damon;
+        let params = LocateParams {
+            max_pages: d.max_pages_per_pass,
+            min_nr_accesses: d.min_nr_accesses,
+            min_relative_permille: d.min_relative_permille,
+        };
+        // Which pids are held is decided once per pass: a pidfd poll each.
+        let held: BTreeSet<u32> = self
+            .procs
+            .keys()
+            .copied()
+            .filter(|p| self.held(*p))
+            .collect();
+        let first = out.len();
+        let failed = locate(
+            &ranges,
+            params,
+            &self.fast_nodes,
+            |pid| held.contains(&pid),
+            &mut self.mover,
+            &mut self.locate_stats,
+            out,
+        );
+        for (pid, e) in failed {
+            let r = io_reason("locate", e.errno());
+            self.faults
+                .record(&r, &format_args!("pid {pid}: {}", chain(&e)));
+        }
+        for o in &out[first..] {
+            self.hot.note(o.page.space.0, o.page.vpn.0, o.page_node);
         }
         self.ranges = ranges;
-        let max = max_pages_per_pass(&self.cfg);
-        self.observations_from(max, out)
+        Ok(())
     }
 
     fn drain_owner_updates(&mut self, out: &mut Vec<OwnerUpdate>) -> Result<(), Self::Error> {
@@ -714,14 +903,24 @@ impl Backend for LinuxBackend {
         let sys_root = self.cfg.system.sys_root.clone();
         let mut usage = SystemUsage::default();
         for n in self.node_ids.clone() {
-            let mi = read_node_meminfo(&sys_root, n)?;
-            usage.nodes.insert(
-                n,
-                NodeUsage {
-                    free: mi.mem_free().unwrap_or(Bytes(0)),
-                    promo_watermark: None,
-                },
-            );
+            match read_node_meminfo(&sys_root, n) {
+                Ok(mi) => {
+                    usage.nodes.insert(
+                        n,
+                        NodeUsage {
+                            free: mi.mem_free().unwrap_or(Bytes(0)),
+                            promo_watermark: None,
+                        },
+                    );
+                }
+                // A node offlined (its memory hot-removed) has no meminfo: it is left out of
+                // this pass's usage, so nothing is planned onto it.
+                Err(e) => {
+                    let r = io_reason("node_meminfo", read_errno(&e));
+                    self.faults
+                        .record(&r, &format_args!("node {}: {}", n.0, chain(&e)));
+                }
+            }
         }
         let paths: Vec<(String, CgroupId)> = self
             .cgroup_ids
@@ -732,8 +931,15 @@ impl Backend for LinuxBackend {
         for (path, id) in paths {
             let m = match self.cgroups.read_memory(&path) {
                 Ok(m) => m,
-                Err(e) if e.is_gone() => continue,
-                Err(e) => return Err(e.into()),
+                Err(e) if e.is_gone() => {
+                    self.faults.count("cgroup_gone", 1);
+                    continue;
+                }
+                Err(e) => {
+                    let r = io_reason("cgroup_read", read_errno(&e));
+                    self.faults.record(&r, &chain(&e));
+                    continue;
+                }
             };
             let low = m.low.and_then(|l| l.bytes()).unwrap_or(Bytes(0));
             let fast: u64 = m.numa_stat.as_ref().map_or(0, |ns| {
@@ -778,18 +984,77 @@ impl Backend for LinuxBackend {
             ));
             return Ok(MigrationReport::for_batch(
                 batch,
-                batch.pages.iter().map(|_| {
-                    tierd_engine::MoveOutcome::Failed(tierd_engine::MoveError::Other(DRY_RUN_ERRNO))
-                }),
+                batch
+                    .pages
+                    .iter()
+                    .map(|_| MoveOutcome::Failed(MoveError::Other(DRY_RUN_ERRNO))),
             ));
         }
-        let procs = &self.procs;
-        let report = self.mover.execute(batch, |space| {
-            procs
-                .contains_key(&space.0)
-                .then(|| i32::try_from(space.0).ok())
-                .flatten()
-        })?;
+        // Identity and cpuset, per process, right before the call: a pid whose process exited
+        // (and may be reused) is never passed to move_pages, and a target outside the
+        // process's cpuset is refused here rather than by the kernel (EACCES) page by page.
+        let proc_root = self.cfg.system.proc_root.clone();
+        let mut allowed: BTreeMap<SpaceId, Option<i32>> = BTreeMap::new();
+        for m in &batch.pages {
+            allowed.entry(m.page.space).or_insert_with(|| {
+                let p = self.procs.get(&m.page.space.0)?;
+                if !p.handle.is_alive(&proc_root) {
+                    return None;
+                }
+                i32::try_from(m.page.space.0).ok()
+            });
+        }
+        let denied: BTreeSet<SpaceId> = allowed
+            .keys()
+            .filter(|s| {
+                self.procs.get(&s.0).is_some_and(|p| {
+                    !p.mems_allowed.is_empty() && !p.mems_allowed.contains(batch.target)
+                })
+            })
+            .copied()
+            .collect();
+        let gone = allowed.values().filter(|v| v.is_none()).count() as u64;
+        self.faults.count("move_process_gone", gone);
+        let result = self.mover.execute(batch, |space| {
+            if denied.contains(&space) {
+                return None;
+            }
+            allowed.get(&space).copied().flatten()
+        });
+        let mut report = match result {
+            Ok(r) => r,
+            Err(e) => {
+                let r = io_reason("move_pages", e.errno());
+                self.faults.record(&r, &chain(&e));
+                MigrationReport::for_batch(
+                    batch,
+                    batch
+                        .pages
+                        .iter()
+                        .map(|_| MoveOutcome::Failed(MoveError::Other(e.errno().unwrap_or(0)))),
+                )
+            }
+        };
+        // Refused for the cpuset: Access, not NoProcess (the process is fine; the engine
+        // backs the pages off instead of forgetting the process).
+        if !denied.is_empty() {
+            let mut n = 0;
+            for (m, r) in batch.pages.iter().zip(report.results.iter_mut()) {
+                if denied.contains(&m.page.space) {
+                    r.outcome = MoveOutcome::Failed(MoveError::Access);
+                    n += 1;
+                }
+            }
+            self.faults.count("move_cpuset_denied", n);
+        }
+        // A process that exited during the call: its pid could in principle have been
+        // reused within that one syscall (the whole pid space wrapping); counted, so that it
+        // shows if it ever happens.
+        for space in allowed.iter().filter(|(_, v)| v.is_some()).map(|(s, _)| s) {
+            if !self.held(space.0) {
+                self.faults.count("move_process_exited_during", 1);
+            }
+        }
         Ok(report)
     }
 }
@@ -803,6 +1068,8 @@ pub struct RunOptions {
     pub duration: Option<Duration>,
     /// Where the latest snapshot goes (the metrics endpoint reads it).
     pub snapshot: Option<SharedSnapshot>,
+    /// Beaten after every completed pass (the metrics endpoint's `/healthz` reads it).
+    pub heartbeat: Option<crate::metrics::Heartbeat>,
 }
 
 /// What a run did, for the exit message.
@@ -931,6 +1198,7 @@ fn build_snapshot(
         kernel_vmstat_delta,
         daemon_cpu_s,
         daemon_cpu_sys_s,
+        faults: backend.faults.counts().clone(),
         ..Snapshot::default()
     };
     snap.set_engine_stats(engine.stats());
@@ -981,120 +1249,76 @@ pub fn run(
         }
         snap
     };
-    let result = (|| -> Result<(), DaemonError> {
-        loop {
-            if stop.load(Ordering::Relaxed) {
-                return Ok(());
-            }
-            if opts.duration.is_some_and(|d| start.elapsed() >= d) {
-                return Ok(());
-            }
-            let pass_start = start.elapsed();
-            if pass_start >= next_refresh {
-                backend.refresh(nanos_since(start))?;
-                publish(&engine, &backend);
-                next_refresh = pass_start + refresh;
-            }
-            let out = tierd_engine::step(&mut engine, &mut backend, nanos_since(start), &mut bufs)?;
-            summary.passes += 1;
-            summary.observations += out.observations as u64;
-            summary.moved_pages += out.moved_pages;
-            summary.failed_pages += out.failed_pages;
-            for line in backend.dry_run_log.drain(..) {
-                log(&line);
-            }
-            // The intervals a source tuned, each change logged once (tierd lab and operators
-            // read them from here and from /status).
-            let now_iv = backend.feed_intervals();
-            for (name, iv) in &now_iv {
-                let was = last_intervals
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, v)| v);
-                if was != Some(iv) {
-                    log(&format!(
-                        "{name}: intervals sample {} us, aggregation {} us (tuning: {}) at {:.1} s",
-                        iv.sample_us,
-                        iv.aggr_us,
-                        iv.tuning,
-                        start.elapsed().as_secs_f64()
-                    ));
-                }
-            }
-            last_intervals = now_iv;
-            // Sleep to the next pass in short slices so a signal is seen quickly; the batch in
-            // flight has already finished when we get here.
-            let next = pass_start + interval;
-            while start.elapsed() < next && !stop.load(Ordering::Relaxed) {
-                let left = next.saturating_sub(start.elapsed());
-                std::thread::sleep(left.min(Duration::from_millis(20)));
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if opts.duration.is_some_and(|d| start.elapsed() >= d) {
+            break;
+        }
+        let pass_start = start.elapsed();
+        if pass_start >= next_refresh {
+            backend.refresh(nanos_since(start));
+            publish(&engine, &backend);
+            next_refresh = pass_start + refresh;
+        }
+        let Ok(out) = tierd_engine::step(&mut engine, &mut backend, nanos_since(start), &mut bufs);
+        summary.passes += 1;
+        summary.observations += out.observations as u64;
+        summary.moved_pages += out.moved_pages;
+        summary.failed_pages += out.failed_pages;
+        if let Some(hb) = &opts.heartbeat {
+            hb.beat();
+        }
+        for line in backend.dry_run_log.drain(..) {
+            log(&line);
+        }
+        // The intervals a source tuned, each change logged once (tierd lab and operators
+        // read them from here and from /status).
+        let now_iv = backend.feed_intervals();
+        for (name, iv) in &now_iv {
+            let was = last_intervals
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v);
+            if was != Some(iv) {
+                log(&format!(
+                    "{name}: intervals sample {} us, aggregation {} us (tuning: {}) at {:.1} s",
+                    iv.sample_us,
+                    iv.aggr_us,
+                    iv.tuning,
+                    start.elapsed().as_secs_f64()
+                ));
             }
         }
-    })();
+        last_intervals = now_iv;
+        // Sleep to the next pass in short slices so a signal is seen quickly; the batch in
+        // flight has already finished when we get here.
+        let next = pass_start + interval;
+        while start.elapsed() < next && !stop.load(Ordering::Relaxed) {
+            let left = next.saturating_sub(start.elapsed());
+            std::thread::sleep(left.min(Duration::from_millis(20)));
+        }
+    }
     backend.stop();
     summary.planned_pages = backend.planned_pages;
     summary.gone = backend.gone;
     summary.snapshot = publish(&engine, &backend);
-    result.map(|()| summary)
+    Ok(summary)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{fast_heat_estimate, relative_min_nr_accesses, slow_part_is_hot, HotWindow};
-
-    #[test]
-    fn fast_pages_are_credited_the_median_promoted_region_not_the_noisiest() {
-        // Promoted hot regions counted 5, 6, 6, 7 and one noisy 12; a straddler half on the
-        // fast tier and the slow regions do not count.
-        let r = [
-            (5, 100, 100),
-            (12, 95, 100),
-            (6, 100, 100),
-            (6, 90, 100),
-            (7, 99, 100),
-            (3, 50, 100),
-            (6, 0, 100),
-        ];
-        assert_eq!(fast_heat_estimate(&r, 12), 6);
-        assert_eq!(
-            fast_heat_estimate(&r[5..], 6),
-            6,
-            "none promoted: the hottest"
-        );
-        assert_eq!(fast_heat_estimate(&[(4, 0, 0)], 9), 9, "no page present");
-        // The slow tenth of a promoted hot region counting 6 is kept with the median (6) and
-        // was dropped with the hottest (12); a promoted half of a straddler (3) still
-        // explains its cold half.
-        assert!(slow_part_is_hot(6, 6, 90, 10, 2));
-        assert!(!slow_part_is_hot(6, 12, 90, 10, 2));
-        assert!(!slow_part_is_hot(3, 6, 50, 50, 2));
-    }
-
-    #[test]
-    fn the_region_floor_is_relative_to_the_hottest_region() {
-        // A slow host: hot regions at 3 of 20 still pass; a fast one: 15 of 20, and a
-        // region a fifth as hot (3) does not.
-        assert_eq!(relative_min_nr_accesses(3, 1, 250), 1);
-        assert_eq!(relative_min_nr_accesses(15, 1, 250), 4);
-        assert_eq!(relative_min_nr_accesses(16, 1, 250), 4);
-        assert_eq!(relative_min_nr_accesses(0, 0, 250), 1, "never 0");
-        assert_eq!(
-            relative_min_nr_accesses(8, 5, 250),
-            5,
-            "the absolute floor holds"
-        );
-        assert_eq!(relative_min_nr_accesses(u32::MAX, 1, 1000), u32::MAX);
-    }
-    use tierd_engine::types::{NodeId, Vpn};
+    use super::*;
 
     #[test]
     fn hot_pages_are_distinct_pages_of_the_last_period_on_their_last_node() {
         let mut h = HotWindow::default();
-        h.note(7, Vpn(1), NodeId(1));
-        h.note(7, Vpn(1), NodeId(0)); // seen again after a promotion: counted once, on 0
-        h.note(7, Vpn(2), NodeId(1));
+        h.note(7, 1, NodeId(1));
+        h.note(7, 1, NodeId(0)); // seen again after a promotion: counted once, on 0
+        h.note(7, 2, NodeId(1));
         // The same vpn in another process is another page.
-        h.note(8, Vpn(1), NodeId(1));
+        h.note(8, 1, NodeId(1));
         // Nothing until the period ends.
         assert!(h.last(7).is_empty());
         h.roll();
@@ -1102,26 +1326,95 @@ mod tests {
         assert_eq!(h.last(8), [(1, 1)].into_iter().collect());
         assert!(h.last(9).is_empty());
         // The next period starts empty: pages not reported again are no longer hot.
-        h.note(8, Vpn(5), NodeId(0));
+        h.note(8, 5, NodeId(0));
         h.roll();
         assert!(h.last(7).is_empty());
         assert_eq!(h.last(8), [(0, 1)].into_iter().collect());
     }
 
     #[test]
-    fn a_region_whose_heat_its_fast_pages_explain_drops_its_slow_pages() {
-        // Hottest region this pass: 6 of 20 samples.
-        // A region 70 % promoted (hot) and 30 % cold reports 0.7 * 6 = 4.2: nothing left.
-        assert!(!slow_part_is_hot(4, 6, 70, 30, 2));
-        // 60 % promoted, 40 % still-hot on the slow node: the region is as hot as the hottest,
-        // so the slow part carries 6 of heat: keep.
-        assert!(slow_part_is_hot(6, 6, 60, 40, 2));
-        // Nothing promoted yet: the whole heat is the slow part's.
-        assert!(slow_part_is_hot(4, 6, 0, 100, 4));
-        assert!(!slow_part_is_hot(3, 6, 0, 100, 4));
-        // Sources that name single pages are never filtered.
-        assert!(slow_part_is_hot(0, 6, 99, 1, 4));
-        // All on the fast tier: nothing to decide.
-        assert!(slow_part_is_hot(5, 6, 10, 0, 4));
+    fn faults_are_counted_by_reason_every_time() {
+        let mut f = Faults::default();
+        for _ in 0..1000 {
+            f.record("damon_targets_einval", &"commit refused");
+        }
+        f.count("process_gone", 3);
+        f.count("process_gone", 0);
+        assert_eq!(f.get("damon_targets_einval"), 1000);
+        assert_eq!(f.get("process_gone"), 3);
+        assert_eq!(f.counts().len(), 2, "a zero count adds no reason");
+        // Logged once; the rest suppressed until a minute has passed.
+        assert_eq!(f.logged["damon_targets_einval"].1, 999);
+    }
+
+    #[test]
+    fn os_errors_are_named_by_what_they_say_about_the_host() {
+        assert_eq!(
+            io_reason("scope_read", Some(libc::EMFILE)),
+            "scope_read_emfile"
+        );
+        assert_eq!(
+            io_reason("scope_read", Some(libc::ENFILE)),
+            "scope_read_emfile"
+        );
+        assert_eq!(
+            io_reason("damon_targets", Some(libc::EINVAL)),
+            "damon_targets_einval"
+        );
+        assert_eq!(
+            io_reason("damon_poll", Some(libc::EBUSY)),
+            "damon_poll_ebusy"
+        );
+        assert_eq!(
+            io_reason("node_meminfo", Some(libc::ENOENT)),
+            "node_meminfo_gone"
+        );
+        assert_eq!(io_reason("x", Some(libc::ENOMEM)), "x_enomem");
+        assert_eq!(io_reason("x", Some(libc::EAGAIN)), "x_eagain");
+        assert_eq!(io_reason("x", Some(libc::EACCES)), "x_denied");
+        assert_eq!(io_reason("x", None), "x_error");
+    }
+
+    #[test]
+    fn the_pid_namespace_check_refuses_a_foreign_proc() {
+        let me = std::process::id();
+        // The real /proc is ours.
+        assert!(check_pid_namespace(Path::new("/proc"), me).is_ok());
+        // Seen as another pid: its pids are not ours to move.
+        let e = check_pid_namespace(Path::new("/proc"), me.wrapping_add(1)).unwrap_err();
+        assert_eq!(e.exit_code(), EXIT_CONFIG);
+        assert!(e.to_string().contains("another pid namespace"), "{e}");
+        // A fixture tree without `self`: a warning, not a refusal.
+        let d = tempfile::tempdir().unwrap();
+        let w = check_pid_namespace(d.path(), me).unwrap().unwrap();
+        assert!(w.contains("cannot check"), "{w}");
+    }
+
+    #[test]
+    fn errors_at_start_carry_their_exit_code() {
+        assert_eq!(
+            DaemonError::NoSource("damon: absent".into()).exit_code(),
+            EXIT_UNAVAILABLE
+        );
+        assert_eq!(
+            DaemonError::NothingToTier("one tier".into()).exit_code(),
+            EXIT_UNAVAILABLE
+        );
+    }
+
+    #[test]
+    fn chain_joins_every_cause() {
+        let io = std::io::Error::from_raw_os_error(libc::EBUSY);
+        let e = ReadError::Io {
+            path: "/sys/x".into(),
+            source: io,
+        };
+        let d = DaemonError::Read(e);
+        let c = chain(&d);
+        assert!(
+            c.starts_with("reading the machine's description: cannot read /sys/x"),
+            "{c}"
+        );
+        assert!(c.contains("busy"), "{c}");
     }
 }

@@ -7,10 +7,10 @@
 use std::path::{Path, PathBuf};
 
 use tierd_engine::types::{Nanos, NodeId, Vpn, PAGE_SHIFT};
-use tierd_engine::SourceKind;
 
 use crate::config::{DaemonConfig, SourceName as ConfigSource};
-use crate::daemon::{AccessedRange, DaemonError, Feed};
+use crate::daemon::DaemonError;
+use crate::marker::{Marker, Stale};
 use crate::metrics::{IntervalsSnapshot, SourceSnapshot};
 use tierd_linux::read::numa_maps::read_maps;
 use tierd_linux::source::damon::{
@@ -20,6 +20,7 @@ use tierd_linux::source::idle::{self, IdleBitmap, IdleTracker, ScanRange};
 use tierd_linux::source::perf::live::{HwPmu, LiveConfig, LiveSampler, Target};
 use tierd_linux::source::perf::{self, MemSample};
 use tierd_linux::source::SourceName;
+use tierd_linux::source::{AccessedRange, Feed, SourceError};
 
 /// DAMON regions as accessed ranges, read once per aggregation interval.
 struct DamonFeed {
@@ -31,6 +32,31 @@ struct DamonFeed {
     last: Option<Nanos>,
     /// The targets' mapped bytes, DAMON vaddr's monitored size (for the tuning score).
     monitored_bytes: u64,
+    /// The marker a restart reads to take this kdamond over.
+    marker: Marker,
+    /// [`DamonMonitor::on_count`] when the marker was last written.
+    marked: u64,
+    /// Things survived since the last drain, for the daemon's fault counters.
+    events: Vec<&'static str>,
+}
+
+impl DamonFeed {
+    /// Rewrites the marker when the kdamond was turned on again (its thread id changed).
+    fn mark(&mut self) {
+        if self.mon.on_count() == self.marked {
+            return;
+        }
+        if let Some(lb) = self.mon.left_behind() {
+            match self.marker.write(lb) {
+                Ok(()) => self.marked = self.mon.on_count(),
+                Err(e) => {
+                    tracing::warn!(error = %crate::daemon::chain(&e), "damon: cannot write the restart marker; a restart after an unclean exit will refuse this kdamond");
+                    self.events.push("damon_marker_write");
+                    self.marked = self.mon.on_count();
+                }
+            }
+        }
+    }
 }
 
 impl Feed for DamonFeed {
@@ -38,11 +64,14 @@ impl Feed for DamonFeed {
         "damon"
     }
 
-    fn set_targets(&mut self, pids: &[u32]) -> Result<(), DaemonError> {
-        self.mon.set_targets(pids).map_err(|e| DaemonError::Source {
-            name: "damon",
-            reason: e.to_string(),
-        })
+    fn set_targets(&mut self, pids: &[u32]) -> Result<(), SourceError> {
+        let r = self.mon.set_targets(pids);
+        self.mark();
+        Ok(r?)
+    }
+
+    fn drain_events(&mut self, out: &mut Vec<&'static str>) {
+        out.append(&mut self.events);
     }
 
     fn set_monitored_bytes(&mut self, bytes: u64) {
@@ -58,7 +87,7 @@ impl Feed for DamonFeed {
         })
     }
 
-    fn poll(&mut self, now: Nanos, out: &mut Vec<AccessedRange>) -> Result<(), DaemonError> {
+    fn poll(&mut self, now: Nanos, out: &mut Vec<AccessedRange>) -> Result<(), SourceError> {
         // tried_regions only change once per aggregation; reading more often re-reports the
         // same aggregation as new accesses.
         let every = Nanos(self.mon.intervals().1 * 1000).max(self.read_interval);
@@ -66,47 +95,32 @@ impl Feed for DamonFeed {
             return Ok(());
         }
         self.last = Some(now);
-        let (mut regions, _) = self.mon.collect(now).map_err(|e| DaemonError::Source {
-            name: "damon",
-            reason: e.to_string(),
-        })?;
-        // The daemon reports changes of the intervals (status, metrics, its log).
-        self.mon
-            .tune(now, &regions, self.monitored_bytes)
-            .map_err(|e| DaemonError::Source {
-                name: "damon",
-                reason: e.to_string(),
-            })?;
-        // Hottest first: the daemon's per-pass page budget is taken from the front.
-        regions.sort_by(|a, b| {
-            b.nr_accesses
-                .cmp(&a.nr_accesses)
-                .then(b.age.cmp(&a.age))
-                .then(a.pid.cmp(&b.pid))
-                .then(a.start.cmp(&b.start))
-        });
-        for r in regions
-            .iter()
-            .filter(|r| r.nr_accesses >= self.min_nr_accesses && r.end > r.start)
-        {
-            let start = r.start >> PAGE_SHIFT;
-            let end = r.end.div_ceil(1 << PAGE_SHIFT);
-            out.push(AccessedRange {
-                pid: r.pid,
-                start: Vpn(start),
-                nr_pages: end - start,
-                time: now,
-                kind: SourceKind::AccessedBitScan,
-                accessing_node: None,
-                nr_accesses: u32::try_from(r.nr_accesses).unwrap_or(u32::MAX),
-            });
+        let (regions, stats) = self.mon.collect(now)?;
+        if stats.kdamond_stopped {
+            // Every target exited: DAMON stops by itself (mm/damon/core.c kdamond_fn ends
+            // when damon_targets_empty / all targets' processes are gone); the next scope
+            // refresh turns it on again with the processes left.
+            self.events.push("damon_kdamond_stopped");
         }
+        // The daemon reports changes of the intervals (status, metrics, its log).
+        self.mon.tune(now, &regions, self.monitored_bytes)?;
+        damon::to_ranges(&regions, self.min_nr_accesses, now, out);
         Ok(())
     }
 
     fn stop(&mut self) {
-        // Best effort: the kdamond is handed back on drop as well.
-        let _ = self.mon.stop();
+        // The kdamond is handed back (on drop as well); only then is the marker removed, so
+        // that a kdamond left on is still recognised by the next start.
+        match self.mon.stop() {
+            Ok(()) => {
+                if let Err(e) = self.marker.remove() {
+                    tracing::warn!(error = %crate::daemon::chain(&e), "damon: cannot remove the restart marker");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %crate::daemon::chain(&e), "damon: cannot hand the kdamond back; the restart marker stays")
+            }
+        }
     }
 }
 
@@ -124,12 +138,12 @@ impl Feed for IdleFeed {
         "idle"
     }
 
-    fn set_targets(&mut self, pids: &[u32]) -> Result<(), DaemonError> {
+    fn set_targets(&mut self, pids: &[u32]) -> Result<(), SourceError> {
         self.pids = pids.to_vec();
         Ok(())
     }
 
-    fn poll(&mut self, now: Nanos, out: &mut Vec<AccessedRange>) -> Result<(), DaemonError> {
+    fn poll(&mut self, now: Nanos, out: &mut Vec<AccessedRange>) -> Result<(), SourceError> {
         if self
             .last
             .is_some_and(|t| now.saturating_sub(t) < self.interval)
@@ -155,22 +169,8 @@ impl Feed for IdleFeed {
                 }
             }
         }
-        let scan = self
-            .tracker
-            .scan(&scope, now)
-            .map_err(|e| DaemonError::Source {
-                name: "idle",
-                reason: e.to_string(),
-            })?;
-        out.extend(scan.facts.iter().map(|f| AccessedRange {
-            pid: f.pid,
-            start: f.vpn,
-            nr_pages: 1,
-            time: f.time,
-            kind: SourceKind::AccessedBitScan,
-            accessing_node: None,
-            nr_accesses: 0,
-        }));
+        let scan = self.tracker.scan(&scope, now)?;
+        idle::to_ranges(&scan.facts, out);
         Ok(())
     }
 
@@ -190,28 +190,26 @@ impl Feed for PerfFeed {
         "perf"
     }
 
-    fn set_targets(&mut self, _pids: &[u32]) -> Result<(), DaemonError> {
+    fn set_targets(&mut self, _pids: &[u32]) -> Result<(), SourceError> {
         // Sampling is system-wide; samples of processes out of scope are dropped by the
         // backend, which only looks up pages of processes in scope.
         Ok(())
     }
 
-    fn poll(&mut self, now: Nanos, out: &mut Vec<AccessedRange>) -> Result<(), DaemonError> {
+    fn poll(&mut self, now: Nanos, out: &mut Vec<AccessedRange>) -> Result<(), SourceError> {
         self.buf.clear();
         self.sampler.drain(1 << 16, &mut self.buf);
-        for s in &self.buf {
-            let cpu = usize::try_from(s.cpu).unwrap_or(usize::MAX);
-            out.push(AccessedRange {
-                pid: s.pid,
-                start: Vpn(s.vaddr >> PAGE_SHIFT),
-                nr_pages: 1,
-                // The perf clock is not the daemon's clock; the engine wants its own time.
-                time: now,
-                kind: SourceKind::HwSample,
-                accessing_node: self.cpu_node.get(cpu).copied().flatten(),
-                nr_accesses: 0,
-            });
-        }
+        let cpu_node = &self.cpu_node;
+        perf::to_ranges(
+            &self.buf,
+            |cpu| {
+                usize::try_from(cpu)
+                    .ok()
+                    .and_then(|c| cpu_node.get(c).copied().flatten())
+            },
+            now,
+            out,
+        );
         Ok(())
     }
 
@@ -246,8 +244,19 @@ pub fn start_feeds(
     for src in &cfg.sources.enabled {
         match src {
             ConfigSource::Damon => {
+                let marker = Marker::new(&cfg.daemon.state_dir, proc);
+                let left = match marker.left_behind() {
+                    Ok(lb) => Some(lb),
+                    Err(Stale::Absent) => None,
+                    Err(why) => {
+                        tracing::info!(marker = %marker.path().display(), ?why, "damon: restart marker not used");
+                        None
+                    }
+                };
                 let probe = damon::probe(sys, proc);
-                if !probe.available {
+                // A kdamond a previous tierd left on makes the probe say "busy"; the marker
+                // says whose it is, and take_over checks its thread id.
+                if !probe.available && left.is_none() {
                     statuses.push(snapshot("damon", false, probe.reason));
                     continue;
                 }
@@ -267,15 +276,27 @@ pub fn start_feeds(
                     }),
                     ..DamonSysfsConfig::default()
                 };
-                match DamonMonitor::new(RealFs, sys, dc) {
+                match DamonMonitor::take_over(RealFs, sys, dc, left) {
                     Ok(mon) => {
-                        statuses.push(snapshot("damon", true, probe.reason));
+                        let reason = if mon.took_over() {
+                            format!(
+                                "{} (took over the kdamond of a previous tierd, {})",
+                                probe.reason,
+                                marker.path().display()
+                            )
+                        } else {
+                            probe.reason
+                        };
+                        statuses.push(snapshot("damon", true, reason));
                         feeds.push(Box::new(DamonFeed {
                             mon,
                             read_interval: Nanos::from_millis(d.read_interval_ms),
                             min_nr_accesses: u64::from(d.min_nr_accesses),
                             last: None,
                             monitored_bytes: 0,
+                            marker,
+                            marked: 0,
+                            events: Vec::new(),
                         }));
                     }
                     Err(e) => statuses.push(snapshot("damon", false, e.to_string())),

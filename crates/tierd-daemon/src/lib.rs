@@ -6,12 +6,18 @@
 //!
 //! Layout:
 //! - [`config`]: the daemon's TOML file with located errors.
+//! - [`marker`]: the restart marker naming the kdamond tierd runs, so that a restart after
+//!   an unclean exit takes it over.
 //! - [`feeds`]: the configured sources started behind `tierd_linux::source::Feed`.
 //! - [`daemon`]: preflight (tiers, the kernel's own tiering), [`daemon::LinuxBackend`] and the
 //!   run loop, which calls [`tierd_engine::step`] exactly as the simulator does.
-//! - [`metrics`]: the snapshot served as Prometheus text (`/metrics`) and JSON (`/status`).
+//! - [`metrics`]: the snapshot served as Prometheus text (`/metrics`) and JSON (`/status`),
+//!   and the loop's liveness (`/healthz`).
+//! - [`serve`]: the HTTP server under it, bounded against hostile clients.
 
 pub mod config;
 pub mod daemon;
 pub mod feeds;
+pub mod marker;
 pub mod metrics;
+pub mod serve;

@@ -1,14 +1,23 @@
 //! What the daemon exposes: a [`Snapshot`] of its state, served as Prometheus text at
-//! `/metrics` and as JSON at `/status` (which `tierd status` reads).
+//! `/metrics`, as JSON at `/status` (which `tierd status` reads), and its liveness at
+//! `/healthz`.
 //!
 //! The snapshot is plain data so that the daemon loop owns all state and the HTTP thread only
-//! clones the latest snapshot; a scrape never blocks a migration batch. The Prometheus text is
-//! produced by `prometheus-client` from a registry built per scrape: scrapes are seconds apart
-//! and the registry is small, and building it from the snapshot keeps one source of truth.
+//! clones the latest snapshot under the mutex (the loop only replaces it there); rendering
+//! happens outside the lock, so a scrape never blocks a pass. The Prometheus text is produced
+//! by `prometheus-client` from a registry built per scrape: scrapes are seconds apart and the
+//! registry is small, and building it from the snapshot keeps one source of truth.
+//!
+//! The server itself ([`crate::serve`]) bounds what any client can cost the daemon: timeouts,
+//! a header limit and a connection cap with eviction. Per-process series are bounded too: the
+//! [`ServerOptions::max_processes`] largest processes (by pages) get their own series, the
+//! rest are summed into one `pid="other"` series per node.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -21,10 +30,21 @@ pub use tierd_linux::status::{
     IntervalsSnapshot, MoverSnapshot, NodeSnapshot, ProcessSnapshot, Snapshot, SourceSnapshot,
 };
 
+use crate::serve::{HttpCounters, HttpStats, Limits, Reply};
+
+/// tierd's version, as `tierd_build_info` and `/status` carry it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Per-process series exported by default (`daemon.metrics_max_processes`).
+pub const DEFAULT_MAX_PROCESSES: usize = 20;
+
+/// The unit prometheus-client appends to a statistic's name: base units only (a statistic
+/// kept in milliseconds is exported in seconds).
 fn unit(u: StatUnit) -> Option<Unit> {
     match u {
         StatUnit::Bytes => Some(Unit::Bytes),
-        StatUnit::Pages | StatUnit::Events | StatUnit::Milliseconds => None,
+        StatUnit::Milliseconds => Some(Unit::Seconds),
+        StatUnit::Pages | StatUnit::Events => None,
     }
 }
 
@@ -32,13 +52,13 @@ type Labels = Vec<(String, String)>;
 
 /// A metric of one kind with the given series: a plain metric when it is one unlabelled
 /// value (a `Family` would print `name{}`), a family otherwise.
-fn register_series<M>(
+fn register_series<M, V: Copy>(
     reg: &mut Registry,
     name: &str,
     help: &str,
     unit: Option<Unit>,
-    series: &[(Labels, u64)],
-    set: impl Fn(&M, u64),
+    series: &[(Labels, V)],
+    set: impl Fn(&M, V),
 ) where
     M: prometheus_client::metrics::TypedMetric
         + prometheus_client::encoding::EncodeMetric
@@ -79,29 +99,89 @@ fn set_gauge(g: &Gauge, v: u64) {
     g.set(as_i64(v));
 }
 
+type FloatCounter = Counter<f64, AtomicU64>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+fn set_float_counter(c: &FloatCounter, v: f64) {
+    c.inc_by(v);
+}
+
+fn set_float_gauge(g: &FloatGauge, v: f64) {
+    g.set(v);
+}
+
+fn ms_to_s(ms: u64) -> f64 {
+    // Milliseconds of thresholds and CPU time stay far below 2^53: exact as f64.
+    #[allow(clippy::cast_precision_loss)]
+    let s = ms as f64 / 1000.0;
+    s
+}
+
 /// Registers one engine statistic (labelled series when there are several).
 fn register_stat(reg: &mut Registry, prefix: &str, desc: &StatDesc, series: &[(Labels, u64)]) {
-    // prometheus-client appends the unit to the name (`_bytes`); a statistic whose name
-    // already ends in its unit (`hotness_store_bytes`) would be exported doubled.
+    // prometheus-client appends the unit to the name (`_bytes`, `_seconds`); a statistic
+    // whose name already ends in its unit (`hotness_store_bytes`) would be exported doubled,
+    // and one kept in milliseconds (`promote_threshold_ms`) is exported in seconds.
     let bare = match desc.unit {
         StatUnit::Bytes => desc.name.strip_suffix("_bytes").unwrap_or(desc.name),
-        _ => desc.name,
+        StatUnit::Milliseconds => desc.name.strip_suffix("_ms").unwrap_or(desc.name),
+        StatUnit::Pages | StatUnit::Events => desc.name,
     };
     let name = format!("{prefix}{bare}");
     let base = desc.help.trim_end_matches('.');
     let help = match desc.unit {
         StatUnit::Pages => format!("{base} (base pages)"),
-        StatUnit::Milliseconds => format!("{base} (milliseconds)"),
-        StatUnit::Events | StatUnit::Bytes => base.to_string(),
+        StatUnit::Events | StatUnit::Bytes | StatUnit::Milliseconds => base.to_string(),
     };
-    match desc.kind {
-        StatKind::Counter => {
-            register_series::<Counter>(reg, &name, &help, unit(desc.unit), series, set_counter);
+    let u = unit(desc.unit);
+    match (desc.kind, desc.unit) {
+        (StatKind::Counter, StatUnit::Milliseconds) => {
+            let s = seconds_series(series);
+            register_series::<FloatCounter, f64>(reg, &name, &help, u, &s, set_float_counter);
         }
-        StatKind::Gauge => {
-            register_series::<Gauge>(reg, &name, &help, unit(desc.unit), series, set_gauge);
+        (StatKind::Gauge, StatUnit::Milliseconds) => {
+            let s = seconds_series(series);
+            register_series::<FloatGauge, f64>(reg, &name, &help, u, &s, set_float_gauge);
+        }
+        (StatKind::Counter, _) => {
+            register_series::<Counter, u64>(reg, &name, &help, u, series, set_counter);
+        }
+        (StatKind::Gauge, _) => {
+            register_series::<Gauge, u64>(reg, &name, &help, u, series, set_gauge);
         }
     }
+}
+
+fn seconds_series(series: &[(Labels, u64)]) -> Vec<(Labels, f64)> {
+    series
+        .iter()
+        .map(|(l, v)| (l.clone(), ms_to_s(*v)))
+        .collect()
+}
+
+/// A gauge in seconds (`{name}_seconds`).
+fn seconds_gauge(reg: &mut Registry, name: &str, help: &str, series: &[(Labels, f64)]) {
+    register_series::<FloatGauge, f64>(
+        reg,
+        name,
+        help,
+        Some(Unit::Seconds),
+        series,
+        set_float_gauge,
+    );
+}
+
+/// A counter in seconds (`{name}_seconds_total`).
+fn seconds_counter(reg: &mut Registry, name: &str, help: &str, v: f64) {
+    let v = if v.is_finite() && v > 0.0 { v } else { 0.0 };
+    register_series::<FloatCounter, f64>(
+        reg,
+        name,
+        help,
+        Some(Unit::Seconds),
+        &[(Vec::new(), v)],
+        set_float_counter,
+    );
 }
 
 fn gauge_family(reg: &mut Registry, name: &str, help: &str, series: &[(Labels, i64)]) {
@@ -121,7 +201,7 @@ fn gauge_family(reg: &mut Registry, name: &str, help: &str, series: &[(Labels, i
 }
 
 fn counter_family(reg: &mut Registry, name: &str, help: &str, series: &[(Labels, u64)]) {
-    register_series::<Counter>(reg, name, help, None, series, set_counter);
+    register_series::<Counter, u64>(reg, name, help, None, series, set_counter);
 }
 
 /// Labels with their values escaped for the text exposition format: prometheus-client 0.23
@@ -154,10 +234,85 @@ fn as_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// Renders the snapshot in the Prometheus text exposition format.
+/// What `/metrics` adds to a snapshot: the series bound and the server's own state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Exposition {
+    /// Processes with their own series; the rest are summed into `pid="other"`.
+    pub max_processes: usize,
+    /// The HTTP server's counters.
+    pub http: HttpCounters,
+    /// Time since the tiering loop last completed a pass (None: no heartbeat wired).
+    pub since_pass: Option<Duration>,
+}
+
+impl Default for Exposition {
+    fn default() -> Self {
+        Exposition {
+            max_processes: DEFAULT_MAX_PROCESSES,
+            http: HttpCounters::default(),
+            since_pass: None,
+        }
+    }
+}
+
+/// The processes with their own series (the `max` largest by pages, ties by pid) and the
+/// per-node sums of the rest, pages then hot pages (None when nothing is left over).
+type OtherProcesses = Option<(BTreeMap<u32, u64>, BTreeMap<u32, u64>)>;
+
+fn top_processes(procs: &[ProcessSnapshot], max: usize) -> (Vec<&ProcessSnapshot>, OtherProcesses) {
+    let mut ranked: Vec<&ProcessSnapshot> = procs.iter().collect();
+    ranked.sort_by_key(|p| {
+        (
+            std::cmp::Reverse(p.pages_per_node.values().sum::<u64>()),
+            p.pid,
+        )
+    });
+    if ranked.len() <= max {
+        return (ranked, None);
+    }
+    let rest = ranked.split_off(max);
+    let mut pages = BTreeMap::new();
+    let mut hot = BTreeMap::new();
+    for p in rest {
+        for (n, v) in &p.pages_per_node {
+            *pages.entry(*n).or_insert(0u64) += v;
+        }
+        for (n, v) in &p.hot_pages_per_node {
+            *hot.entry(*n).or_insert(0u64) += v;
+        }
+    }
+    (ranked, Some((pages, hot)))
+}
+
+/// Renders the snapshot in the Prometheus text exposition format, with the default series
+/// bound and no server state (zero HTTP counters).
 #[must_use]
 pub fn render_prometheus(s: &Snapshot) -> String {
+    render_exposition(s, &Exposition::default())
+}
+
+/// Renders the snapshot and the server's state in the Prometheus text exposition format.
+#[must_use]
+pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
     let mut reg = Registry::with_prefix("tierd");
+    gauge_family(
+        &mut reg,
+        "build_info",
+        "The version of the tierd that serves this; always 1",
+        &[(l(&[("version", VERSION.to_string())]), 1)],
+    );
+    // The failure model's counters (docs/daemon.md): every fault survived, by reason.
+    let faults: Vec<(Labels, u64)> = s
+        .faults
+        .iter()
+        .map(|(r, v)| (l(&[("reason", r.clone())]), *v))
+        .collect();
+    counter_family(
+        &mut reg,
+        "faults",
+        "Faults the daemon survived (counted, skipped, retried), by reason",
+        &faults,
+    );
     for d in EngineStats::FIELDS {
         let v = s.engine.get(d.name).copied().unwrap_or(0);
         register_stat(&mut reg, "", d, &[(Vec::new(), v)]);
@@ -212,9 +367,12 @@ pub fn render_prometheus(s: &Snapshot) -> String {
         "Memory tier of the node, 0 = fastest",
         &nodes(&|n| i64::from(n.tier)),
     );
-    // One series per (process, node) of a per-node page map of the process.
-    let per_process_node = |pages: &dyn Fn(&ProcessSnapshot) -> &BTreeMap<u32, u64>| {
-        s.processes
+    // One series per (process, node) of a per-node page map of the process, for the largest
+    // processes only: a host's process count must not become the scrape's series count.
+    let (top, other) = top_processes(&s.processes, x.max_processes);
+    let per_process_node = |pages: &dyn Fn(&ProcessSnapshot) -> &BTreeMap<u32, u64>,
+                            other: Option<&BTreeMap<u32, u64>>| {
+        let mut out: Vec<(Labels, i64)> = top
             .iter()
             .flat_map(|p| {
                 pages(p).iter().map(|(n, v)| {
@@ -228,19 +386,38 @@ pub fn render_prometheus(s: &Snapshot) -> String {
                     )
                 })
             })
-            .collect::<Vec<_>>()
+            .collect();
+        for (n, v) in other.into_iter().flatten() {
+            out.push((
+                l(&[
+                    ("pid", "other".to_string()),
+                    ("comm", "other".to_string()),
+                    ("node", n.to_string()),
+                ]),
+                as_i64(*v),
+            ));
+        }
+        out
     };
     gauge_family(
         &mut reg,
         "process_pages",
-        "Base pages of a process in scope on each node (numa_maps)",
-        &per_process_node(&|p| &p.pages_per_node),
+        "Base pages of a process in scope on each node (numa_maps); the processes past the \
+         largest daemon.metrics_max_processes are summed into pid=\"other\"",
+        &per_process_node(&|p| &p.pages_per_node, other.as_ref().map(|o| &o.0)),
     );
     gauge_family(
         &mut reg,
         "process_hot_pages",
-        "Base pages of a process that the sources reported accessed in the last refresh period, per node",
-        &per_process_node(&|p| &p.hot_pages_per_node),
+        "Base pages of a process that the sources reported accessed in the last refresh period, \
+         per node (same processes as tierd_process_pages)",
+        &per_process_node(&|p| &p.hot_pages_per_node, other.as_ref().map(|o| &o.1)),
+    );
+    gauge_family(
+        &mut reg,
+        "processes_in_scope",
+        "Processes in scope, with their own series or not",
+        &[(Vec::new(), as_i64(s.processes.len() as u64))],
     );
     let sources: Vec<_> = s
         .sources
@@ -258,27 +435,30 @@ pub fn render_prometheus(s: &Snapshot) -> String {
         "1 when the hotness source runs; the reason says why not",
         &sources,
     );
-    let intervals = |pick: fn(&IntervalsSnapshot) -> u64| -> Vec<(Labels, i64)> {
+    let intervals = |pick: fn(&IntervalsSnapshot) -> u64| -> Vec<(Labels, f64)> {
         s.sources
             .iter()
             .filter_map(|src| {
                 let iv = src.intervals.as_ref()?;
+                // Microseconds of an interval stay far below 2^53: exact as f64.
+                #[allow(clippy::cast_precision_loss)]
+                let secs = pick(iv) as f64 / 1e6;
                 Some((
                     l(&[("source", src.name.clone()), ("tuning", iv.tuning.clone())]),
-                    i64::try_from(pick(iv)).unwrap_or(i64::MAX),
+                    secs,
                 ))
             })
             .collect()
     };
-    gauge_family(
+    seconds_gauge(
         &mut reg,
-        "source_sample_interval_microseconds",
+        "source_sample_interval",
         "The source's sampling interval in force (DAMON: tuned toward its intervals goal)",
         &intervals(|iv| iv.sample_us),
     );
-    gauge_family(
+    seconds_gauge(
         &mut reg,
-        "source_aggregation_interval_microseconds",
+        "source_aggregation_interval",
         "The source's aggregation interval in force (DAMON: tuned toward its intervals goal)",
         &intervals(|iv| iv.aggr_us),
     );
@@ -317,18 +497,17 @@ pub fn render_prometheus(s: &Snapshot) -> String {
         "Growth of the kernel's /proc/vmstat counters since tierd started",
         &kernel,
     );
-    // Fractional seconds do not fit Counter<u64>; milliseconds keep the precision.
-    counter_family(
+    seconds_counter(
         &mut reg,
-        "mover_milliseconds",
-        "Milliseconds spent inside move_pages(2)",
-        &[(Vec::new(), secs_to_ms(s.mover.seconds))],
+        "mover",
+        "Time spent inside move_pages(2)",
+        s.mover.seconds,
     );
-    counter_family(
+    seconds_counter(
         &mut reg,
-        "cpu_milliseconds",
+        "cpu",
         "CPU time of the tierd process (user + system)",
-        &[(Vec::new(), secs_to_ms(s.daemon_cpu_s))],
+        s.daemon_cpu_s,
     );
     gauge_family(
         &mut reg,
@@ -336,6 +515,16 @@ pub fn render_prometheus(s: &Snapshot) -> String {
         "1 when tierd only plans migrations",
         &[(Vec::new(), i64::from(s.dry_run))],
     );
+    register_http(&mut reg, &x.http);
+    if let Some(age) = x.since_pass {
+        seconds_gauge(
+            &mut reg,
+            "since_last_pass",
+            "Time since the tiering loop last completed a pass (/healthz fails past \
+             daemon.liveness_timeout_s)",
+            &[(Vec::new(), age.as_secs_f64())],
+        );
+    }
     let mut out = String::new();
     // Writing into a String cannot fail; encode only returns fmt::Error from the writer.
     if encode(&mut out, &reg).is_err() {
@@ -344,19 +533,147 @@ pub fn render_prometheus(s: &Snapshot) -> String {
     out
 }
 
-fn secs_to_ms(s: f64) -> u64 {
-    if s.is_finite() && s > 0.0 {
-        // Saturating float-to-int conversion is what we want here.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let ms = (s * 1000.0).round() as u64;
-        ms
-    } else {
-        0
-    }
+/// What the metrics server survived, as `tierd_http_*` series.
+fn register_http(reg: &mut Registry, h: &HttpCounters) {
+    let one = |v: u64| [(Vec::new(), v)];
+    counter_family(
+        reg,
+        "http_connections_accepted",
+        "Connections the metrics endpoint accepted",
+        &one(h.connections_accepted),
+    );
+    gauge_family(
+        reg,
+        "http_connections_open",
+        "Connections open now (at most the connection cap)",
+        &[(Vec::new(), as_i64(h.connections_open))],
+    );
+    gauge_family(
+        reg,
+        "http_connections_open_peak",
+        "The most connections open at once since the start",
+        &[(Vec::new(), as_i64(h.connections_open_peak))],
+    );
+    counter_family(
+        reg,
+        "http_connections_evicted",
+        "Connections closed to make room for a new one at the connection cap",
+        &one(h.connections_evicted),
+    );
+    counter_family(
+        reg,
+        "http_connections_timed_out",
+        "Connections closed on a deadline: phase=header (request head not in time, idle \
+         included), phase=request (whole exchange not in time, slow readers)",
+        &[
+            (l(&[("phase", "header".into())]), h.header_timeouts),
+            (l(&[("phase", "request".into())]), h.request_timeouts),
+        ],
+    );
+    counter_family(
+        reg,
+        "http_header_too_large",
+        "Requests refused with 431 because their head exceeded the header limit",
+        &one(h.header_too_large),
+    );
+    counter_family(
+        reg,
+        "http_requests",
+        "Requests answered by the metrics endpoint",
+        &one(h.requests),
+    );
+    let errors: Vec<_> = h
+        .accept_errors
+        .by_reason()
+        .iter()
+        .map(|(r, v)| (l(&[("reason", (*r).to_string())]), *v))
+        .collect();
+    counter_family(
+        reg,
+        "http_accept_errors",
+        "accept(2) failures survived by the metrics endpoint, by reason",
+        &errors,
+    );
 }
 
 /// What the HTTP thread serves: the latest snapshot, replaced by the daemon loop.
 pub type SharedSnapshot = Arc<Mutex<Snapshot>>;
+
+/// Proof of life from the tiering loop: the loop calls [`Heartbeat::beat`] after each pass
+/// and `/healthz` fails when the last beat is older than the liveness timeout.
+///
+/// Cheap to clone and to beat (one atomic store of monotonic milliseconds since the
+/// heartbeat was made). Making it counts as a beat: the first pass has the whole timeout.
+#[derive(Clone, Debug)]
+pub struct Heartbeat {
+    inner: Arc<HeartbeatInner>,
+}
+
+#[derive(Debug)]
+struct HeartbeatInner {
+    epoch: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Default for Heartbeat {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Heartbeat {
+    /// A heartbeat that beat just now.
+    #[must_use]
+    pub fn new() -> Self {
+        Heartbeat {
+            inner: Arc::new(HeartbeatInner {
+                epoch: Instant::now(),
+                last_ms: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.inner.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Records a completed pass.
+    pub fn beat(&self) {
+        self.inner.last_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Time since the last beat.
+    #[must_use]
+    pub fn since_last(&self) -> Duration {
+        let last = self.inner.last_ms.load(Ordering::Relaxed);
+        Duration::from_millis(self.now_ms().saturating_sub(last))
+    }
+}
+
+/// How the endpoint serves: the server's limits, liveness and the series bound.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// Timeouts, header limit, connection cap.
+    pub limits: Limits,
+    /// The tiering loop's heartbeat; without one `/healthz` answers 200 while the server runs.
+    pub heartbeat: Option<Heartbeat>,
+    /// `/healthz` fails when the loop has not completed a pass for this long
+    /// (`daemon.liveness_timeout_s`).
+    pub liveness_timeout: Duration,
+    /// Processes with their own series (`daemon.metrics_max_processes`).
+    pub max_processes: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            limits: Limits::default(),
+            heartbeat: None,
+            liveness_timeout: Duration::from_secs(crate::config::DEFAULT_LIVENESS_TIMEOUT_S),
+            max_processes: DEFAULT_MAX_PROCESSES,
+        }
+    }
+}
 
 /// Errors of the metrics endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -371,36 +688,167 @@ pub enum MetricsError {
     },
 }
 
-/// The HTTP endpoint: `/metrics` (Prometheus text) and `/status` (JSON).
+/// `/status`: the snapshot with the server's counters beside it (a reader that does not know
+/// `http`, like an older `tierd status`, ignores it).
+#[derive(serde::Serialize)]
+struct StatusDocument<'a> {
+    #[serde(flatten)]
+    snapshot: &'a Snapshot,
+    http: HttpCounters,
+}
+
+/// `/healthz`: 200 while the loop beats within the timeout, else 503 with the reason.
+fn liveness(heartbeat: Option<&Heartbeat>, timeout: Duration) -> Reply {
+    let text = "text/plain; charset=utf-8";
+    let Some(hb) = heartbeat else {
+        return Reply {
+            status: 200,
+            content_type: text,
+            body: "ok: serving (no tiering loop heartbeat wired)\n".into(),
+        };
+    };
+    let age = hb.since_last();
+    if age <= timeout {
+        Reply {
+            status: 200,
+            content_type: text,
+            body: format!("ok: last pass {:.1} s ago\n", age.as_secs_f64()),
+        }
+    } else {
+        Reply {
+            status: 503,
+            content_type: text,
+            body: format!(
+                "tiering loop has not completed a pass for {:.1} s (limit {:.0} s)\n",
+                age.as_secs_f64(),
+                timeout.as_secs_f64()
+            ),
+        }
+    }
+}
+
+/// Answers one path. Runs on the server thread; the snapshot is cloned under the lock and
+/// rendered after it is released.
+fn answer(path: &str, shared: &SharedSnapshot, opts: &ServerOptions, stats: &HttpStats) -> Reply {
+    let snapshot = || match shared.lock() {
+        Ok(g) => g.clone(),
+        // A poisoned lock means the daemon loop panicked; serve what is there.
+        Err(p) => p.into_inner().clone(),
+    };
+    match path {
+        "/metrics" => {
+            let snap = snapshot();
+            let x = Exposition {
+                max_processes: opts.max_processes,
+                http: stats.counters(),
+                since_pass: opts.heartbeat.as_ref().map(Heartbeat::since_last),
+            };
+            Reply {
+                status: 200,
+                content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                body: render_exposition(&snap, &x),
+            }
+        }
+        "/status" => {
+            let snap = snapshot();
+            let doc = StatusDocument {
+                snapshot: &snap,
+                http: stats.counters(),
+            };
+            Reply {
+                status: 200,
+                content_type: "application/json",
+                body: serde_json::to_string_pretty(&doc).unwrap_or_default(),
+            }
+        }
+        "/healthz" => liveness(opts.heartbeat.as_ref(), opts.liveness_timeout),
+        _ => Reply {
+            status: 404,
+            content_type: "text/plain; charset=utf-8",
+            body: "see /metrics, /status or /healthz\n".into(),
+        },
+    }
+}
+
+/// The HTTP endpoint: `/metrics` (Prometheus text), `/status` (JSON) and `/healthz`
+/// (liveness), served from one background thread.
 pub struct MetricsServer {
     addr: SocketAddr,
-    server: Arc<tiny_http::Server>,
+    stats: Arc<HttpStats>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl MetricsServer {
-    /// Binds `addr` and serves `shared` from a background thread.
+    /// Binds `addr` and serves `shared` from a background thread, with the default limits and
+    /// no heartbeat.
     ///
     /// # Errors
     /// [`MetricsError::Bind`] when the address is taken or not allowed.
     pub fn start(addr: SocketAddr, shared: SharedSnapshot) -> Result<Self, MetricsError> {
-        let server = tiny_http::Server::http(addr).map_err(|e| MetricsError::Bind {
+        Self::start_with(addr, shared, ServerOptions::default())
+    }
+
+    /// Binds `addr` and serves `shared` from a background thread.
+    ///
+    /// # Errors
+    /// [`MetricsError::Bind`] when the address is taken or not allowed, or the server's thread
+    /// or runtime cannot be made.
+    pub fn start_with(
+        addr: SocketAddr,
+        shared: SharedSnapshot,
+        opts: ServerOptions,
+    ) -> Result<Self, MetricsError> {
+        let fail = |e: std::io::Error| MetricsError::Bind {
             addr,
             reason: e.to_string(),
-        })?;
-        let bound = server.server_addr().to_ip().unwrap_or(addr);
-        let server = Arc::new(server);
-        let srv = Arc::clone(&server);
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(fail)?;
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind(addr))
+            .map_err(fail)?;
+        let bound = listener.local_addr().unwrap_or(addr);
+        Self::spawn(rt, bound, listener, shared, opts)
+    }
+
+    /// Serves connections from `acceptor` (the listener, or in tests one with faults).
+    pub(crate) fn spawn<A: crate::serve::Acceptor + Send + 'static>(
+        rt: tokio::runtime::Runtime,
+        addr: SocketAddr,
+        acceptor: A,
+        shared: SharedSnapshot,
+        opts: ServerOptions,
+    ) -> Result<Self, MetricsError> {
+        let stats = Arc::new(HttpStats::default());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let limits = opts.limits.clone();
+        let handler_stats = Arc::clone(&stats);
+        let handler: crate::serve::Handler =
+            Arc::new(move |path: &str| answer(path, &shared, &opts, &handler_stats));
+        let serve_stats = Arc::clone(&stats);
         let thread = std::thread::Builder::new()
             .name("tierd-metrics".into())
-            .spawn(move || serve(&srv, &shared))
+            .spawn(move || {
+                rt.block_on(async move {
+                    tokio::select! {
+                        () = crate::serve::serve(acceptor, limits, serve_stats, handler) => {}
+                        _ = stop_rx => {}
+                    }
+                });
+                // Dropping the runtime drops every connection still open.
+            })
             .map_err(|e| MetricsError::Bind {
                 addr,
                 reason: e.to_string(),
             })?;
         Ok(MetricsServer {
-            addr: bound,
-            server,
+            addr,
+            stats,
+            stop: Some(stop_tx),
             thread: Some(thread),
         })
     }
@@ -409,6 +857,12 @@ impl MetricsServer {
     #[must_use]
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// What the server survived so far.
+    #[must_use]
+    pub fn http_counters(&self) -> HttpCounters {
+        self.stats.counters()
     }
 }
 
@@ -422,46 +876,19 @@ impl std::fmt::Debug for MetricsServer {
 
 impl Drop for MetricsServer {
     fn drop(&mut self) {
-        self.server.unblock();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
 }
 
-fn serve(server: &tiny_http::Server, shared: &SharedSnapshot) {
-    for req in server.incoming_requests() {
-        let snap = match shared.lock() {
-            Ok(g) => g.clone(),
-            // A poisoned lock means the daemon loop panicked; serve what is there.
-            Err(p) => p.into_inner().clone(),
-        };
-        let (body, ctype, code) = match req.url() {
-            "/metrics" => (
-                render_prometheus(&snap),
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                200,
-            ),
-            "/status" => (
-                serde_json::to_string_pretty(&snap).unwrap_or_default(),
-                "application/json",
-                200,
-            ),
-            _ => ("see /metrics or /status\n".to_string(), "text/plain", 404),
-        };
-        let header = tiny_http::Header::from_bytes(&b"Content-Type"[..], ctype.as_bytes());
-        let mut resp = tiny_http::Response::from_string(body).with_status_code(code);
-        if let Ok(h) = header {
-            resp = resp.with_header(h);
-        }
-        // A client that hung up is not the daemon's problem.
-        let _ = req.respond(resp);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
     use tierd_engine::types::NodeId;
     use tierd_engine::Stats;
     use tierd_linux::status::fetch_status;
@@ -543,12 +970,12 @@ mod tests {
         assert!(text.contains("tierd_source_available{source=\"idle\""));
         assert!(
             text.contains(
-                "tierd_source_sample_interval_microseconds{source=\"damon\",tuning=\"userspace\"} 10000"
+                "tierd_source_sample_interval_seconds{source=\"damon\",tuning=\"userspace\"} 0.01"
             ),
             "{text}"
         );
         assert!(text.contains(
-            "tierd_source_aggregation_interval_microseconds{source=\"damon\",tuning=\"userspace\"} 200000"
+            "tierd_source_aggregation_interval_seconds{source=\"damon\",tuning=\"userspace\"} 0.2"
         ));
         assert!(text.ends_with("# EOF\n"), "{text}");
         // Every engine statistic is exported, counters with _total.
@@ -630,5 +1057,228 @@ mod tests {
             assert_eq!(unescaped_quotes % 2, 0, "{line}");
         }
         assert_eq!(escape_label_value("plain"), "plain");
+    }
+
+    /// Every metric family of the text: (name, type, unit).
+    fn families(text: &str) -> Vec<(String, String)> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_once(' '))
+            .map(|(n, t)| (n.to_string(), t.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn names_carry_base_units_once_and_milliseconds_are_exported_as_seconds() {
+        let mut s = sample();
+        let mut stats = Stats::default();
+        stats.nodes.insert(
+            NodeId(1),
+            NodeStats {
+                promote_threshold_ms: 1500,
+                ..NodeStats::default()
+            },
+        );
+        s.set_engine_stats(&stats);
+        s.mover.seconds = 0.25;
+        s.daemon_cpu_s = 1.5;
+        let text = render_prometheus(&s);
+        let fams = families(&text);
+        assert!(fams.len() > 20, "{fams:?}");
+        for (name, _) in &fams {
+            // No unit other than the base ones, and none twice.
+            for bad in [
+                "_ms",
+                "_milliseconds",
+                "_microseconds",
+                "_us",
+                "_kib",
+                "_mib",
+            ] {
+                assert!(!name.ends_with(bad), "{name} is not in a base unit");
+            }
+            for unit in ["bytes", "seconds"] {
+                assert!(
+                    !name.contains(&format!("_{unit}_{unit}")),
+                    "{name} doubles its unit"
+                );
+            }
+        }
+        // Every statistic kept in milliseconds is exported in seconds under a _seconds name.
+        for d in NodeStats::FIELDS
+            .iter()
+            .chain(EngineStats::FIELDS)
+            .chain(SourceStats::FIELDS)
+            .filter(|d| d.unit == StatUnit::Milliseconds)
+        {
+            let bare = d.name.strip_suffix("_ms").unwrap_or(d.name);
+            assert!(
+                fams.iter()
+                    .any(|(n, _)| n.ends_with(&format!("{bare}_seconds"))),
+                "{} is not exported in seconds: {fams:?}",
+                d.name
+            );
+        }
+        assert!(
+            text.contains("tierd_node_promote_threshold_seconds{node=\"1\"} 1.5"),
+            "{text}"
+        );
+        assert!(text.contains("# UNIT tierd_node_promote_threshold_seconds seconds"));
+        assert!(text.contains("tierd_mover_seconds_total 0.25"), "{text}");
+        assert!(text.contains("tierd_cpu_seconds_total 1.5"), "{text}");
+    }
+
+    #[test]
+    fn build_info_carries_the_version() {
+        let text = render_prometheus(&Snapshot::default());
+        let line = format!(
+            "tierd_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.contains(&line), "{text}");
+        assert!(text.contains("# TYPE tierd_build_info gauge"), "{text}");
+    }
+
+    fn process(pid: u32, pages: u64) -> ProcessSnapshot {
+        ProcessSnapshot {
+            pid,
+            comm: format!("p{pid}"),
+            cgroup: "/".into(),
+            pages_per_node: [(0, pages), (1, 2 * pages)].into_iter().collect(),
+            hot_pages_per_node: [(1, pages / 2)].into_iter().collect(),
+        }
+    }
+
+    #[test]
+    fn per_process_series_are_bounded_to_the_largest_and_the_rest_summed() {
+        // 30 processes of 1..=30 pages (x3 over both nodes), in no particular order.
+        let s = Snapshot {
+            processes: (1..=30u32)
+                .map(|i| process(1000 + (i * 7) % 30, u64::from(i)))
+                .collect(),
+            ..Snapshot::default()
+        };
+        let x = Exposition {
+            max_processes: 5,
+            ..Exposition::default()
+        };
+        let text = render_exposition(&s, &x);
+        let pids: BTreeSet<String> = text
+            .lines()
+            .filter(|l| l.starts_with("tierd_process_pages{"))
+            .filter_map(|l| {
+                l.split("pid=\"")
+                    .nth(1)?
+                    .split('"')
+                    .next()
+                    .map(String::from)
+            })
+            .collect();
+        // The five largest (30..=26 pages) have their own series, the 25 others one.
+        let largest: BTreeSet<String> = s
+            .processes
+            .iter()
+            .filter(|p| p.pages_per_node[&0] > 25)
+            .map(|p| p.pid.to_string())
+            .chain(["other".to_string()])
+            .collect();
+        assert_eq!(pids, largest, "{text}");
+        // The rest summed per node: 1..=25 pages on node 0, twice that on node 1.
+        let sum: u64 = (1..=25).sum();
+        assert!(
+            text.contains(&format!(
+                "tierd_process_pages{{pid=\"other\",comm=\"other\",node=\"0\"}} {sum}"
+            )),
+            "{text}"
+        );
+        assert!(text.contains(&format!(
+            "tierd_process_pages{{pid=\"other\",comm=\"other\",node=\"1\"}} {}",
+            2 * sum
+        )));
+        let hot: u64 = (1..=25u64).map(|p| p / 2).sum();
+        assert!(text.contains(&format!(
+            "tierd_process_hot_pages{{pid=\"other\",comm=\"other\",node=\"1\"}} {hot}"
+        )));
+        assert!(text.contains("tierd_processes_in_scope 30"), "{text}");
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("tierd_process_pages{"))
+            .count();
+        assert_eq!(series, 6 * 2, "(5 + other) x 2 nodes");
+        // Few enough processes: every one has its series, no "other".
+        let all = render_exposition(
+            &s,
+            &Exposition {
+                max_processes: 30,
+                ..Exposition::default()
+            },
+        );
+        assert!(!all
+            .lines()
+            .any(|l| !l.starts_with('#') && l.contains("pid=\"other\"")));
+        assert_eq!(
+            all.lines()
+                .filter(|l| l.starts_with("tierd_process_pages{"))
+                .count(),
+            60
+        );
+    }
+
+    #[test]
+    fn server_counters_are_exported_and_in_status() {
+        let x = Exposition {
+            http: HttpCounters {
+                connections_accepted: 11,
+                connections_evicted: 3,
+                header_timeouts: 2,
+                request_timeouts: 1,
+                header_too_large: 4,
+                accept_errors: crate::serve::AcceptErrors {
+                    emfile: 5,
+                    ..Default::default()
+                },
+                ..HttpCounters::default()
+            },
+            since_pass: Some(Duration::from_millis(1500)),
+            ..Exposition::default()
+        };
+        let text = render_exposition(&sample(), &x);
+        for line in [
+            "tierd_http_connections_accepted_total 11",
+            "tierd_http_connections_evicted_total 3",
+            "tierd_http_connections_timed_out_total{phase=\"header\"} 2",
+            "tierd_http_connections_timed_out_total{phase=\"request\"} 1",
+            "tierd_http_header_too_large_total 4",
+            "tierd_http_accept_errors_total{reason=\"emfile\"} 5",
+            "tierd_since_last_pass_seconds 1.5",
+        ] {
+            assert!(text.contains(line), "{line} missing: {text}");
+        }
+    }
+
+    #[test]
+    fn liveness_answers_200_while_beating_and_503_with_a_reason_after() {
+        let none = liveness(None, Duration::from_secs(1));
+        assert_eq!(none.status, 200);
+        let hb = Heartbeat::new();
+        assert_eq!(liveness(Some(&hb), Duration::from_secs(3600)).status, 200);
+        // A zero timeout is exceeded as soon as a millisecond passes.
+        std::thread::sleep(Duration::from_millis(20));
+        let stale = liveness(Some(&hb), Duration::ZERO);
+        assert_eq!(stale.status, 503);
+        assert!(
+            stale
+                .body
+                .starts_with("tiering loop has not completed a pass for"),
+            "{}",
+            stale.body
+        );
+        assert_eq!(stale.body.lines().count(), 1);
+        // Clones share the beat.
+        let clone = hb.clone();
+        clone.beat();
+        // (the beat is recorded at >= 20 ms after the heartbeat was made, in both)
+        assert!(hb.inner.last_ms.load(Ordering::Relaxed) >= 20);
+        assert!(Arc::ptr_eq(&hb.inner, &clone.inner));
     }
 }

@@ -32,7 +32,12 @@ fn preflight_finds_two_tiers_and_warns_about_nothing_it_should_not() {
     // neither fights tierd's promotion.
     assert_eq!(pre.numa_balancing, Some(1));
     assert_eq!(pre.demotion_enabled, Some(false));
-    assert!(pre.warnings.is_empty(), "{:?}", pre.warnings);
+    // A fixture tree has no /proc/self: the pid namespace check can only say so.
+    assert!(
+        pre.warnings.iter().all(|w| w.contains("pid namespace")),
+        "{:?}",
+        pre.warnings
+    );
     let text = pre.describe();
     assert!(
         text.contains("node 1: ") && text.contains("0 CPUs"),
@@ -49,8 +54,13 @@ fn kernel_tiering_on_is_warned_about() {
     std::fs::write(tmp.join("sys/kernel/numa_balancing"), "2\n").expect("write");
     cfg.system.proc_root = tmp.clone();
     let pre = Preflight::check(&cfg).expect("still runs");
-    assert_eq!(pre.warnings.len(), 1, "{:?}", pre.warnings);
-    assert!(pre.warnings[0].contains("numa_balancing = 2"));
+    let w: Vec<&String> = pre
+        .warnings
+        .iter()
+        .filter(|w| !w.contains("pid namespace"))
+        .collect();
+    assert_eq!(w.len(), 1, "{:?}", pre.warnings);
+    assert!(w[0].contains("numa_balancing = 2"));
     std::fs::remove_dir_all(&tmp).ok();
 }
 
@@ -59,7 +69,7 @@ fn scope_by_cgroup_yields_owner_policies_and_usage() {
     let cfg = guest_config("[scope]\ncgroups = [\"/tierd-fx\"]");
     let pre = Preflight::check(&cfg).expect("two tiers");
     let mut backend = LinuxBackend::new(cfg, &pre.topology, Vec::new(), true);
-    backend.refresh(Nanos::ZERO).expect("refresh");
+    backend.refresh(Nanos::ZERO);
     // cgroup.procs of tierd-fx holds the dd whose buffer is on node 1 (meta/pids.env).
     assert_eq!(backend.pids(), vec![152]);
     let mut updates = Vec::new();
@@ -96,7 +106,7 @@ fn pids_that_do_not_exist_are_not_in_scope() {
     let cfg = guest_config("[scope]\npids = [1, 999999]");
     let pre = Preflight::check(&cfg).expect("two tiers");
     let mut backend = LinuxBackend::new(cfg, &pre.topology, Vec::new(), true);
-    backend.refresh(Nanos::ZERO).expect("refresh");
+    backend.refresh(Nanos::ZERO);
     assert_eq!(backend.pids(), vec![1]);
 }
 

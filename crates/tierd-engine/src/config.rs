@@ -8,9 +8,14 @@
 //! |---|---|---|
 //! | `freq_threshold` | 2 | 1-3 default mode, 1-7 precise |
 //! | `freq_window_ms` | 3000 default / 5000 precise | 1000 - 3968 / 16383 |
-//! | `promote_rate_limit_mbps` | 65536 | >= 0 |
+//! | `promote_rate_limit_mbps` | 65536 | kernel >= 0; tierd 1 - 2^24 (0 would promote nothing) |
 //! | `interval_ms` (`kmigrated_sleep_ms`) | 100 | 50-1000 |
 //! | `batch_nr` (`kmigrated_batch_nr`) | 512 | 64-1024 |
+//!
+//! tierd's own knobs: `heat_cooling_ms` 100 - 3600000, `pingpong_window_ms` 0 - 86400000 (0:
+//! no ping-pong accounting), `store_idle_ms` 1000 - 86400000, `watermark_scale_factor` 1 -
+//! 3000 (the sysctl's range), demotion watermarks `low < high <= 1000` per mille. Every
+//! range keeps its ms-to-ns conversion inside a u64.
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -48,6 +53,19 @@ pub enum ConfigError {
     /// The promotion target is not a top-tier node of the topology.
     #[error("target_nid = {0} is not a top-tier node")]
     TargetNotToptier(NodeId),
+}
+
+impl ConfigError {
+    /// The key the error is about (`demotion.low_free_permille` for the watermarks), as it
+    /// appears in the message.
+    #[must_use]
+    pub fn key(&self) -> &'static str {
+        match self {
+            ConfigError::OutOfRange { key, .. } => key,
+            ConfigError::Watermarks { .. } => "demotion.low_free_permille",
+            ConfigError::TargetNotToptier(_) => "target_nid",
+        }
+    }
 }
 
 /// How the promoter decides that a ready page is hot enough.
@@ -136,6 +154,10 @@ pub struct EngineConfig {
     pub watermark_scale_factor: u32,
     /// Free hotness-record chunks untouched for this long, ms.
     pub store_idle_ms: u64,
+    /// Promote and demote pages of INTERLEAVE and WEIGHTED_INTERLEAVE VMAs. Off by default:
+    /// the user spread those pages on purpose, and tierd leaves them where they are
+    /// ([`crate::policy::MemPolicy::may_move`]).
+    pub move_interleaved: bool,
 }
 
 /// pghot's default-mode frequency window (`PGHOT_DEFAULT_FREQ_WINDOW`, 3 s).
@@ -146,6 +168,8 @@ pub const PRECISE_MODE_WINDOW_MS: u32 = 5000;
 /// promoter passes, so a page's heat reflects the last few seconds; long enough that a page
 /// seen once per read keeps a non-zero heat between reads.
 pub const DEFAULT_HEAT_COOLING_MS: u64 = 2000;
+/// Largest `promote_rate_limit_mbps`: 16 TiB/s per target node.
+pub const MAX_RATE_LIMIT_MBPS: u64 = 1 << 24;
 /// Smallest frequency window (`PGHOT_FREQ_WINDOW_MIN`).
 pub const MIN_WINDOW_MS: u32 = 1000;
 /// Largest default-mode window: `0x1F << 7` jiffies, the 5-bit bucketed time range.
@@ -172,6 +196,7 @@ impl Default for EngineConfig {
             cgroup_fairness: true,
             watermark_scale_factor: 10,
             store_idle_ms: 60_000,
+            move_interleaved: false,
         }
     }
 }
@@ -218,6 +243,17 @@ impl EngineConfig {
             u64::from(window_max),
         )?;
         check("interval_ms", u64::from(self.interval_ms), 50, 1000)?;
+        // 0 is refused rather than read as "off" or "unlimited": the kernel reads 0 as "every
+        // candidate is rate limited" (kernel/sched/fair.c numa_promotion_rate_limit():
+        // `nr_cand - start >= 0`), i.e. nothing is ever promoted, which nobody means to
+        // configure; the ceiling (16 TiB/s per node) is far above any memory bus and keeps
+        // the pages-per-second conversion and its multiples exact.
+        check(
+            "promote_rate_limit_mbps",
+            self.promote_rate_limit_mbps,
+            1,
+            MAX_RATE_LIMIT_MBPS,
+        )?;
         check("heat_cooling_ms", self.heat_cooling_ms, 100, 3_600_000)?;
         check("batch_nr", u64::from(self.batch_nr), 64, 1024)?;
         check(
@@ -226,6 +262,9 @@ impl EngineConfig {
             0,
             24 * 3600 * 1000,
         )?;
+        // Every ms value here is bounded so that its conversion to ns (Nanos::from_millis,
+        // ms * 10^6) cannot overflow a u64 (~584 years).
+        check("store_idle_ms", self.store_idle_ms, 1000, 24 * 3600 * 1000)?;
         check(
             "watermark_scale_factor",
             u64::from(self.watermark_scale_factor),
@@ -245,6 +284,8 @@ impl EngineConfig {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     #[test]
@@ -325,6 +366,216 @@ mod tests {
             c.validate(),
             Err(ConfigError::Watermarks { low: 50, high: 50 })
         );
+    }
+
+    #[test]
+    fn zero_rate_and_overflowing_durations_are_refused() {
+        for (c, key) in [
+            (
+                EngineConfig {
+                    promote_rate_limit_mbps: 0,
+                    ..EngineConfig::default()
+                },
+                "promote_rate_limit_mbps",
+            ),
+            (
+                EngineConfig {
+                    promote_rate_limit_mbps: u64::MAX,
+                    ..EngineConfig::default()
+                },
+                "promote_rate_limit_mbps",
+            ),
+            (
+                EngineConfig {
+                    store_idle_ms: u64::MAX / 1000,
+                    ..EngineConfig::default()
+                },
+                "store_idle_ms",
+            ),
+            (
+                EngineConfig {
+                    pingpong_window_ms: u64::MAX,
+                    ..EngineConfig::default()
+                },
+                "pingpong_window_ms",
+            ),
+            (
+                EngineConfig {
+                    heat_cooling_ms: 0,
+                    ..EngineConfig::default()
+                },
+                "heat_cooling_ms",
+            ),
+            (
+                EngineConfig {
+                    freq_window_ms: Some(0),
+                    ..EngineConfig::default()
+                },
+                "freq_window_ms",
+            ),
+            (
+                EngineConfig {
+                    batch_nr: 0,
+                    ..EngineConfig::default()
+                },
+                "batch_nr",
+            ),
+        ] {
+            let e = c.validate().unwrap_err();
+            assert_eq!(e.key(), key);
+            assert!(e.to_string().starts_with(key), "{e}");
+        }
+    }
+
+    /// Every config key an error can name (the property test checks errors name one).
+    const KEYS: &[&str] = &[
+        "freq_threshold",
+        "freq_window_ms",
+        "interval_ms",
+        "promote_rate_limit_mbps",
+        "heat_cooling_ms",
+        "batch_nr",
+        "pingpong_window_ms",
+        "store_idle_ms",
+        "watermark_scale_factor",
+        "demotion.low_free_permille",
+        "target_nid",
+    ];
+
+    /// Mostly inside `valid` (so that about a third of the configurations validate and the
+    /// engine gets to run), otherwise anywhere in the type, edges and zero included.
+    fn knob(valid: std::ops::RangeInclusive<u64>) -> impl Strategy<Value = u64> {
+        prop_oneof![18 => valid, 1 => Just(0u64), 1 => any::<u64>()]
+    }
+
+    fn knob32(valid: std::ops::RangeInclusive<u32>) -> impl Strategy<Value = u32> {
+        prop_oneof![18 => valid, 1 => Just(0u32), 1 => any::<u32>()]
+    }
+
+    fn arb_config() -> impl Strategy<Value = EngineConfig> {
+        (
+            (
+                any::<bool>(),
+                prop_oneof![18 => 1u8..=3, 1 => any::<u8>()],
+                proptest::option::of(knob32(1000..=3968)),
+            ),
+            (
+                knob(1..=MAX_RATE_LIMIT_MBPS),
+                knob32(50..=1000),
+                knob32(64..=1024),
+            ),
+            (
+                knob(100..=3_600_000),
+                knob(0..=86_400_000),
+                knob(1000..=86_400_000),
+                knob32(1..=3000),
+            ),
+            (
+                knob32(0..=500),
+                knob32(501..=1000),
+                any::<bool>(),
+                proptest::option::weighted(0.2, 0u16..4),
+            ),
+        )
+            .prop_map(
+                |(
+                    (precise, freq, window),
+                    (rate, interval, batch),
+                    (cool, pingpong, idle, wsf),
+                    (low, high, fixed, target),
+                )| {
+                    EngineConfig {
+                        mode: if precise {
+                            HotnessMode::Precise
+                        } else {
+                            HotnessMode::Default
+                        },
+                        target_nid: target.map(NodeId),
+                        threshold: if fixed {
+                            ThresholdMode::Fixed
+                        } else {
+                            ThresholdMode::Relative
+                        },
+                        heat_cooling_ms: cool,
+                        freq_threshold: freq,
+                        freq_window_ms: window,
+                        promote_rate_limit_mbps: rate,
+                        interval_ms: interval,
+                        batch_nr: batch,
+                        pingpong_window_ms: pingpong,
+                        watermark_scale_factor: wsf,
+                        store_idle_ms: idle,
+                        demotion: DemotionConfig {
+                            enabled: true,
+                            low_free_permille: low,
+                            high_free_permille: high,
+                        },
+                        ..EngineConfig::default()
+                    }
+                },
+            )
+    }
+
+    /// The property test below is only worth something if many generated configurations
+    /// validate (the engine runs) and many do not (the errors are checked).
+    #[test]
+    fn the_generator_makes_valid_and_invalid_configs() {
+        use proptest::strategy::ValueTree;
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let strategy = arb_config();
+        let valid = (0..400)
+            .filter(|_| {
+                let c = strategy.new_tree(&mut runner).unwrap().current();
+                c.validate().is_ok()
+            })
+            .count();
+        assert!((60..=340).contains(&valid), "{valid} of 400 valid");
+    }
+
+    proptest! {
+        /// A configuration that validates builds an engine that runs (observations, ticks far
+        /// apart so every ms knob is converted and compared, plans applied) without a panic;
+        /// one that does not is refused with an error naming its key.
+        #[test]
+        fn valid_configs_run_and_invalid_ones_name_their_key(c in arb_config()) {
+            use crate::plan::{NodeUsage, SystemUsage};
+            use crate::sources::{Observation, SourceKind};
+            use crate::types::{Bytes, Nanos, PageRef, SpaceId, Vpn};
+            let topo = crate::topology::two_tier(Bytes::mib(64), Bytes::mib(256));
+            match crate::Engine::new(c.clone(), topo.clone()) {
+                Err(e) => {
+                    let msg = e.to_string();
+                    prop_assert!(KEYS.contains(&e.key()), "{}", msg);
+                    prop_assert!(msg.contains(e.key()), "{}", msg);
+                    prop_assert!(!msg.contains('\n'));
+                }
+                Ok(mut engine) => {
+                    prop_assert!(c.validate().is_ok());
+                    let mut usage = SystemUsage::default();
+                    for n in topo.nodes() {
+                        usage.nodes.insert(n.id, NodeUsage { free: Bytes(n.capacity.0 / 100), promo_watermark: None });
+                    }
+                    for step in 0..6u64 {
+                        let now = Nanos::from_millis(step * 40_000);
+                        let obs: Vec<Observation> = (0..64)
+                            .map(|v| Observation {
+                                page: PageRef::base(SpaceId(1), Vpn(v)),
+                                page_node: NodeId(if v % 2 == 0 { 1 } else { 0 }),
+                                accessing_node: Some(NodeId(0)),
+                                source: SourceKind::HwSample,
+                                time: now,
+                                weight: 1,
+                            })
+                            .collect();
+                        engine.observe(&obs);
+                        let plan = engine.tick(now, &usage);
+                        for b in &plan.batches {
+                            prop_assert!(b.pages.len() <= usize::try_from(c.batch_nr).unwrap());
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //!    2. mempolicy: a BIND / PREFERRED_MANY page is never moved outside its mask; in precise
 //!       mode an accessing node outside the mask means no move (mm/mempolicy.c
 //!       `mpol_misplaced()`, MPOL_F_MORON case); otherwise the nearest allowed top-tier node;
+//!       a page under an unknown policy never moves, an interleaved one only with
+//!       `move_interleaved` (`MemPolicy::may_move`; demotion obeys the same rule);
 //!    3. `kmigrated_should_migrate_memory()`: if the target has plenty of free space
 //!       (free > promotion watermark + max(1 GiB, size / 16), kernel/sched/fair.c
 //!       `pgdat_free_space_enough()`), promote without the hot test and count
@@ -552,15 +554,11 @@ impl Engine {
                 }
                 let bytes = i128::from(size.nr_pages().bytes().0);
                 let pol = self.owners.policy(key.space, key.vpn);
+                // An unknown policy, or an interleaved one unless the config says otherwise,
+                // allows no target at all (MemPolicy::may_move).
+                let movable = pol.may_move(self.config.move_interleaved);
                 let allowed = |mask: NodeMask| {
-                    NodeMask(
-                        mask.0
-                            & if pol.restricts_moves() {
-                                pol.nodes.0
-                            } else {
-                                u64::MAX
-                            },
-                    )
+                    NodeMask::from_nodes(mask.iter().filter(|&n| movable && pol.allows(n)))
                 };
                 let mut choices = allowed(self.topo.demotion_targets(node));
                 if choices.is_empty() {
@@ -653,6 +651,9 @@ impl Engine {
     /// `mpol_misplaced()` does without `MPOL_F_MORON`).
     fn promotion_target(&self, src_node: NodeId, rp: &ReadyPage) -> Option<NodeId> {
         let pol = self.owners.policy(rp.key.space, rp.key.vpn);
+        if !pol.may_move(self.config.move_interleaved) {
+            return None;
+        }
         match self.config.mode {
             HotnessMode::Precise => {
                 let wanted = if self.topo.is_toptier(rp.nid) {

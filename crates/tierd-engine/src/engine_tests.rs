@@ -282,6 +282,83 @@ fn bind_to_the_slow_node_is_never_promoted() {
     assert_eq!(e.stats().engine.pgpromote_policy_skipped, 10);
 }
 
+/// Pages under an unknown policy (a newer kernel's mode or flag) are never promoted or
+/// demoted; interleaved pages only when `move_interleaved` is set.
+#[test]
+fn unknown_and_interleaved_policies_stay_where_they_are() {
+    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+    let both = NodeMask::from_nodes([N0, N1]);
+    let ranges = vec![
+        (Vpn(0), Vpn(10), MemPolicy::new(PolicyMode::Unknown, both)),
+        (
+            Vpn(10),
+            Vpn(20),
+            MemPolicy::new(PolicyMode::Interleave, both),
+        ),
+        (
+            Vpn(20),
+            Vpn(30),
+            MemPolicy::new(PolicyMode::WeightedInterleave, both),
+        ),
+    ];
+    let run = |move_interleaved: bool| {
+        let cfg = EngineConfig {
+            move_interleaved,
+            ..kcfg()
+        };
+        // Promotion: hot pages 0..40 on the slow node, plenty of room on the fast one.
+        let mut e = Engine::new(cfg.clone(), topo.clone()).unwrap();
+        e.update_owner(OwnerUpdate::Policies {
+            space: SpaceId(1),
+            ranges: ranges.clone(),
+        });
+        heat(&mut e, 1, 0..40, N1, 0);
+        let promoted = planned_vpns(
+            &e.tick(Nanos::from_millis(100), &usage(&topo, Bytes::gib(1))),
+            MigrationKind::Promote,
+        );
+        let skipped = e.stats().engine.pgpromote_policy_skipped;
+        // Demotion: pages 0..40 on the fast node, which is below its low watermark.
+        let mut e = Engine::new(cfg, topo.clone()).unwrap();
+        e.update_owner(OwnerUpdate::Policies {
+            space: SpaceId(2),
+            ranges: ranges.clone(),
+        });
+        let v: Vec<Observation> = (0..40).map(|i| obs(2, i, N0, Some(N0), i)).collect();
+        e.observe(&v);
+        let cap = Bytes::gib(1).0;
+        let plan = e.tick(
+            Nanos::from_millis(2000),
+            &usage(&topo, Bytes(cap * 19 / 1000)),
+        );
+        (
+            promoted,
+            skipped,
+            planned_vpns(&plan, MigrationKind::Demote),
+        )
+    };
+    let (promoted, skipped, demoted) = run(false);
+    assert_eq!(
+        promoted,
+        (30..40).collect(),
+        "only default-policy pages promoted"
+    );
+    assert_eq!(skipped, 30);
+    assert_eq!(
+        demoted,
+        (30..40).collect(),
+        "only default-policy pages demoted"
+    );
+    let (promoted, skipped, demoted) = run(true);
+    assert_eq!(
+        promoted,
+        (10..40).collect(),
+        "interleaved pages move when asked"
+    );
+    assert_eq!(skipped, 10, "the unknown policy's pages still never move");
+    assert_eq!(demoted, (10..40).collect());
+}
+
 #[test]
 fn disabled_sources_and_same_node_accesses_are_not_recorded() {
     let topo = three_node(Bytes::gib(16), Bytes::gib(16), Bytes::gib(64));

@@ -39,6 +39,13 @@ pub enum PolicyMode {
     WeightedInterleave,
     /// `MPOL_LOCAL`.
     Local,
+    /// A mode or flag tierd does not know: a newer kernel's `policy_modes[]` entry, the
+    /// `unknown` that `mpol_to_str()` prints for a mode it cannot name, or a flag after `=`
+    /// that is not `static`, `relative` or `balancing`. tierd cannot tell what such a policy
+    /// allows, so its pages are never moved ([`MemPolicy::may_move`]). Never read from a
+    /// configuration or scenario file.
+    #[serde(skip_deserializing)]
+    Unknown,
 }
 
 /// A memory policy for a range of an address space.
@@ -75,13 +82,38 @@ impl MemPolicy {
     /// Whether the policy confines migrations to its nodemask.
     #[must_use]
     pub fn restricts_moves(&self) -> bool {
-        matches!(self.mode, PolicyMode::Bind | PolicyMode::PreferredMany)
+        matches!(
+            self.mode,
+            PolicyMode::Bind | PolicyMode::PreferredMany | PolicyMode::Unknown
+        )
     }
 
-    /// Whether a page under this policy may be moved to `node`.
+    /// Whether a page under this policy may be moved to `node`: anywhere for the modes that
+    /// only prefer, inside the mask for BIND and PREFERRED_MANY, nowhere for an unknown policy.
     #[must_use]
     pub fn allows(&self, node: NodeId) -> bool {
-        !self.restricts_moves() || self.nodes.contains(node)
+        match self.mode {
+            PolicyMode::Unknown => false,
+            _ => !self.restricts_moves() || self.nodes.contains(node),
+        }
+    }
+
+    /// Whether tierd may move pages under this policy at all. An unknown policy: never (what
+    /// it allows cannot be told). INTERLEAVE and WEIGHTED_INTERLEAVE spread pages over their
+    /// nodes on purpose (the user chose the spread, and `mpol_misplaced()` only moves an
+    /// interleaved page back to the node its interleave index names): only when
+    /// `move_interleaved` (`EngineConfig::move_interleaved`) says so.
+    #[must_use]
+    pub fn may_move(&self, move_interleaved: bool) -> bool {
+        match self.mode {
+            PolicyMode::Unknown => false,
+            PolicyMode::Interleave | PolicyMode::WeightedInterleave => move_interleaved,
+            PolicyMode::Default
+            | PolicyMode::Preferred
+            | PolicyMode::PreferredMany
+            | PolicyMode::Bind
+            | PolicyMode::Local => true,
+        }
     }
 }
 
@@ -241,6 +273,28 @@ mod tests {
         ] {
             assert!(MemPolicy::new(mode, mask).allows(NodeId(1)));
         }
+    }
+
+    #[test]
+    fn unknown_policies_never_move_interleaved_only_when_asked() {
+        let mask = NodeMask::from_nodes([NodeId(0), NodeId(1)]);
+        let unknown = MemPolicy::new(PolicyMode::Unknown, mask);
+        assert!(!unknown.allows(NodeId(0)) && !unknown.allows(NodeId(1)));
+        assert!(!unknown.may_move(true) && !unknown.may_move(false));
+        for mode in [PolicyMode::Interleave, PolicyMode::WeightedInterleave] {
+            let p = MemPolicy::new(mode, mask);
+            assert!(!p.may_move(false), "{mode:?}");
+            assert!(p.may_move(true), "{mode:?}");
+        }
+        for mode in [PolicyMode::Default, PolicyMode::Bind, PolicyMode::Local] {
+            assert!(MemPolicy::new(mode, mask).may_move(false), "{mode:?}");
+        }
+        // A scenario or config cannot ask for it; the engine can still report it.
+        assert!(serde_json::from_str::<PolicyMode>("\"unknown\"").is_err());
+        assert_eq!(
+            serde_json::to_string(&PolicyMode::Unknown).unwrap(),
+            "\"unknown\""
+        );
     }
 
     #[test]

@@ -175,7 +175,7 @@ fn cycling_eater(mib: u64, period: u32, on: u32, off: u32) -> String {
 /// one access), demote between 25 % and 35 % free on node 0. DAMON samples every 100 ms: the
 /// integrity workload reads each page once per pass (~0.2 s for 64 MiB under TCG), too
 /// rarely for 5 ms samples to catch.
-fn tierd_integrity_config() -> String {
+pub(crate) fn tierd_integrity_config() -> String {
     "[sources]\nenabled = [\"damon\"]\n\n[sources.damon]\nsample_us = 100000\naggr_us = 2000000\n\
      update_us = 2000000\nmin_nr_regions = 10\nmax_nr_regions = 1000\nmin_nr_accesses = 1\n\
      read_interval_ms = 2000\nintervals_goal_bp = 0\n\n[engine]\nfreq_threshold = 1\npingpong_window_ms = 0\n\n\

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use tierd_vm::{binaries, default_cache_dir, Kernel};
 
+pub mod chaos;
 pub mod experiment;
 pub mod mechanism;
 pub mod run;

@@ -107,3 +107,35 @@ fn integrity_short_moves_pages_both_ways_with_no_checksum_failure() {
     println!("tierd promoted {promoted} and demoted {demoted} pages under checksumming");
     assert!(promoted > 0 && demoted > 0, "pages moved both ways");
 }
+
+/// Issue 12's acceptance run: a minute of chaos (pid reuse with `pid_max` 1024, hostile file
+/// names, an out-of-scope hog and a bound VMA on the slow node, THP always, three SIGKILLs,
+/// 1000 idle connections, an endless header, a slow reader, memory blocks offlined) while
+/// tierd promotes and demotes the checksummed integrity workload.
+#[test]
+fn chaos_short_tierd_survives_and_never_moves_what_it_must_not() {
+    let _one = GUEST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(env) = env_or_skip("chaos_short") else {
+        return;
+    };
+    let (r, console) = tierd_lab::chaos::run_chaos(&env, &tierd_lab::chaos::ChaosParams::quick())
+        .expect("chaos run");
+    if let Some(h) = &r.host {
+        println!("{}", h.line());
+    }
+    println!("{}", tierd_lab::chaos::table(&r));
+    for e in &r.events {
+        println!("  {e}");
+    }
+    let failures = r.failures();
+    if !failures.is_empty() {
+        let lab: Vec<&str> = console.lines().filter(|l| l.starts_with("LAB")).collect();
+        panic!(
+            "chaos bounds broken:\n  {}\nguest log:\n{}",
+            failures.join("\n  "),
+            lab.join("\n")
+        );
+    }
+}

@@ -18,11 +18,14 @@
 //!   accessed range to engine observations.
 //! - [`mover`]: executes the engine's migration batches with `move_pages(2)`, per-page status
 //!   turned into outcomes; races are counted, not raised.
+//! - [`process`]: a process held by pidfd (or pid and start time), so that a reused pid is
+//!   never taken for the process that had it.
 //! - [`status`]: the daemon's `/status` document and its client.
 #![deny(unsafe_code)]
 
 pub mod mover;
 pub mod pagemap;
+pub mod process;
 pub mod read;
 pub mod source;
 pub mod status;

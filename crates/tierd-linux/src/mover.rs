@@ -175,6 +175,18 @@ pub enum MoverError {
     Sys(#[from] SysError),
 }
 
+impl MoverError {
+    /// The OS error number behind it, when there is one (for counting by reason).
+    #[must_use]
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            MoverError::NoSuchNode { .. } => Some(libc::ENODEV),
+            MoverError::BadAddress { .. } => None,
+            MoverError::Sys(e) => e.errno(),
+        }
+    }
+}
+
 /// A whole-call errno the mover treats as a per-page outcome, or `None` if it is an error.
 fn whole_call_outcome(pid: i32, errno: i32) -> Option<MoveError> {
     match errno {
@@ -420,6 +432,21 @@ impl Mover {
             }
         }
         Ok(out)
+    }
+}
+
+/// The daemon's page locator: `move_pages(2)` with no target nodes.
+impl crate::source::locate::Locator for Mover {
+    type Error = MoverError;
+
+    fn nodes(&mut self, pid: u32, addrs: &[u64]) -> Result<Vec<Result<NodeId, i32>>, MoverError> {
+        let pid = i32::try_from(pid).unwrap_or(i32::MAX);
+        // Addresses above usize cannot be mapped here: reported not mapped (EFAULT).
+        let ok: Vec<usize> = addrs
+            .iter()
+            .map(|a| usize::try_from(*a).unwrap_or(usize::MAX))
+            .collect();
+        self.query(pid, &ok)
     }
 }
 

@@ -136,6 +136,9 @@ pub struct Snapshot {
     /// Of which in the kernel (reading numa_maps and pagemap, move_pages, sysfs), seconds.
     #[serde(default)]
     pub daemon_cpu_sys_s: f64,
+    /// What the daemon survived, by reason (docs/daemon.md, "Failure model").
+    #[serde(default)]
+    pub faults: BTreeMap<String, u64>,
 }
 
 fn named(values: Vec<(&'static StatDesc, u64)>) -> BTreeMap<String, u64> {

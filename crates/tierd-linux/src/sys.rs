@@ -129,6 +129,17 @@ pub enum SysError {
         #[source]
         source: io::Error,
     },
+    /// `mmap(2)` of a file failed.
+    #[error("mmap of {len} bytes of a file (fd {fd}) failed: {source}")]
+    MmapFile {
+        /// Requested length.
+        len: usize,
+        /// The file descriptor.
+        fd: i32,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
     /// `madvise(2)` failed.
     #[error("madvise({addr:#x}, {len} bytes) failed: {source}")]
     Madvise {
@@ -171,6 +182,7 @@ impl SysError {
             | SysError::SetMempolicy { source, .. }
             | SysError::GetMempolicy { source, .. }
             | SysError::Mmap { source, .. }
+            | SysError::MmapFile { source, .. }
             | SysError::Madvise { source, .. }
             | SysError::Affinity { source, .. } => source.raw_os_error(),
             SysError::Invalid { .. } => None,
@@ -184,6 +196,65 @@ pub fn page_size() -> usize {
     // SAFETY: sysconf only reads a constant of the C library; no memory is passed.
     let r = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(r).unwrap_or(4096)
+}
+
+/// Gives SIGPIPE back its default action (end the process), which the Rust runtime sets to
+/// "ignore" before `main`. With it, a command whose reader went away (`tierd compare | head
+/// -1`) ends at its next write to the pipe, silently and with the status the shell reports as
+/// 141 (128 + SIGPIPE), like `cat`, `grep` and the other command-line tools; without it every
+/// `println!` after the reader left panics with "Broken pipe". Only for commands that write
+/// to pipes nothing but their output: a daemon must not die because its log reader did.
+///
+/// # Errors
+/// The OS error when `signal(2)` refuses (it does not for SIGPIPE).
+pub fn default_sigpipe() -> io::Result<()> {
+    // SAFETY: installs SIG_DFL, not a handler: no code of ours runs in signal context, and no
+    // memory is passed. signal(2) is async-signal-safe and SIGPIPE is a valid signal number.
+    let r = unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    if r == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A pidfd (`pidfd_open(2)`, Linux 5.3): a handle on one process that stays tied to it
+/// after it exits, so a pid reused by another process is never mistaken for it.
+///
+/// # Errors
+/// The OS error: `ESRCH` when no such process exists, `ENOSYS` on kernels before 5.3,
+/// `EMFILE` when out of descriptors.
+pub fn pidfd_open(pid: u32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: pidfd_open takes a pid and flags (0) and passes no memory; it returns a new
+    // descriptor or -1 with errno set.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = libc::c_int::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: `fd` was just returned by the kernel and is owned by no one else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether the process behind a pidfd has exited: a pidfd polls readable once it has
+/// (kernel/pid.c `pidfd_poll`). Never blocks.
+///
+/// # Errors
+/// The OS error of `poll(2)` (`ENOMEM`, `EINTR`).
+pub fn pidfd_exited(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, count 1, timeout 0: the kernel writes `revents` only.
+    let r = unsafe { libc::poll(&raw mut p, 1, 0) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0)
 }
 
 /// `move_pages(2)`: move (`nodes = Some`) or locate (`nodes = None`) the pages at `addrs` in
@@ -608,6 +679,107 @@ impl Drop for AnonMapping {
     }
 }
 
+/// A shared, read-only mapping of a whole file (`mmap(NULL, len, PROT_READ, MAP_SHARED, fd,
+/// 0)`), unmapped on drop: the guest workload maps files (with hostile names, for the chaos
+/// lab) and keeps their pages accessed. Its contents are never handed out as a slice (another
+/// process may write the file underneath); [`FileMapping::touch`] reads one byte per page.
+#[derive(Debug)]
+pub struct FileMapping {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is only read, through volatile loads in `touch`; it is owned by this
+// value and unmapped once, on drop.
+unsafe impl Send for FileMapping {}
+// SAFETY: as above; concurrent volatile reads of a shared file mapping are fine.
+unsafe impl Sync for FileMapping {}
+
+impl FileMapping {
+    /// Maps the first `len` bytes (rounded up to pages) of `file`, which must be at least that
+    /// long (a page past the end faults with SIGBUS when touched).
+    ///
+    /// # Errors
+    /// [`SysError::Invalid`] for `len == 0`; [`SysError::MmapFile`] if the kernel refuses.
+    pub fn new(file: &std::fs::File, len: usize) -> Result<Self, SysError> {
+        use std::os::fd::AsRawFd as _;
+        let ps = page_size();
+        let rounded = len
+            .checked_add(ps - 1)
+            .map(|l| l / ps * ps)
+            .filter(|l| *l > 0)
+            .ok_or_else(|| SysError::Invalid {
+                call: "mmap",
+                what: format!("file length {len}"),
+            })?;
+        let fd = file.as_raw_fd();
+        // SAFETY: a fresh shared read-only mapping of an open file at an address of the
+        // kernel's choosing; it cannot overlap anything we own. Checked for MAP_FAILED below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                rounded,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(SysError::MmapFile {
+                len: rounded,
+                fd,
+                source: io::Error::last_os_error(),
+            });
+        }
+        let ptr = std::ptr::NonNull::new(p.cast::<u8>()).ok_or_else(|| SysError::Invalid {
+            call: "mmap",
+            what: "kernel returned a NULL mapping".to_owned(),
+        })?;
+        Ok(FileMapping { ptr, len: rounded })
+    }
+
+    /// The start address (page-aligned).
+    #[must_use]
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// The length in bytes (a multiple of the page size).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: a mapping has at least one page.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Reads one byte of every page (faulting it in, setting its Accessed bit) and returns
+    /// their wrapping sum, so the loads cannot be optimised away.
+    #[must_use]
+    pub fn touch(&self) -> u8 {
+        let mut sum = 0u8;
+        for off in (0..self.len).step_by(page_size()) {
+            // SAFETY: `off < len`, so the address lies inside our live read-only mapping; the
+            // caller promised the file covers it. A volatile load, because the file may change.
+            sum = sum.wrapping_add(unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(off)) });
+        }
+        sum
+    }
+}
+
+impl Drop for FileMapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly the mapping created in `new`; nothing borrows it.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast::<libc::c_void>(), self.len);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -629,6 +801,24 @@ mod tests {
         assert_eq!(m.as_slice()[4999], 7);
         assert_eq!(m.as_u64_slice()[0], u64::MAX);
         assert_eq!(m.page_addrs(), vec![m.addr(), m.addr() + page_size()]);
+    }
+
+    #[test]
+    fn file_mapping_reads_one_byte_per_page() {
+        use std::io::Write as _;
+        let mut f = tempfile::tempfile().expect("tmp");
+        let ps = page_size();
+        let mut data = vec![0u8; 2 * ps];
+        data[0] = 3;
+        data[ps] = 4;
+        f.write_all(&data).expect("write");
+        let m = FileMapping::new(&f, 2 * ps).expect("mmap");
+        assert_eq!((m.len(), m.addr() % ps), (2 * ps, 0));
+        assert_eq!(m.touch(), 7);
+        assert!(matches!(
+            FileMapping::new(&f, 0),
+            Err(SysError::Invalid { .. })
+        ));
     }
 
     #[test]

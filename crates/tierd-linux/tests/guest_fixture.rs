@@ -10,12 +10,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use tierd_engine::types::{Nanos, NodeId, PageRef, Vpn};
+use tierd_engine::types::{Nanos, NodeId, Vpn};
 use tierd_linux::pagemap::{pfn_visibility, Pagemap, PfnVisibility};
 use tierd_linux::source::damon::{
-    probe_with, read_tried_regions, to_observations, DamonConfig, DamonError, DamonMonitor, RealFs,
-    RegionSampling, ADMIN_PATH,
+    self as damon, probe_with, read_tried_regions, DamonConfig, DamonError, DamonMonitor, RealFs,
+    ADMIN_PATH,
 };
+use tierd_linux::source::locate::{locate, LocateParams, LocateStats, Locator};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/guest-6.12")
@@ -269,16 +270,54 @@ fn tried_regions_of_the_guest_capture() {
     let blocks = BlockNodes::read();
     let pm = Pagemap::open(&root().join("proc"), pid).unwrap();
     let entries = pm.read_range(Vpn(0), pagemap_entries()[&pid]).unwrap();
-    let lookup = |p: PageRef| {
-        let e = entries.get(usize::try_from(p.vpn.0).ok()?)?;
-        blocks.of(e.pfn()?.0)
-    };
-    let sampling = RegionSampling {
+    // The captured pagemap and memory blocks as the locator (the daemon's is move_pages).
+    struct Captured<'a> {
+        entries: &'a [tierd_linux::pagemap::PagemapEntry],
+        blocks: &'a BlockNodes,
+    }
+    impl Locator for Captured<'_> {
+        type Error = ();
+        fn nodes(&mut self, _pid: u32, addrs: &[u64]) -> Result<Vec<Result<NodeId, i32>>, ()> {
+            Ok(addrs
+                .iter()
+                .map(|a| {
+                    usize::try_from(a >> 12)
+                        .ok()
+                        .and_then(|i| self.entries.get(i))
+                        .and_then(|e| e.pfn())
+                        .and_then(|pfn| self.blocks.of(pfn.0))
+                        .ok_or(libc::ENOENT)
+                })
+                .collect())
+        }
+    }
+    let params = LocateParams {
+        max_pages: 200,
         min_nr_accesses: 1,
-        max_pages_per_pass: 200,
-        max_pages_per_region: 16,
+        min_relative_permille: 0,
     };
-    let obs = to_observations(&regions, sampling, lookup);
+    let run = || {
+        let mut ranges = Vec::new();
+        damon::to_ranges(&regions, 1, Nanos(1), &mut ranges);
+        let mut loc = Captured {
+            entries: &entries,
+            blocks: &blocks,
+        };
+        let mut out = Vec::new();
+        let mut stats = LocateStats::default();
+        let failed = locate(
+            &ranges,
+            params,
+            &[NodeId(0)],
+            |_| true,
+            &mut loc,
+            &mut stats,
+            &mut out,
+        );
+        assert!(failed.is_empty());
+        out
+    };
+    let obs = run();
     assert!(
         !obs.is_empty(),
         "no accessed region of the heap was present"
@@ -292,5 +331,5 @@ fn tried_regions_of_the_guest_capture() {
         assert_eq!(Some(o.page_node), blocks.of(e.pfn().unwrap().0));
     }
     // Same input, same pages.
-    assert_eq!(to_observations(&regions, sampling, lookup), obs);
+    assert_eq!(run(), obs);
 }

@@ -579,6 +579,7 @@ fn mpol_text(mode: PolicyMode, flags: (bool, bool, bool), nodes: NodeMask) -> St
         PolicyMode::Interleave => "interleave",
         PolicyMode::WeightedInterleave => "weighted interleave",
         PolicyMode::Local => "local",
+        PolicyMode::Unknown => "unknown",
     };
     let mut s = name.to_owned();
     let (stat, rel, bal) = flags;

@@ -6,11 +6,15 @@
 //! tables), so that this crate is the only one that depends on the plotting library.
 //!
 //! - [`plot`]: figures to an SVG or PNG file (by extension), or to an SVG string.
+//! - [`output`]: every output file written atomically (temporary file, fsync, rename).
 //! - [`html`]: one HTML page with inline CSS and inline SVG plots, no scripts and no external
 //!   resource, so that it opens in a browser without a network.
 
 pub mod html;
+pub mod output;
 pub mod plot;
+
+pub use output::{write_atomic, OutputError};
 
 pub use plot::PlotError;
 

@@ -319,15 +319,16 @@ pub fn png_bytes(figures: &[Figure], path: &Path) -> Result<Vec<u8>, PlotError> 
 ///
 /// # Errors
 /// [`PlotError::UnknownFormat`] for another extension (checked before drawing), else as
-/// [`svg_string`] / [`png_bytes`], and [`PlotError::Io`] when the file cannot be written.
+/// [`svg_string`] / [`png_bytes`], and [`PlotError::Io`] when the file cannot be written (it is
+/// written atomically: [`crate::output::write_atomic`]).
 pub fn write(path: &Path, figures: &[Figure]) -> Result<(), PlotError> {
     let bytes = match Format::of(path)? {
         Format::Svg => svg_string(figures)?.into_bytes(),
         Format::Png => png_bytes(figures, path)?,
     };
-    std::fs::write(path, bytes).map_err(|source| PlotError::Io {
-        path: path.to_path_buf(),
-        source,
+    crate::output::write_atomic(path, &bytes).map_err(|e| PlotError::Io {
+        path: e.path,
+        source: e.source,
     })
 }
 

@@ -491,7 +491,8 @@ pub fn policy_mof(policy: &MemPolicy) -> bool {
         PolicyMode::Preferred
         | PolicyMode::Interleave
         | PolicyMode::WeightedInterleave
-        | PolicyMode::Local => false,
+        | PolicyMode::Local
+        | PolicyMode::Unknown => false,
     }
 }
 

@@ -472,6 +472,88 @@ pub const SHIPPED: &[(&str, &str)] = &[
     ),
 ];
 
+/// Longest simulated time: 10^7 s (115 days), far beyond any scenario, so that the step count
+/// and every time in ns stay exact.
+const MAX_DURATION_S: f64 = 1e7;
+/// Longest period of any ms knob: a day. A larger one would overflow when converted to ns
+/// (ms * 10^6 in a u64 tops out at ~584 years) long before it made sense.
+const MAX_MS: u64 = 86_400_000;
+
+/// `v` (ms) within `min..=MAX_MS`, or why not.
+fn ms_in_range(v: u64, min: u64) -> Result<(), String> {
+    if (min..=MAX_MS).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("{v} is outside {min}..={MAX_MS} ms"))
+    }
+}
+
+/// The first NUMA-balancing knob out of range: its key and why. Zero periods, sizes and
+/// rates would divide by zero or scan nothing; 0 MB/s promotes nothing in the kernel
+/// (kernel/sched/fair.c numa_promotion_rate_limit()), so it is refused as in the engine.
+fn numab_problem(n: &NumabParams) -> Result<(), (&'static str, String)> {
+    for (k, v, min) in [
+        ("scan_delay_ms", n.scan_delay_ms, 0),
+        ("scan_period_min_ms", n.scan_period_min_ms, 1),
+        ("scan_period_max_ms", n.scan_period_max_ms, 1),
+        ("hot_threshold_ms", n.hot_threshold_ms, 1),
+    ] {
+        ms_in_range(v, min).map_err(|m| (k, m))?;
+    }
+    if n.scan_period_max_ms < n.scan_period_min_ms {
+        return Err((
+            "scan_period_max_ms",
+            format!(
+                "{} is below scan_period_min_ms ({})",
+                n.scan_period_max_ms, n.scan_period_min_ms
+            ),
+        ));
+    }
+    for (k, v) in [
+        ("scan_size_mb", n.scan_size_mb),
+        ("promote_rate_limit_mbps", n.promote_rate_limit_mbps),
+        ("max_scan_window_mbps", n.max_scan_window_mbps),
+        ("sample_period", n.sample_period),
+    ] {
+        if v == 0 {
+            return Err((k, "must be above 0".into()));
+        }
+    }
+    if n.mode > 3 {
+        return Err(("mode", format!("{} is not 0, 1, 2 or 3", n.mode)));
+    }
+    Ok(())
+}
+
+/// The first DAMON knob out of range, with the kernel's own rules (mm/damon/core.c
+/// damon_set_attrs(): intervals ordered, at least 3 regions).
+fn damon_problem(d: &DamonParams) -> Result<(), (&'static str, String)> {
+    if d.sample_us == 0 || d.aggr_us < d.sample_us {
+        return Err((
+            "aggr_us",
+            format!(
+                "aggr_us ({}) must be at least sample_us ({}), and sample_us above 0",
+                d.aggr_us, d.sample_us
+            ),
+        ));
+    }
+    if d.aggr_us > MAX_MS * 1000 || d.update_us > MAX_MS * 1000 {
+        return Err(("aggr_us", format!("intervals are limited to {MAX_MS} ms")));
+    }
+    if d.min_nr_regions < 3 || d.max_nr_regions < d.min_nr_regions {
+        return Err((
+            "min_nr_regions",
+            format!(
+                "need 3 <= min_nr_regions ({}) <= max_nr_regions ({})",
+                d.min_nr_regions, d.max_nr_regions
+            ),
+        ));
+    }
+    ms_in_range(d.quota_ms, 0).map_err(|m| ("quota_ms", m))?;
+    ms_in_range(d.quota_reset_interval_ms, 0).map_err(|m| ("quota_reset_interval_ms", m))?;
+    Ok(())
+}
+
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
@@ -561,11 +643,15 @@ impl Scenario {
             message,
         };
         let node_ids: Vec<u16> = self.machine.node.iter().map(|n| n.id).collect();
-        if self.duration_s <= 0.0 {
+        // Every float is checked with is_finite first: NaN fails every comparison, so a bare
+        // `x <= 0.0` test lets it (and infinity) through.
+        let pos = |x: f64| x.is_finite() && x > 0.0;
+        let non_neg = |x: f64| x.is_finite() && x >= 0.0;
+        if !pos(self.duration_s) || self.duration_s > MAX_DURATION_S {
             return Err(err(
                 "duration_s".into(),
                 "duration_s",
-                "must be positive".into(),
+                format!("must be a positive number of seconds up to {MAX_DURATION_S}"),
             ));
         }
         if self.step_ms == 0 || self.sample_ms < self.step_ms {
@@ -575,6 +661,9 @@ impl Scenario {
                 "must be positive and at most sample_ms".into(),
             ));
         }
+        for (key, v) in [("step_ms", self.step_ms), ("sample_ms", self.sample_ms)] {
+            ms_in_range(v, 1).map_err(|m| err(key.into(), key, m))?;
+        }
         if !(self.rate_scale.is_finite() && self.rate_scale > 0.0) {
             return Err(err(
                 "rate_scale".into(),
@@ -583,11 +672,32 @@ impl Scenario {
             ));
         }
         for (i, n) in self.machine.node.iter().enumerate() {
-            if n.capacity_gib <= 0.0 {
+            if !pos(n.capacity_gib) {
                 return Err(err(
                     format!("machine.node[{i}].capacity_gib"),
                     "capacity_gib",
                     "must be positive".into(),
+                ));
+            }
+            if !non_neg(n.reserved_gib) || n.reserved_gib >= n.capacity_gib {
+                return Err(err(
+                    format!("machine.node[{i}].reserved_gib"),
+                    "reserved_gib",
+                    "must be at least 0 and below capacity_gib".into(),
+                ));
+            }
+            if n.bandwidth_gbps.is_some_and(|b| !pos(b)) {
+                return Err(err(
+                    format!("machine.node[{i}].bandwidth_gbps"),
+                    "bandwidth_gbps",
+                    "must be positive".into(),
+                ));
+            }
+            if let Some((k, v)) = n.latency_ns.iter().find(|(_, v)| !pos(**v)) {
+                return Err(err(
+                    format!("machine.node[{i}].latency_ns"),
+                    k,
+                    format!("{v} ns from node {k} must be positive"),
                 ));
             }
             for k in n.latency_ns.keys() {
@@ -611,6 +721,15 @@ impl Scenario {
             }
         }
         for (pi, p) in self.process.iter().enumerate() {
+            for (key, v) in [("compute_ns", p.compute_ns), ("start_s", p.start_s)] {
+                if !non_neg(v) {
+                    return Err(err(
+                        format!("process[{pi}].{key}"),
+                        &p.name,
+                        format!("{v} must be a number at least 0"),
+                    ));
+                }
+            }
             for (ti, t) in p.threads.iter().enumerate() {
                 if !node_ids.contains(&t.node) {
                     return Err(err(
@@ -621,15 +740,24 @@ impl Scenario {
                 }
             }
             for (ri, r) in p.region.iter().enumerate() {
-                if r.size_gib <= 0.0 {
+                if !pos(r.size_gib) {
                     return Err(err(
                         format!("process[{pi}].region[{ri}].size_gib"),
                         &r.name,
                         "must be positive".into(),
                     ));
                 }
+                let zipf_bad =
+                    |sp: &SpreadToml| matches!(sp, SpreadToml::Zipf { s } if !non_neg(*s));
+                if zipf_bad(&r.spread) || r.hot.as_ref().is_some_and(|h| zipf_bad(&h.spread)) {
+                    return Err(err(
+                        format!("process[{pi}].region[{ri}].spread"),
+                        &r.name,
+                        "the zipf exponent s must be a number at least 0".into(),
+                    ));
+                }
                 if let Some(h) = &r.hot {
-                    if !(0.0..=1.0).contains(&h.fraction) || h.chunk_mib <= 0.0 {
+                    if !(0.0..=1.0).contains(&h.fraction) || !pos(h.chunk_mib) {
                         return Err(err(
                             format!("process[{pi}].region[{ri}].hot"),
                             &r.name,
@@ -646,6 +774,17 @@ impl Scenario {
                         ));
                     }
                 }
+            }
+            if let Some(ai) = p
+                .access
+                .iter()
+                .position(|a| !(0.0..=1.0).contains(&a.share))
+            {
+                return Err(err(
+                    format!("process[{pi}].access[{ai}].share"),
+                    &p.name,
+                    format!("{} must be within 0..=1", p.access[ai].share),
+                ));
             }
             let total: f64 = p.access.iter().map(|a| a.share).sum();
             if !p.access.is_empty() && (total - 1.0).abs() > 1e-6 {
@@ -675,6 +814,13 @@ impl Scenario {
         }
         let procs: Vec<&str> = self.process.iter().map(|p| p.name.as_str()).collect();
         for (i, e) in self.event.iter().enumerate() {
+            if !non_neg(e.at_s) {
+                return Err(err(
+                    format!("event[{i}].at_s"),
+                    &e.process,
+                    format!("{} must be a number of seconds at least 0", e.at_s),
+                ));
+            }
             if !procs.contains(&e.process.as_str()) {
                 return Err(err(
                     format!("event[{i}].process"),
@@ -691,6 +837,33 @@ impl Scenario {
                 ));
             }
         }
+        let steady = self.report.steady_fraction;
+        if !pos(steady) || steady > 1.0 {
+            return Err(err(
+                "report.steady_fraction".into(),
+                "steady_fraction",
+                format!("{steady} must be within (0, 1]"),
+            ));
+        }
+        let all_cgroups = self.cgroup.iter().map(|c| ("cgroup".to_string(), c)).chain(
+            self.config.iter().enumerate().flat_map(|(i, c)| {
+                c.cgroup
+                    .iter()
+                    .map(move |g| (format!("config[{i}].cgroup"), g))
+            }),
+        );
+        for (key, c) in all_cgroups {
+            if !non_neg(c.low_gib) || !non_neg(c.high_gib) {
+                return Err(err(
+                    key,
+                    &c.name,
+                    format!(
+                        "{:?}: low_gib and high_gib must be numbers at least 0",
+                        c.name
+                    ),
+                ));
+            }
+        }
         if let Some(p) = &self.report.process {
             if !procs.contains(&p.as_str()) {
                 return Err(err("report.process".into(), p, format!("no process {p:?}")));
@@ -704,6 +877,13 @@ impl Scenario {
             ));
         }
         for (name, pairs) in &self.machine.profile {
+            if let Some((k, v)) = pairs.iter().find(|(_, v)| !pos(**v)) {
+                return Err(err(
+                    format!("machine.profile.{name}"),
+                    k,
+                    format!("{v} ns for {k} must be positive"),
+                ));
+            }
             for k in pairs.keys() {
                 let ok = k.split_once('-').is_some_and(|(a, b)| {
                     [a, b]
@@ -747,6 +927,27 @@ impl Scenario {
                     ));
                 }
             }
+            let numabs = c
+                .numab
+                .iter()
+                .map(|n| (format!("config[{i}].numab"), n))
+                .chain(c.tierd.iter().flat_map(|t| {
+                    std::iter::once((format!("config[{i}].tierd.numab"), &t.numab)).chain(
+                        t.kernel_numab
+                            .iter()
+                            .map(move |n| (format!("config[{i}].tierd.kernel_numab"), n)),
+                    )
+                }));
+            for (key, n) in numabs {
+                if let Err((k, m)) = numab_problem(n) {
+                    return Err(err(format!("{key}.{k}"), k, m));
+                }
+            }
+            if let Some(d) = &c.damon {
+                if let Err((k, m)) = damon_problem(d) {
+                    return Err(err(format!("config[{i}].damon.{k}"), k, m));
+                }
+            }
             if let Some(p) = &c.profile {
                 if !self.machine.profile.contains_key(p) {
                     return Err(err(
@@ -769,6 +970,13 @@ impl Scenario {
                         format!("config[{i}].tierd.engine"),
                         &c.id,
                         e.to_string(),
+                    ));
+                }
+                if let Err(m) = ms_in_range(t.abit_interval_ms, 1) {
+                    return Err(err(
+                        format!("config[{i}].tierd.abit_interval_ms"),
+                        "abit_interval_ms",
+                        m,
                     ));
                 }
                 if t.sample_period == 0 {
@@ -858,5 +1066,92 @@ impl Scenario {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod range_tests {
+    use super::*;
+
+    const A: &str = include_str!("../../../scenarios/a-pointer-chase.toml");
+
+    fn refused(text: &str) -> String {
+        match Scenario::parse(text, Path::new("s.toml")) {
+            Ok(_) => panic!("accepted: {text}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn every_scenario_in_the_tree_is_in_range() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                Scenario::load(&p).unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+    }
+
+    /// Each out-of-range value (NaN, infinity, negative, zero, an overflowing ms value) is
+    /// refused with one line naming its field.
+    #[test]
+    fn out_of_range_values_name_their_field() {
+        let cases: &[(&str, &str, &str)] = &[
+            ("duration_s = 240", "duration_s = nan", "duration_s"),
+            ("duration_s = 240", "duration_s = inf", "duration_s"),
+            ("duration_s = 240", "duration_s = -1", "duration_s"),
+            ("step_ms = 10", "step_ms = 0", "step_ms"),
+            (
+                "step_ms = 10\nsample_ms = 1000",
+                "step_ms = 10\nsample_ms = 18446744073709551",
+                "sample_ms",
+            ),
+            ("capacity_gib = 256", "capacity_gib = nan", "capacity_gib"),
+            ("\"1\" = 340", "\"1\" = -340", "machine.node[2].latency_ns"),
+            ("bandwidth_gbps = 64", "bandwidth_gbps = 0", "bandwidth_gbps"),
+            ("size_gib = 64", "size_gib = inf", "size_gib"),
+            ("chunk_mib = 64", "chunk_mib = nan", "process[0].region[0].hot"),
+            ("fraction = 0.25", "fraction = nan", "process[0].region[0].hot"),
+            ("share = 1.0", "share = nan", "process[0].access[0].share"),
+            ("steady_fraction = 0.25", "steady_fraction = 0", "report.steady_fraction"),
+            ("numab = { mode = 2 }", "numab = { mode = 2, scan_size_mb = 0 }", "scan_size_mb"),
+            (
+                "numab = { mode = 2 }",
+                "numab = { mode = 2, promote_rate_limit_mbps = 0 }",
+                "config[1].numab.promote_rate_limit_mbps",
+            ),
+            (
+                "numab = { mode = 2 }",
+                "numab = { mode = 2, scan_period_min_ms = 9223372036854775807 }",
+                "scan_period_min_ms",
+            ),
+            ("sample_us = 5000,", "sample_us = 0,", "config[2].damon.aggr_us"),
+            ("min_nr_regions = 10,", "min_nr_regions = 2,", "min_nr_regions"),
+            (
+                "engine = { threshold = \"fixed\", freq_threshold = 1 }",
+                "engine = { threshold = \"fixed\", freq_threshold = 1, promote_rate_limit_mbps = 0 }",
+                "promote_rate_limit_mbps",
+            ),
+            (
+                "sample_period = 10000, kernel_pghot",
+                "sample_period = 10000, abit_interval_ms = 0, kernel_pghot",
+                "abit_interval_ms",
+            ),
+        ];
+        for (from, to, key) in cases {
+            assert!(A.contains(from), "{from:?} not in the scenario");
+            let m = refused(&A.replacen(from, to, 1));
+            assert!(m.contains(key), "{to}: {m}");
+            assert!(!m.contains('\n'), "{m}");
+        }
+    }
+
+    #[test]
+    fn events_and_cgroups_are_range_checked() {
+        let ev = format!("{A}\n[[event]]\nat_s = nan\naction = \"pause\"\nprocess = \"chase\"\n");
+        assert!(refused(&ev).contains("event[0].at_s"));
+        let cg = format!("{A}\n[[cgroup]]\nname = \"t\"\nlow_gib = -1\n");
+        assert!(refused(&cg).contains("cgroup"));
     }
 }

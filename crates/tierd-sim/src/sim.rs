@@ -535,7 +535,8 @@ impl World {
                 a.extend(b);
                 a
             }
-            PolicyMode::Default | PolicyMode::Local => all,
+            // Unknown: scenarios cannot name it (it is never deserialized).
+            PolicyMode::Default | PolicyMode::Local | PolicyMode::Unknown => all,
         }
     }
 

@@ -58,6 +58,7 @@
 //! stay dynamic). The binary needs `/proc` mounted only for `--tick-us` (it re-executes itself
 //! through `/proc/self/exe` to start the ticker).
 
+pub mod chaos;
 pub mod chase;
 pub mod integrity;
 pub mod report;

@@ -20,6 +20,8 @@ use tierd_linux::sys::{
 };
 use tierd_workload::chase::{build_cycle, chase, WORDS_PER_LINE};
 use tierd_workload::integrity::{check_page, fill_page, BadWord};
+mod chaos_cmd;
+
 use tierd_workload::report::{
     ChaseDone, ChaseLine, ChasePolicy, ChaseReady, ChaseSample, HoldLine, IntegrityLine,
     IntegritySample, MoveLine, Placement, ThreadSample,
@@ -160,6 +162,9 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         threads: usize,
     },
+    /// The chaos lab's actors (`tierd lab chaos`).
+    #[command(flatten)]
+    Chaos(chaos_cmd::ChaosCmd),
     /// (internal) The --tick-us helper: pin to a CPU and wake every `us` until the parent exits.
     #[command(hide = true)]
     Ticker {
@@ -250,6 +255,7 @@ fn main() -> Result<()> {
             threads,
         ),
         Cmd::Ticker { us, cpu, parent } => run_ticker(us, cpu, parent),
+        Cmd::Chaos(c) => chaos_cmd::run(c),
     }
 }
 

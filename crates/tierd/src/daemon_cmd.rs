@@ -9,10 +9,50 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tierd_daemon::config::DaemonConfig;
-use tierd_daemon::daemon::{run, Preflight, RunOptions};
+use tierd_daemon::daemon::{run, Preflight, RunOptions, EXIT_CONFIG, EXIT_UNAVAILABLE};
 use tierd_daemon::feeds::start_feeds;
 use tierd_daemon::metrics::{MetricsServer, SharedSnapshot, Snapshot};
 use tierd_linux::status::fetch_status;
+
+/// The exit status for an error of `tierd run` (docs/daemon.md, "Exit codes"): a bad
+/// configuration is [`EXIT_CONFIG`] (systemd does not restart on it), a machine where nothing
+/// can run is [`EXIT_UNAVAILABLE`], anything else 1.
+#[must_use]
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    for cause in e.chain() {
+        if let Some(d) = cause.downcast_ref::<tierd_daemon::daemon::DaemonError>() {
+            return d.exit_code();
+        }
+        if cause
+            .downcast_ref::<tierd_daemon::config::ConfigFileError>()
+            .is_some()
+        {
+            return EXIT_CONFIG;
+        }
+        if cause
+            .downcast_ref::<tierd_daemon::metrics::MetricsError>()
+            .is_some()
+        {
+            // The port is taken (often by a tierd still exiting): retried by systemd.
+            return EXIT_UNAVAILABLE;
+        }
+    }
+    1
+}
+
+/// Structured logs with levels on stderr (the journal under systemd): `TIERD_LOG` filters
+/// them as `RUST_LOG` does (`tierd_daemon=debug`, `warn`), default `info`. Repeated faults
+/// are rate-limited where they are counted (`tierd_daemon::daemon::Faults`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TIERD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Already set (a test calling run_daemon twice): keep the first.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
 
 /// `tierd run`.
 pub fn run_daemon(
@@ -21,9 +61,20 @@ pub fn run_daemon(
     duration: Option<f64>,
     metrics: Option<SocketAddr>,
 ) -> Result<()> {
+    init_logging();
     let mut cfg = DaemonConfig::load(config)?;
     if let Some(addr) = metrics {
         cfg.daemon.metrics_listen = addr;
+        // The file's consent rule applies to the flag too (only the file can consent, with
+        // allow_public_metrics); refused as a configuration error (exit 78).
+        cfg.daemon.check_metrics_listen().map_err(|reason| {
+            tierd_daemon::config::ConfigFileError::Invalid {
+                path: config.to_path_buf(),
+                line: 0,
+                key: "--metrics".into(),
+                reason,
+            }
+        })?;
     }
     let duration = match duration {
         Some(d) if d.is_finite() && d > 0.0 => Some(Duration::from_secs_f64(d)),
@@ -75,8 +126,14 @@ pub fn run_daemon(
         dry_run,
         duration,
         snapshot: Some(shared),
+        heartbeat: None,
     };
-    let mut log = |line: &str| println!("{line}");
+    // Not println!: SIGPIPE stays ignored for the daemon (main.rs output_only), and a log
+    // reader that went away must not end the tiering loop with a panic.
+    let mut log = |line: &str| {
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout().lock(), "{line}");
+    };
     let summary = run(&cfg, &pre, feeds, &statuses, &opts, &stop, &mut log)?;
     drop(server);
     eprintln!(

@@ -58,8 +58,21 @@ pub fn man_page(out: &mut dyn Write) -> Result<()> {
 /// When `dir` cannot be created or a page cannot be written; the error names the path.
 pub fn man_pages_to(dir: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    clap_mangen::generate_to(command(), dir)
-        .with_context(|| format!("writing man pages into {}", dir.display()))?;
+    // clap_mangen::generate_to, but each page rendered in memory and written atomically
+    // (tierd_report::write_atomic) instead of through File::create.
+    fn generate(cmd: clap::Command, dir: &Path) -> Result<()> {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned() {
+            generate(sub, dir)?;
+        }
+        let man = clap_mangen::Man::new(cmd);
+        let mut page = Vec::new();
+        man.render(&mut page).context("rendering a man page")?;
+        tierd_report::write_atomic(&dir.join(man.get_filename()), &page)?;
+        Ok(())
+    }
+    let mut cmd = command().disable_help_subcommand(true);
+    cmd.build();
+    generate(cmd, dir)?;
     let mut pages: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("listing {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -48,8 +48,11 @@ pub fn lab(
                 ),
             })
             .with_context(|| format!("experiment {}", exp.id))?;
-            println!("{}", res.host.line());
-            println!("{}", summary::table(&res.experiment, &res.rows));
+            print_out(&format!(
+                "{}\n{}\n",
+                res.host.line(),
+                summary::table(&res.experiment, &res.rows)
+            ));
             let c = summary::csv(&res.experiment, &res.runs);
             if all_csv.is_empty() {
                 all_csv = c;
@@ -60,15 +63,15 @@ pub fn lab(
             results.push(res);
         }
         if repeats.len() > 1 {
-            println!("{}", summary::spread_table(exp, &repeats));
+            print_out(&format!("{}\n", summary::spread_table(exp, &repeats)));
         }
     }
     if let Some(p) = json {
-        std::fs::write(p, serde_json::to_string_pretty(&results)? + "\n")
-            .with_context(|| format!("writing {}", p.display()))?;
+        let text = serde_json::to_string_pretty(&results)? + "\n";
+        tierd_report::write_atomic(p, text.as_bytes())?;
     }
     if let Some(p) = csv {
-        std::fs::write(p, all_csv).with_context(|| format!("writing {}", p.display()))?;
+        tierd_report::write_atomic(p, all_csv.as_bytes())?;
     }
     crate::report_cmd::write_lab_plots(&results, plots)?;
     let failed = results
@@ -79,6 +82,78 @@ pub fn lab(
     anyhow::ensure!(
         failed == 0,
         "{failed} lab run(s) failed: see the FAILED rows"
+    );
+    Ok(())
+}
+
+/// Prints the lab's tables. The lab keeps SIGPIPE ignored (see `output_only` in main.rs), so
+/// a reader that went away (`tierd lab | head`) shows up here as EPIPE: the tables are lost
+/// but the runs go on and still write `--json`/`--csv`/`--plot`, where `println!` would panic.
+fn print_out(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+/// `tierd lab chaos`: one guest of faults for `duration` seconds (300; 60 with `--quick`),
+/// its table, and an error when an acceptance bound of issue 12 is broken.
+pub fn lab_chaos(
+    experiments: &[String],
+    duration: Option<u32>,
+    quick: bool,
+    json: Option<&Path>,
+    workspace: &Path,
+) -> Result<()> {
+    anyhow::ensure!(
+        experiments.len() == 1,
+        "chaos runs alone: `tierd lab chaos`, not with other experiments"
+    );
+    let params = match (duration, quick) {
+        (Some(d), _) => tierd_lab::chaos::ChaosParams {
+            duration_s: d,
+            ..if quick {
+                tierd_lab::chaos::ChaosParams::quick()
+            } else {
+                tierd_lab::chaos::ChaosParams::full(d)
+            }
+        },
+        (None, true) => tierd_lab::chaos::ChaosParams::quick(),
+        (None, false) => tierd_lab::chaos::ChaosParams::full(300),
+    };
+    eprintln!("tierd lab: fetching the guest kernel and building static guest binaries ...");
+    let env = LabEnv::prepare(workspace).context("preparing the guest")?;
+    eprintln!(
+        "tierd lab: chaos for {} s (SIGKILL every {} s, pid_max {}) ...",
+        params.duration_s, params.kill_every_s, params.pid_max
+    );
+    let (report, _console) = tierd_lab::chaos::run_chaos(&env, &params).context("chaos run")?;
+    let mut text = String::new();
+    if let Some(h) = &report.host {
+        text.push_str(&h.line());
+        text.push('\n');
+    }
+    text.push_str(&format!(
+        "chaos: {} s, guest {:.0} s\n{}",
+        params.duration_s,
+        report.wall_s,
+        tierd_lab::chaos::table(&report)
+    ));
+    for e in &report.events {
+        text.push_str(&format!("  {e}\n"));
+    }
+    let failures = report.failures();
+    for f in &failures {
+        text.push_str(&format!("BOUND BROKEN: {f}\n"));
+    }
+    print_out(&text);
+    if let Some(p) = json {
+        let text = serde_json::to_string_pretty(&report)? + "\n";
+        tierd_report::write_atomic(p, text.as_bytes())?;
+    }
+    anyhow::ensure!(
+        failures.is_empty(),
+        "{} chaos bound(s) broken: see BOUND BROKEN",
+        failures.len()
     );
     Ok(())
 }

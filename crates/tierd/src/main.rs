@@ -20,8 +20,8 @@ mod lab_cmd;
 mod report_cmd;
 mod top_cmd;
 
-use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -131,7 +131,8 @@ enum Command {
     Top(top_cmd::TopArgs),
     /// Run the lab: tierd against the kernel's own promotion in a tiered QEMU guest, measured.
     Lab {
-        /// Experiments to run (default: all). Known: a.
+        /// Experiments to run (default: all but chaos). Known: a, churn, three-node, mempolicy,
+        /// mempolicy-balancing, integrity, chaos (issue 12's fault run, alone).
         experiments: Vec<String>,
         /// The short versions (what CI runs).
         #[arg(long)]
@@ -152,6 +153,9 @@ enum Command {
         /// this file (SVG or PNG by its extension; repeatable).
         #[arg(long)]
         plot: Vec<PathBuf>,
+        /// `chaos` only: seconds the chaos actors run (default 300; 60 with --quick).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(10..=86_400))]
+        duration: Option<u32>,
         /// The source tree to build the guest binaries from.
         #[arg(long, default_value_os_t = lab_cmd::default_workspace())]
         workspace: PathBuf,
@@ -178,13 +182,29 @@ enum Command {
     },
 }
 
-fn write_out(path: &PathBuf, text: &str) -> Result<()> {
+/// Writes an output file (`--json`, `--csv`, ...) atomically, or `text` to stdout for `-`.
+/// Every file the command writes goes through here or through `tierd_report`'s writers,
+/// which share [`tierd_report::write_atomic`]: a failed write leaves the old file as it was.
+///
+/// # Errors
+/// One line naming the path: a full disk, an unwritable directory.
+pub(crate) fn write_out(path: &Path, text: &str) -> Result<()> {
     if path.as_os_str() == "-" {
-        print!("{text}");
-        Ok(())
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .context("writing to stdout")
     } else {
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+        Ok(tierd_report::write_atomic(path, text.as_bytes())?)
     }
+}
+
+/// Whether a subcommand's stdout is only its output, so that SIGPIPE may end it (see
+/// [`tierd_linux::sys::default_sigpipe`]). Not the daemon, whose stdout is a log that may go
+/// away without it stopping, and not the lab, whose guests must be shut down by their
+/// destructors rather than left behind by a killed parent.
+fn output_only(cmd: &Command) -> bool {
+    !matches!(cmd, Command::Run { .. } | Command::Lab { .. })
 }
 
 fn run(sc: &Scenario, only: &[String], args: &RunArgs) -> Result<()> {
@@ -236,13 +256,18 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             // One line: the context chain joined, no backtrace.
             eprintln!("tierd: {e:#}");
-            std::process::ExitCode::FAILURE
+            // 78 for a bad configuration, 69 when nothing can run here, else 1
+            // (docs/daemon.md, "Exit codes").
+            std::process::ExitCode::from(daemon_cmd::exit_code(&e))
         }
     }
 }
 
 fn real_main() -> Result<()> {
     let cli = Cli::parse();
+    if output_only(&cli.command) {
+        tierd_linux::sys::default_sigpipe().context("restoring SIGPIPE's default action")?;
+    }
     match cli.command {
         Command::Compare {
             scenario,
@@ -278,6 +303,16 @@ fn real_main() -> Result<()> {
         Command::Top(args) => top_cmd::top(&args)?,
         Command::Lab {
             experiments,
+            duration,
+            json,
+            quick,
+            workspace,
+            ..
+        } if experiments.iter().any(|e| e == "chaos") => {
+            lab_cmd::lab_chaos(&experiments, duration, quick, json.as_deref(), &workspace)?;
+        }
+        Command::Lab {
+            experiments,
             quick,
             repeat,
             only,
@@ -285,6 +320,7 @@ fn real_main() -> Result<()> {
             csv,
             plot,
             workspace,
+            duration: _,
         } => lab_cmd::lab(
             &experiments,
             quick,

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use tierd_lab::summary::{hot_on_fast_series, latency_series};
 use tierd_lab::ExperimentResult;
 use tierd_report::html::{self, Report, Table};
@@ -157,7 +157,7 @@ pub fn write_compare(
     }
     if let Some(p) = report {
         let page = compare_report(r, sc)?;
-        std::fs::write(p, page).with_context(|| format!("writing {}", p.display()))?;
+        tierd_report::write_atomic(p, page.as_bytes())?;
     }
     Ok(())
 }

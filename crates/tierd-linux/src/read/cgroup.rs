@@ -144,7 +144,8 @@ pub struct CgroupMembership {
 /// A [`ParseError`] for a line that is not `id:controllers:path`.
 pub fn parse_proc_cgroup(text: &str) -> Result<Vec<CgroupMembership>, ParseError> {
     let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
+    // cgroup names may end in '\r' (only '/' and NUL are refused), so lines split on '\n' alone.
+    for (i, line) in super::kernel_lines(text).enumerate() {
         if line.is_empty() {
             continue;
         }

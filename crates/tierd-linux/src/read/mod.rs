@@ -284,6 +284,66 @@ pub fn unescape_octal(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Undoes `seq_path()`/`seq_file_path()`'s escaping (fs/seq_file.c `mangle_path()`) exactly:
+/// the kernel writes each byte of `esc` as `\ooo` and every other byte as it is, a backslash
+/// included. So only a three-digit octal escape of a byte in `esc` is decoded; any other `\`
+/// is the file name's own (a name holding a literal `\040` is printed the same as one holding
+/// a space, and reads back as the space: the kernel's output cannot tell them apart).
+///
+/// `/proc` text reaches the parsers as UTF-8 decoded lossily ([`read_text`]): a name's bytes
+/// that are not UTF-8 read as U+FFFD; the escaped bytes are all ASCII, so decoding first loses
+/// nothing they carry.
+#[must_use]
+pub fn unescape_seq_path(s: &str, esc: &[u8]) -> String {
+    if !s.contains('\\') {
+        return s.to_owned();
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' {
+            if let Some(b) = bytes.get(i + 1..i + 4).and_then(octal_byte) {
+                if esc.contains(&b) {
+                    out.push(b);
+                    i += 4;
+                    continue;
+                }
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The byte three octal digits name, if they are octal digits and name a byte.
+fn octal_byte(digits: &[u8]) -> Option<u8> {
+    if !digits.iter().all(|d| (b'0'..=b'7').contains(d)) {
+        return None;
+    }
+    let v = digits
+        .iter()
+        .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
+    u8::try_from(v).ok()
+}
+
+/// The bytes `show_numa_map()` escapes in a file name: `seq_file_path(m, file, "\n\t= ")`
+/// (fs/proc/task_mmu.c).
+pub const NUMA_MAPS_ESCAPED: &[u8] = b"\n\t= ";
+
+/// The bytes `show_map_vma()` escapes in a file name: `seq_file_path(m, file, "\n")` (through
+/// `get_vma_name()` on newer kernels, fs/proc/task_mmu.c).
+pub const MAPS_ESCAPED: &[u8] = b"\n";
+
+/// The lines of a `/proc` file: split on `\n` alone. `str::lines()` would also drop a `\r`
+/// before each `\n`, which in `maps` and `numa_maps` can be the last byte of a file name (the
+/// kernel does not escape it).
+pub(crate) fn kernel_lines(text: &str) -> impl Iterator<Item = &str> {
+    let text = text.strip_suffix('\n').unwrap_or(text);
+    text.split('\n')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,6 +377,24 @@ mod tests {
         assert_eq!(unescape_octal(r"\09"), r"\09");
         assert_eq!(unescape_octal(r"tail\04"), r"tail\04");
         assert_eq!(unescape_octal(r"\777"), r"\777");
+    }
+
+    #[test]
+    fn seq_path_escapes_exactly() {
+        let esc = NUMA_MAPS_ESCAPED;
+        assert_eq!(
+            unescape_seq_path(r"/a\040b\012c\011d\075e", esc),
+            "/a b\nc\td=e"
+        );
+        // Not in the escaped set: the name's own backslash and digits.
+        assert_eq!(unescape_seq_path(r"/a\101\134", esc), r"/a\101\134");
+        assert_eq!(unescape_seq_path(r"/a\04", esc), r"/a\04");
+        assert_eq!(unescape_seq_path(r"/a\", esc), r"/a\");
+        assert_eq!(unescape_seq_path(r"/x\040y", MAPS_ESCAPED), r"/x\040y");
+        assert_eq!(unescape_seq_path(r"/x\012y", MAPS_ESCAPED), "/x\ny");
+        let lines: Vec<&str> = kernel_lines("a\r\n\nb\n").collect();
+        assert_eq!(lines, ["a\r", "", "b"]);
+        assert_eq!(kernel_lines("").collect::<Vec<_>>(), [""]);
     }
 
     #[test]

@@ -11,13 +11,25 @@
 //! `prefer`, `bind`, `interleave`, `weighted interleave`, `local`, `prefer (many)`; two of them
 //! contain a space), then `=` and the flags (`static` or `relative`, and `balancing`, joined by
 //! `|`), then `:` and the node list. The kernel formats it into a 64-byte buffer, so a very long
-//! node list can be cut short ([`VmaPolicy::truncated`]). The file path goes through `seq_path(.., "\n\t= ")`, which
-//! octal-escapes newline, tab, `=` and space, so it is one whitespace-free token. Page counts are
-//! in units of the VMA's kernel page size (`kernelpagesize_kB`, 2048 for a 2 MiB hugetlb VMA).
+//! node list can be cut short ([`VmaPolicy::truncated`]). A mode or flag from a newer kernel
+//! (or the `unknown` `mpol_to_str()` prints for a mode it cannot name) parses as
+//! [`PolicyMode::Unknown`], never as an error ([`parse_policy_prefix`]).
+//!
+//! The file path goes through `seq_file_path(m, file, "\n\t= ")`, which octal-escapes
+//! newline, tab, `=` and space and prints every other byte as it is (vertical tab, carriage
+//! return, a no-break space, bytes that are not UTF-8): so fields are split on the ASCII space
+//! alone and lines on `\n` alone, and only those four escapes are decoded
+//! ([`super::unescape_seq_path`]). Page counts are in units of the VMA's kernel page size
+//! (`kernelpagesize_kB`, 2048 for a 2 MiB hugetlb VMA).
 //!
 //! `numa_maps` has no end address; `/proc/PID/maps` (`show_map_vma()`:
-//! `start-end perms offset major:minor inode [path]`, path escaped only for newlines) has it.
-//! [`join_maps`] pairs the two by start address.
+//! `start-end perms offset major:minor inode [path]`) has it. There a file's path goes through
+//! `seq_file_path(m, file, "\n")` (newline escaped, nothing else: spaces stay, and a deleted
+//! file ends in ` (deleted)`); other VMAs print a pseudo-name as it is: `[heap]`, `[stack]`,
+//! `[vdso]`, `[vvar]`, `[vsyscall]`, `[uprobes]`, `[anon:<name>]` and `[anon_shmem:<name>]`
+//! (`anon_vma_name()`, whose names `prctl(PR_SET_VMA_ANON_NAME)` limits to printable
+//! characters other than `\`, `` ` ``, `$`, `[` and `]`). [`join_maps`] pairs the two files by
+//! start address.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,7 +37,10 @@ use std::path::Path;
 use tierd_engine::policy::{MemPolicy, PolicyMode};
 use tierd_engine::types::{NodeId, Pages, Vpn, PAGE_SIZE};
 
-use super::{node_id, parse_nodelist, read_parsed, unescape_octal, ParseError, ReadError};
+use super::{
+    kernel_lines, node_id, parse_nodelist, read_parsed, unescape_seq_path, ParseError, ReadError,
+    MAPS_ESCAPED, NUMA_MAPS_ESCAPED,
+};
 
 /// What a VMA maps, from the token after the policy.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -164,37 +179,75 @@ const MODES: [(&str, PolicyMode); 7] = [
     ("bind", PolicyMode::Bind),
 ];
 
+/// Whether `tok` is one of the fields `show_numa_map()` prints after the policy (`file=`,
+/// `heap`, `stack`, `huge`, the counts, `N<nid>=`, `kernelpagesize_kB=`): where the policy text
+/// of a mode this parser does not know ends (a newer kernel's mode name may hold spaces, as
+/// `weighted interleave` and `prefer (many)` do).
+fn is_field(tok: &str) -> bool {
+    match tok.split_once('=') {
+        None => matches!(tok, "heap" | "stack" | "huge"),
+        Some((key, _)) => {
+            matches!(
+                key,
+                "file"
+                    | "anon"
+                    | "dirty"
+                    | "mapped"
+                    | "mapmax"
+                    | "swapcache"
+                    | "active"
+                    | "writeback"
+                    | "unevictable"
+                    | "kernelpagesize_kB"
+            ) || (key.len() > 1
+                && key.starts_with('N')
+                && key[1..].bytes().all(|b| b.is_ascii_digit()))
+        }
+    }
+}
+
 /// Parses an `mpol_to_str()` string at the start of `s`; returns the policy and the rest of
 /// `s` after it.
 ///
+/// `mpol_to_str()` (mm/mempolicy.c) prints `<mode>[=<flags>][:<nodelist>]`: the mode from
+/// `policy_modes[]`; `=` only when a mode flag is set, then `static` or `relative` (mutually
+/// exclusive) and `balancing` (`MPOL_F_NUMA_BALANCING`), joined by `|` when both are there
+/// (`static|balancing`), or `balancing` alone; `:` and `%*pbl` only for a non-empty mask. A
+/// mode it cannot name prints `unknown` (with a `WARN_ON_ONCE`).
+///
+/// A mode or flag this parser does not know (`unknown`, or a newer kernel's) is not an error:
+/// the policy is [`PolicyMode::Unknown`], which the engine never moves, and what could be read
+/// of its flags and nodes is kept. The text of an unknown mode runs to the first field
+/// `show_numa_map()` prints after the policy, or the end of the line.
+///
 /// # Errors
 ///
-/// A reason for an unknown mode, flag or node list.
+/// A reason for an empty policy or a malformed node list of a known mode.
 pub fn parse_policy_prefix(s: &str) -> Result<(VmaPolicy, &str), String> {
-    let (name, mode) = MODES
-        .iter()
-        .find(|(name, _)| {
-            s.strip_prefix(name)
-                .is_some_and(|r| r.is_empty() || r.starts_with([' ', '=', ':', '\n']))
-        })
-        .ok_or_else(|| {
-            let word: String = s.chars().take(24).collect();
-            format!("unknown policy at {word:?}")
-        })?;
+    let known = MODES.iter().find(|(name, _)| {
+        s.strip_prefix(name)
+            .is_some_and(|r| r.is_empty() || r.starts_with([' ', '=', ':']))
+    });
+    let Some((name, mode)) = known else {
+        return Ok(unknown_policy(s));
+    };
     let mut rest = &s[name.len()..];
+    // A known name followed by a word that is no field is the start of a longer name a newer
+    // kernel added (as `prefer (many)` came after `prefer`). A new bare-word field would read
+    // as such a name too: the cautious side, as its VMA is then never moved.
+    if let Some(next) = rest.split(' ').find(|t| !t.is_empty()) {
+        if rest.starts_with(' ') && !is_field(next) && !next.contains('=') {
+            return Ok(unknown_policy(s));
+        }
+    }
     let mut out = VmaPolicy {
         policy: MemPolicy::new(*mode, tierd_engine::types::NodeMask::EMPTY),
         ..VmaPolicy::default()
     };
     if let Some(r) = rest.strip_prefix('=') {
         let end = r.find([':', ' ']).unwrap_or(r.len());
-        for flag in r[..end].split('|') {
-            match flag {
-                "static" => out.static_nodes = true,
-                "relative" => out.relative_nodes = true,
-                "balancing" => out.policy.numa_balancing = true,
-                other => return Err(format!("unknown policy flag {other:?}")),
-            }
+        if !set_flags(&mut out, &r[..end]) {
+            out.policy.mode = PolicyMode::Unknown;
         }
         rest = &r[end..];
     }
@@ -219,6 +272,49 @@ pub fn parse_policy_prefix(s: &str) -> Result<(VmaPolicy, &str), String> {
     Ok((out, rest))
 }
 
+/// Sets the flags of `flags` (the text between `=` and `:`); false if one is not known.
+fn set_flags(out: &mut VmaPolicy, flags: &str) -> bool {
+    let mut all_known = true;
+    for flag in flags.split('|') {
+        match flag {
+            "static" => out.static_nodes = true,
+            "relative" => out.relative_nodes = true,
+            "balancing" => out.policy.numa_balancing = true,
+            _ => all_known = false,
+        }
+    }
+    all_known
+}
+
+/// A policy whose mode this parser does not know: [`PolicyMode::Unknown`], with the flags and
+/// nodes that could be read (`<mode>[=<flags>][:<nodelist>]` taken from the last `=` and `:`).
+fn unknown_policy(s: &str) -> (VmaPolicy, &str) {
+    let mut end = 0;
+    let mut at = 0;
+    for tok in s.split(' ') {
+        if at > 0 && is_field(tok) {
+            break;
+        }
+        at += tok.len() + 1;
+        if !tok.is_empty() {
+            end = at - 1;
+        }
+    }
+    let text = &s[..end.min(s.len())];
+    let mut out = VmaPolicy {
+        policy: MemPolicy::new(PolicyMode::Unknown, tierd_engine::types::NodeMask::EMPTY),
+        truncated: end >= MPOL_TEXT_MAX,
+        ..VmaPolicy::default()
+    };
+    let (head, list) = text.rsplit_once(':').unwrap_or((text, ""));
+    // Nodes of an unknown policy only inform; a list that does not read is left empty.
+    out.policy.nodes = parse_nodelist(list).unwrap_or_default();
+    if let Some((_, flags)) = head.rsplit_once('=') {
+        set_flags(&mut out, flags);
+    }
+    (out, &s[end.min(s.len())..])
+}
+
 fn count(key: &str, value: &str) -> Result<u64, String> {
     value
         .parse()
@@ -235,6 +331,9 @@ pub fn parse_numa_maps_line(line: &str) -> Result<NumaMapsEntry, String> {
         .split_once(' ')
         .ok_or_else(|| format!("no policy after the address in {line:?}"))?;
     let start = u64::from_str_radix(addr, 16).map_err(|_| format!("bad address {addr:?}"))?;
+    if rest.is_empty() || rest.starts_with(' ') {
+        return Err(format!("no policy after the address in {line:?}"));
+    }
     let (policy, rest) = parse_policy_prefix(rest)?;
     let mut e = NumaMapsEntry {
         start,
@@ -251,7 +350,7 @@ pub fn parse_numa_maps_line(line: &str) -> Result<NumaMapsEntry, String> {
             "heap" if value.is_empty() => e.backing = Backing::Heap,
             "stack" if value.is_empty() => e.backing = Backing::Stack,
             "huge" if value.is_empty() => e.huge = true,
-            "file" => e.backing = Backing::File(unescape_octal(value)),
+            "file" => e.backing = Backing::File(unescape_seq_path(value, NUMA_MAPS_ESCAPED)),
             "anon" => e.anon = Some(count(key, value)?),
             "dirty" => e.dirty = Some(count(key, value)?),
             "mapped" => e.mapped = Some(count(key, value)?),
@@ -282,8 +381,7 @@ pub fn parse_numa_maps_line(line: &str) -> Result<NumaMapsEntry, String> {
 ///
 /// A [`ParseError`] naming the first bad line.
 pub fn parse_numa_maps(text: &str) -> Result<NumaMaps, ParseError> {
-    let entries = text
-        .lines()
+    let entries = kernel_lines(text)
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| parse_numa_maps_line(l).map_err(|r| ParseError::new(i + 1, r)))
@@ -354,7 +452,7 @@ pub fn parse_maps_line(line: &str) -> Result<MapsEntry, String> {
         offset: hex(offset)?,
         dev: (devnum(major)?, devnum(minor)?),
         inode: inode.parse().map_err(|_| format!("bad inode {inode:?}"))?,
-        path: (!path.is_empty()).then(|| path.to_owned()),
+        path: (!path.is_empty()).then(|| unescape_seq_path(path, MAPS_ESCAPED)),
     })
 }
 
@@ -364,7 +462,7 @@ pub fn parse_maps_line(line: &str) -> Result<MapsEntry, String> {
 ///
 /// A [`ParseError`] naming the first bad line.
 pub fn parse_maps(text: &str) -> Result<Vec<MapsEntry>, ParseError> {
-    text.lines()
+    kernel_lines(text)
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| parse_maps_line(l).map_err(|r| ParseError::new(i + 1, r)))
@@ -516,9 +614,51 @@ mod tests {
         }
         let e = parse_numa_maps_line("1000 bind=relative|balancing:0 N0=1").unwrap();
         assert!(e.policy.relative_nodes && e.policy.policy.numa_balancing);
-        assert!(parse_numa_maps_line("1000 bind=sticky:0").is_err());
-        assert!(parse_numa_maps_line("1000 binder").is_err());
-        assert!(parse_numa_maps_line("1000 preferred:1").is_err());
+        let e = parse_numa_maps_line("1000 interleave=balancing:0-1 N0=1").unwrap();
+        assert_eq!(e.policy.policy.mode, PolicyMode::Interleave);
+        assert!(e.policy.policy.numa_balancing && !e.policy.static_nodes);
+        assert!(parse_numa_maps_line("1000 ").is_err());
+        assert!(parse_numa_maps_line("1000 bind:0-x").is_err());
+    }
+
+    /// Modes and flags from a newer kernel, and the kernel's own `unknown`, parse as
+    /// PolicyMode::Unknown with the rest of the line intact.
+    #[test]
+    fn unknown_modes_and_flags_are_values_not_errors() {
+        type Case<'a> = (&'a str, &'a [u16], bool);
+        let cases: [Case; 8] = [
+            ("unknown", &[], false),
+            ("binder", &[], false),
+            ("preferred:1", &[1], false),
+            ("bind=sticky:0", &[0], false),
+            ("bind=static|sticky:0-1", &[0, 1], true),
+            ("weighted tiered interleave=static:2-3", &[2, 3], true),
+            ("prefer (many)x:1", &[1], false),
+            ("future (mode):zz", &[], false),
+        ];
+        for (text, nodes, stat) in cases {
+            for tail in [
+                "",
+                " file=/a\\040b",
+                " heap huge anon=2 N1=2 kernelpagesize_kB=4",
+            ] {
+                let line = format!("7f00 {text}{tail}");
+                let e = parse_numa_maps_line(&line).unwrap_or_else(|r| panic!("{line}: {r}"));
+                assert_eq!(e.policy.policy.mode, PolicyMode::Unknown, "{line}");
+                assert_eq!(e.policy.policy.nodes, mask(nodes), "{line}");
+                assert_eq!(e.policy.static_nodes, stat, "{line}");
+                assert!(e.other.is_empty(), "{line}: {:?}", e.other);
+                match tail {
+                    "" => assert_eq!(e.backing, Backing::Anon),
+                    " file=/a\\040b" => assert_eq!(e.backing, Backing::File("/a b".into())),
+                    _ => {
+                        assert_eq!(e.backing, Backing::Heap);
+                        assert!(e.huge);
+                        assert_eq!(e.pages_on(NodeId(1)), Pages(2));
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub const USER_HZ: u64 = 100;
 /// The fields of `/proc/PID/status` tierd uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcStatus {
-    /// `Name` (the comm, escaped by the kernel for control characters).
+    /// `Name`: the comm, its kernel escapes (`\n`, `\\`) undone; may hold any byte but NUL.
     pub name: String,
     /// `Tgid`.
     pub tgid: u32,
@@ -51,15 +51,19 @@ pub fn parse_status(text: &str) -> Result<ProcStatus, ParseError> {
     let mut tgid = None;
     let mut cpus = None;
     let mut mems = None;
-    for (i, line) in text.lines().enumerate() {
+    for (i, line) in super::kernel_lines(text).enumerate() {
         let lineno = i + 1;
         let Some((key, value)) = line.split_once(':') else {
             continue;
         };
-        let value = value.trim();
         match key {
-            "Name" => name = Some(value.to_owned()),
+            // proc_task_name(m, p, true) (fs/proc/array.c) prints the comm after "Name:\t"
+            // through seq_escape_str(.., ESCAPE_SPACE | ESCAPE_SPECIAL, "\n\\"): a newline
+            // as `\n`, a backslash as `\\`, every other byte (tabs, spaces at either end) as
+            // it is. So the name is not trimmed.
+            "Name" => name = Some(unescape_comm(value.strip_prefix('\t').unwrap_or(value))),
             "Tgid" => {
+                let value = value.trim();
                 tgid = Some(
                     value
                         .parse()
@@ -67,9 +71,11 @@ pub fn parse_status(text: &str) -> Result<ProcStatus, ParseError> {
                 );
             }
             "Cpus_allowed_list" => {
+                let value = value.trim();
                 cpus = Some(parse_list(value).map_err(|r| ParseError::new(lineno, r))?);
             }
             "Mems_allowed_list" => {
+                let value = value.trim();
                 mems = Some(parse_nodelist(value).map_err(|r| ParseError::new(lineno, r))?);
             }
             _ => {}
@@ -82,6 +88,32 @@ pub fn parse_status(text: &str) -> Result<ProcStatus, ParseError> {
         cpus_allowed: cpus.ok_or_else(|| missing("Cpus_allowed_list"))?,
         mems_allowed: mems.ok_or_else(|| missing("Mems_allowed_list"))?,
     })
+}
+
+/// Undoes the escaping of `Name:` in `/proc/PID/status`: `\n` is a newline, `\\` a
+/// backslash; any other backslash is kept.
+fn unescape_comm(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            match chars.clone().next() {
+                Some('n') => {
+                    out.push('\n');
+                    chars.next();
+                    continue;
+                }
+                Some('\\') => {
+                    out.push('\\');
+                    chars.next();
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The fields of `/proc/PID/stat` tierd uses.
@@ -97,6 +129,9 @@ pub struct ProcStat {
     pub utime_ticks: u64,
     /// Field 15, kernel-mode CPU time in clock ticks.
     pub stime_ticks: u64,
+    /// Field 22, the start time in clock ticks after boot: with the pid, it names one
+    /// process (a reused pid has a later start time).
+    pub start_ticks: u64,
 }
 
 impl ProcStat {
@@ -113,7 +148,8 @@ impl ProcStat {
 ///
 /// # Errors
 ///
-/// A [`ParseError`] for a missing `(comm)`, or a missing or malformed pid, state, utime or stime.
+/// A [`ParseError`] for a missing `(comm)`, or a missing or malformed pid, state, utime, stime
+/// or start time.
 pub fn parse_stat(text: &str) -> Result<ProcStat, ParseError> {
     let err = |r: String| ParseError::new(1, r);
     let open = text
@@ -150,6 +186,7 @@ pub fn parse_stat(text: &str) -> Result<ProcStat, ParseError> {
         state,
         utime_ticks: ticks(14)?,
         stime_ticks: ticks(15)?,
+        start_ticks: ticks(22)?,
     })
 }
 
@@ -220,5 +257,26 @@ mod tests {
         assert!(e.reason.contains("Mems_allowed_list"));
         let e = parse_status("Name:\tx\nTgid:\tq\n").unwrap_err();
         assert_eq!(e.line, 2);
+    }
+
+    #[test]
+    fn status_name_as_the_kernel_escapes_it() {
+        // comm " a\tb\\n\n\r" (set by prctl(PR_SET_NAME)): the newline and the backslash
+        // escaped, the rest raw, spaces at the ends kept.
+        let s = parse_status(
+            "Name:\t a\tb\\\\n\\n\r\nTgid:\t7\nCpus_allowed_list:\t0\nMems_allowed_list:\t0\n",
+        )
+        .unwrap();
+        assert_eq!(s.name, " a\tb\\n\n\r");
+        assert_eq!(s.tgid, 7);
+    }
+
+    #[test]
+    fn stat_comm_with_a_newline() {
+        // do_task_stat() prints the comm unescaped (proc_task_name(m, task, false)).
+        let st =
+            parse_stat("9 (x\n) S (y) S 1 9 9 0 -1 0 0 0 0 0 4 2 0 0 20 0 1 0 77 0 0\n").unwrap();
+        assert_eq!(st.comm, "x\n) S (y");
+        assert_eq!((st.utime_ticks, st.stime_ticks), (4, 2));
     }
 }

@@ -45,10 +45,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use tierd_engine::feedback::intervals_adaptation_bp;
-use tierd_engine::types::{Nanos, PageRef, SpaceId, Vpn, PAGE_SHIFT};
-use tierd_engine::{Observation, SourceKind};
+use tierd_engine::types::{Nanos, Vpn, PAGE_SHIFT};
+use tierd_engine::SourceKind;
 
-use super::{NodeLookup, Privileges, SourceName, SourceStatus};
+use super::{AccessedRange, Privileges, SourceName, SourceStatus};
 
 /// The DAMON sysfs admin directory, relative to the `/sys` root.
 pub const ADMIN_PATH: &str = "kernel/mm/damon/admin";
@@ -303,7 +303,7 @@ pub fn probe_with(fs: &impl DamonFs, sys_root: &Path, proc_root: &Path) -> Sourc
             "DAMON sysfs is root-only (files are mode 0600)",
         );
     }
-    match check_free(fs, &admin, false) {
+    match check_free(fs, &admin, false, None) {
         Ok(_) => SourceStatus::available(SourceName::Damon, format!("{} (vaddr)", admin.display())),
         Err(e) => SourceStatus::unavailable(SourceName::Damon, e.to_string()),
     }
@@ -343,26 +343,58 @@ fn write(fs: &impl DamonFs, path: &Path, value: &str) -> Result<(), DamonError> 
     })
 }
 
-/// Checks that no kdamond runs (and, unless `take_over_idle`, none is configured); returns
-/// the current `nr_kdamonds`.
-fn check_free(fs: &impl DamonFs, admin: &Path, take_over_idle: bool) -> Result<u64, DamonError> {
+/// What a previous tierd left behind, from the marker it keeps outside sysfs: the kdamond it
+/// ran (by its thread id, which no other kdamond can share while it runs) and what
+/// `nr_kdamonds` was before it claimed one. A restart after an unclean exit (SIGKILL, OOM
+/// kill) takes that kdamond over instead of refusing it as someone else's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeftBehind {
+    /// `kdamonds/0/pid` when tierd last turned it on.
+    pub kdamond_pid: u32,
+    /// `nr_kdamonds` before tierd claimed kdamond 0.
+    pub prev_nr_kdamonds: u64,
+}
+
+/// Checks that no kdamond runs (and, unless `take_over_idle`, none is configured), except the
+/// one a previous tierd `left` (turned off here); returns the `nr_kdamonds` to restore on
+/// stop and whether a previous tierd's kdamond was taken over.
+fn check_free(
+    fs: &impl DamonFs,
+    admin: &Path,
+    take_over_idle: bool,
+    left: Option<LeftBehind>,
+) -> Result<(u64, bool), DamonError> {
     let kd = admin.join("kdamonds");
     let n = read_u64(fs, &kd.join("nr_kdamonds"))?;
+    let mut ours = false;
     for i in 0..n {
         let dir = kd.join(i.to_string());
         let state = read_str(fs, &dir.join("state"))?;
         if state == "on" {
             let pid = read_str(fs, &dir.join("pid")).unwrap_or_else(|_| "?".into());
-            return Err(DamonError::Busy {
-                index: usize::try_from(i).unwrap_or(usize::MAX),
-                pid,
-            });
+            let left_ours = left.is_some_and(|l| i == 0 && pid.parse() == Ok(l.kdamond_pid));
+            if !left_ours {
+                return Err(DamonError::Busy {
+                    index: usize::try_from(i).unwrap_or(usize::MAX),
+                    pid,
+                });
+            }
+            // The kdamond tierd ran before an unclean exit: stop it, then configure afresh.
+            write(fs, &dir.join("state"), "off")?;
+            ours = true;
+        }
+    }
+    if let Some(l) = left {
+        // Also when the kdamond had stopped by itself meanwhile (all its targets exited):
+        // the configuration left in place is tierd's, the marker says so.
+        if n >= 1 {
+            return Ok((l.prev_nr_kdamonds, true));
         }
     }
     if n > 0 && !take_over_idle {
         return Err(DamonError::Configured { count: n });
     }
-    Ok(n)
+    Ok((n, ours))
 }
 
 /// Reads a scheme's `tried_regions` directory (`<R>/{start,end,nr_accesses,age}`, numbered
@@ -430,6 +462,10 @@ pub struct DamonMonitor<F: DamonFs> {
     aggr_samples: u64,
     /// When the userspace tuner last adjusted.
     last_tune: Option<Nanos>,
+    /// Whether a previous tierd's kdamond was taken over at start.
+    took_over: bool,
+    /// How many times tierd turned the kdamond on (its thread id changes each time).
+    on_count: u64,
 }
 
 impl<F: DamonFs> DamonMonitor<F> {
@@ -440,11 +476,26 @@ impl<F: DamonFs> DamonMonitor<F> {
     /// [`DamonError::Unavailable`], [`DamonError::Busy`], [`DamonError::Configured`],
     /// [`DamonError::NoVaddr`], or an I/O error naming the file.
     pub fn new(fs: F, sys_root: &Path, config: DamonConfig) -> Result<Self, DamonError> {
+        Self::take_over(fs, sys_root, config, None)
+    }
+
+    /// [`Self::new`], taking over what a previous tierd `left` behind (its kdamond still on,
+    /// or configured and off): see [`LeftBehind`]. A kdamond running with another thread id
+    /// is still someone else's and refused.
+    ///
+    /// # Errors
+    /// As [`Self::new`].
+    pub fn take_over(
+        fs: F,
+        sys_root: &Path,
+        config: DamonConfig,
+        left: Option<LeftBehind>,
+    ) -> Result<Self, DamonError> {
         let admin = sys_root.join(ADMIN_PATH);
         if !fs.exists(&admin) {
             return Err(DamonError::Unavailable { path: admin });
         }
-        let prev = check_free(&fs, &admin, config.take_over_idle)?;
+        let (prev, took_over) = check_free(&fs, &admin, config.take_over_idle, left)?;
         let mut m = DamonMonitor {
             fs,
             admin,
@@ -458,6 +509,8 @@ impl<F: DamonFs> DamonMonitor<F> {
             aggr_us: config.aggr_us,
             aggr_samples: (config.aggr_us / config.sample_us.max(1)).max(1),
             last_tune: None,
+            took_over,
+            on_count: 0,
         };
         write(&m.fs, &m.kdamonds().join("nr_kdamonds"), "1")?;
         m.owned = true;
@@ -641,8 +694,35 @@ impl<F: DamonFs> DamonMonitor<F> {
         } else {
             write(&self.fs, &state, "on")?;
             self.on = true;
+            self.on_count += 1;
         }
         Ok(())
+    }
+
+    /// Whether a previous tierd's kdamond was taken over at start.
+    #[must_use]
+    pub fn took_over(&self) -> bool {
+        self.took_over
+    }
+
+    /// How many times tierd turned the kdamond on; the marker is rewritten when it grows.
+    #[must_use]
+    pub fn on_count(&self) -> u64 {
+        self.on_count
+    }
+
+    /// What a restart would need to take this kdamond over: its thread id (read now) and
+    /// the `nr_kdamonds` to restore. `None` while it is off.
+    #[must_use]
+    pub fn left_behind(&self) -> Option<LeftBehind> {
+        if !self.on {
+            return None;
+        }
+        let pid = read_str(&self.fs, &self.kdamond().join("pid")).ok()?;
+        Some(LeftBehind {
+            kdamond_pid: pid.parse().ok()?,
+            prev_nr_kdamonds: self.prev_nr_kdamonds,
+        })
     }
 
     fn write_scheme(&self, s: &Path, target_idx: usize) -> Result<(), DamonError> {
@@ -730,42 +810,19 @@ impl<F: DamonFs> Drop for DamonMonitor<F> {
     }
 }
 
-/// How regions become per-page observations.
-///
-/// A DAMON region is a range whose pages DAMON judged alike, and can be gigabytes; the engine
-/// tracks pages. Each pass emits at most `max_pages_per_pass` observations: qualifying regions
-/// (`nr_accesses >= min_nr_accesses`) in order of `nr_accesses` (highest first), then age
-/// (oldest first), then pid and address; from each, at most `max_pages_per_region` pages
-/// spread evenly over the region (page `start + k * stride + stride / 2`, `stride = pages / n`).
-/// The choice depends only on the regions, so it is deterministic; a later pass with other
-/// region boundaries samples other pages. Pages `lookup` finds absent are skipped but count
-/// against the budget (it bounds the lookups, which are syscalls).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RegionSampling {
-    /// Regions below this are ignored.
-    pub min_nr_accesses: u64,
-    /// Pages per pass, over all regions.
-    pub max_pages_per_pass: usize,
-    /// Pages per region.
-    pub max_pages_per_region: usize,
-}
-
-impl Default for RegionSampling {
-    fn default() -> Self {
-        RegionSampling {
-            min_nr_accesses: 1,
-            max_pages_per_pass: 4096,
-            max_pages_per_region: 64,
-        }
-    }
-}
-
-/// The pages chosen from `regions` by `sampling` (see [`RegionSampling`]), before lookup.
-#[must_use]
-pub fn sample_pages(regions: &[DamonRegion], sampling: RegionSampling) -> Vec<(u32, Vpn, Nanos)> {
+/// Turns one aggregation's regions into accessed ranges for [`super::locate`]: every region
+/// that reached `min_nr_accesses`, whole, hottest first (then oldest, then pid and address),
+/// because locate takes its page budget from the front. Region boundaries are rounded out to
+/// pages; `nr_accesses` rides along for locate's slow-part filter.
+pub fn to_ranges(
+    regions: &[DamonRegion],
+    min_nr_accesses: u64,
+    now: Nanos,
+    out: &mut Vec<AccessedRange>,
+) {
     let mut q: Vec<&DamonRegion> = regions
         .iter()
-        .filter(|r| r.nr_accesses >= sampling.min_nr_accesses && r.end > r.start)
+        .filter(|r| r.nr_accesses >= min_nr_accesses && r.end > r.start)
         .collect();
     q.sort_by(|a, b| {
         b.nr_accesses
@@ -774,57 +831,25 @@ pub fn sample_pages(regions: &[DamonRegion], sampling: RegionSampling) -> Vec<(u
             .then(a.pid.cmp(&b.pid))
             .then(a.start.cmp(&b.start))
     });
-    let mut out = Vec::new();
-    let page = 1u64 << PAGE_SHIFT;
-    for r in q {
-        let budget = sampling.max_pages_per_pass.saturating_sub(out.len());
-        if budget == 0 {
-            break;
+    out.extend(q.into_iter().map(|r| {
+        let start = r.start >> PAGE_SHIFT;
+        let end = r.end.div_ceil(1 << PAGE_SHIFT);
+        AccessedRange {
+            pid: r.pid,
+            start: Vpn(start),
+            nr_pages: end - start,
+            time: now,
+            kind: SourceKind::AccessedBitScan,
+            accessing_node: None,
+            nr_accesses: u32::try_from(r.nr_accesses).unwrap_or(u32::MAX),
+            pfn: None,
         }
-        let first = r.start >> PAGE_SHIFT;
-        let pages = r.end.div_ceil(page) - first;
-        let n = pages
-            .min(sampling.max_pages_per_region as u64)
-            .min(budget as u64);
-        if n == 0 {
-            continue;
-        }
-        let stride = pages / n;
-        for k in 0..n {
-            out.push((r.pid, Vpn(first + k * stride + stride / 2), r.time));
-        }
-    }
-    out
-}
-
-/// Turns regions into observations: the pages [`sample_pages`] picks, with the node `lookup`
-/// gives (pages it cannot find are dropped). Observations are `AccessedBitScan`, with no
-/// accessing node.
-pub fn to_observations(
-    regions: &[DamonRegion],
-    sampling: RegionSampling,
-    mut lookup: impl NodeLookup,
-) -> Vec<Observation> {
-    sample_pages(regions, sampling)
-        .into_iter()
-        .filter_map(|(pid, vpn, time)| {
-            let page = PageRef::base(SpaceId(pid), vpn);
-            lookup(page).map(|node| Observation {
-                page,
-                page_node: node,
-                accessing_node: None,
-                source: SourceKind::AccessedBitScan,
-                time,
-                weight: 1,
-            })
-        })
-        .collect()
+    }));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tierd_engine::types::NodeId;
 
     fn region(pid: u32, start: u64, end: u64, nr: u64, age: u64) -> DamonRegion {
         DamonRegion {
@@ -838,52 +863,23 @@ mod tests {
     }
 
     #[test]
-    fn sampling_spreads_pages_and_honours_caps() {
-        // 1 MiB region = 256 pages, 4 per region -> stride 64, pages 32, 96, 160, 224.
-        let r = [region(1, 0x10_0000, 0x20_0000, 5, 0)];
-        let s = RegionSampling {
-            min_nr_accesses: 1,
-            max_pages_per_pass: 100,
-            max_pages_per_region: 4,
-        };
-        let p = sample_pages(&r, s);
-        let vpns: Vec<u64> = p.iter().map(|x| x.1 .0 - 0x100).collect();
-        assert_eq!(vpns, vec![32, 96, 160, 224]);
-        assert!(p.iter().all(|x| x.0 == 1 && x.2 == Nanos(9)));
-    }
-
-    #[test]
-    fn hottest_regions_first_and_cold_ones_skipped() {
+    fn regions_become_whole_ranges_hottest_first_and_cold_ones_skipped() {
         let r = [
-            region(1, 0, 0x4000, 2, 0), // 4 pages, warm: 1 left in budget -> middle page 2
-            region(2, 0x8000, 0xa000, 9, 1), // 2 pages, hot
-            region(3, 0, 0x1000, 0, 50), // cold: below threshold
+            region(1, 0, 0x4000, 2, 0),
+            region(2, 0x8000, 0xa000, 9, 1),
+            region(3, 0, 0x1000, 0, 50),     // cold: below the minimum
+            region(4, 0x1800, 0x2800, 2, 7), // unaligned: rounded out to pages 1..3, older
         ];
-        let s = RegionSampling {
-            min_nr_accesses: 1,
-            max_pages_per_pass: 3,
-            max_pages_per_region: 8,
-        };
-        let p = sample_pages(&r, s);
-        assert_eq!(
-            p.iter().map(|x| (x.0, x.1 .0)).collect::<Vec<_>>(),
-            vec![(2, 8), (2, 9), (1, 2)]
-        );
-        // Deterministic: same input, same output.
-        assert_eq!(sample_pages(&r, s), p);
-    }
-
-    #[test]
-    fn observations_use_lookup_and_drop_absent_pages() {
-        let r = [region(4, 0x1000, 0x3000, 3, 0)];
-        let obs = to_observations(&r, RegionSampling::default(), |p: PageRef| {
-            (p.vpn == Vpn(2)).then_some(NodeId(1))
-        });
-        assert_eq!(obs.len(), 1);
-        assert_eq!(obs[0].page, PageRef::base(SpaceId(4), Vpn(2)));
-        assert_eq!(obs[0].page_node, NodeId(1));
-        assert_eq!(obs[0].source, SourceKind::AccessedBitScan);
-        assert_eq!(obs[0].time, Nanos(9));
+        let mut out = Vec::new();
+        to_ranges(&r, 1, Nanos(5), &mut out);
+        let got: Vec<(u32, u64, u64, u32)> = out
+            .iter()
+            .map(|x| (x.pid, x.start.0, x.nr_pages, x.nr_accesses))
+            .collect();
+        assert_eq!(got, vec![(2, 8, 2, 9), (4, 1, 2, 2), (1, 0, 4, 2)]);
+        assert!(out.iter().all(|x| x.time == Nanos(5)
+            && x.pfn.is_none()
+            && x.kind == SourceKind::AccessedBitScan));
     }
 
     #[test]

@@ -22,10 +22,10 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use tierd_engine::types::{Nanos, PageRef, Pfn, SpaceId, Vpn};
-use tierd_engine::{Observation, SourceKind};
+use tierd_engine::types::{Nanos, Pfn, Vpn};
+use tierd_engine::SourceKind;
 
-use super::{NodeLookup, Privileges, SourceName, SourceStatus, CAP_SYS_ADMIN};
+use super::{AccessedRange, Privileges, SourceName, SourceStatus, CAP_SYS_ADMIN};
 use crate::pagemap::{Pagemap, PagemapError, PfnVisibility};
 
 /// The bitmap, relative to the `/sys` root.
@@ -368,32 +368,24 @@ impl IdleTracker {
     }
 }
 
-/// Turns idle-tracking facts into engine observations: one per accessed base page, with the
-/// frame carried along; pages whose node `lookup` cannot tell (gone) are dropped.
-pub fn to_observations(facts: &[IdleFact], mut lookup: impl NodeLookup) -> Vec<Observation> {
-    facts
-        .iter()
-        .filter_map(|f| {
-            let page = PageRef {
-                pfn: Some(f.pfn),
-                ..PageRef::base(SpaceId(f.pid), f.vpn)
-            };
-            lookup(page).map(|node| Observation {
-                page,
-                page_node: node,
-                accessing_node: None,
-                source: SourceKind::AccessedBitScan,
-                time: f.time,
-                weight: 1,
-            })
-        })
-        .collect()
+/// Turns idle-tracking facts into accessed ranges for [`super::locate`]: one per accessed
+/// base page, with the frame the scan read carried along.
+pub fn to_ranges(facts: &[IdleFact], out: &mut Vec<AccessedRange>) {
+    out.extend(facts.iter().map(|f| AccessedRange {
+        pid: f.pid,
+        start: f.vpn,
+        nr_pages: 1,
+        time: f.time,
+        kind: SourceKind::AccessedBitScan,
+        accessing_node: None,
+        nr_accesses: 0,
+        pfn: Some(f.pfn),
+    }));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tierd_engine::types::NodeId;
 
     const PRESENT: u64 = 1 << 63;
 
@@ -600,7 +592,7 @@ mod tests {
     }
 
     #[test]
-    fn facts_become_observations_with_frames() {
+    fn facts_become_single_page_ranges_with_frames() {
         let facts = [
             IdleFact {
                 pid: 1,
@@ -612,17 +604,24 @@ mod tests {
                 pid: 2,
                 vpn: Vpn(8),
                 pfn: Pfn(80),
-                time: Nanos(5),
+                time: Nanos(6),
             },
         ];
-        let obs = to_observations(&facts, |p: PageRef| {
-            (p.space == SpaceId(1)).then_some(NodeId(u16::try_from(p.pfn.unwrap().0 / 64).unwrap()))
-        });
-        assert_eq!(obs.len(), 1);
-        assert_eq!(obs[0].page.vpn, Vpn(7));
-        assert_eq!(obs[0].page.pfn, Some(Pfn(70)));
-        assert_eq!(obs[0].page_node, NodeId(1));
-        assert_eq!(obs[0].source, SourceKind::AccessedBitScan);
-        assert_eq!(obs[0].accessing_node, None);
+        let mut out = Vec::new();
+        to_ranges(&facts, &mut out);
+        let got: Vec<(u32, u64, u64, Option<Pfn>, Nanos)> = out
+            .iter()
+            .map(|r| (r.pid, r.start.0, r.nr_pages, r.pfn, r.time))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, 7, 1, Some(Pfn(70)), Nanos(5)),
+                (2, 8, 1, Some(Pfn(80)), Nanos(6))
+            ]
+        );
+        assert!(out
+            .iter()
+            .all(|r| r.kind == SourceKind::AccessedBitScan && r.accessing_node.is_none()));
     }
 }

@@ -1,9 +1,16 @@
-//! Hotness sources of the Linux backend.
+//! Hotness sources of the Linux backend, and the one path from what they see to the engine.
 //!
-//! Each source reports raw facts (a pid and a virtual page or range, how hot, when); the
-//! backend resolves the page's node and feeds the engine. Each source also has a conversion
-//! to [`tierd_engine::Observation`]s given a node-lookup closure, so that the conversion is
-//! tested here:
+//! ```text
+//!  source (Feed::poll) ──▶ AccessedRange ──▶ locate (budget, node lookup, slow-part filter)
+//!                                                   ──▶ tierd_engine::Observation
+//! ```
+//!
+//! Each source reports raw facts as [`AccessedRange`]s (a pid and a virtual range, how hot,
+//! when, and the frame where the source knew it); [`locate`] turns them into observations: it
+//! takes the pass's page budget, finds each page's node through a [`locate::Locator`]
+//! (`move_pages(2)` with no target nodes, in the daemon; a fake in tests) and drops the
+//! slow-tier pages of regions whose heat their fast-tier pages already explain. The daemon and
+//! the tests use this one path; no source converts to observations on its own.
 //!
 //! - [`idle`]: idle page tracking (`/sys/kernel/mm/page_idle/bitmap`) over the pages pagemap
 //!   shows; an accessed-bit scan.
@@ -21,12 +28,14 @@
 
 pub mod damon;
 pub mod idle;
+pub mod locate;
 pub mod perf;
 
 use std::fmt;
 use std::path::Path;
 
-use tierd_engine::types::{NodeId, PageRef};
+use tierd_engine::types::{Nanos, NodeId, Pfn, Vpn};
+use tierd_engine::SourceKind;
 
 /// The sources this crate knows, as named in status output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -129,11 +138,89 @@ pub fn probe_all(sys_root: &Path, proc_root: &Path) -> Vec<SourceStatus> {
     out
 }
 
-/// Looks up the node a page is on; `None` when the page is gone or not present (the
-/// observation is then dropped). The backend implements it with `move_pages(nodes=NULL)` or
-/// a PFN-to-node table.
-pub trait NodeLookup: FnMut(PageRef) -> Option<NodeId> {}
-impl<F: FnMut(PageRef) -> Option<NodeId>> NodeLookup for F {}
+/// A hotness fact in the sources' own terms: `nr_pages` base pages from `start` of `pid` were
+/// seen accessed at `time`. [`locate`] finds each page's node and makes the observations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccessedRange {
+    /// The process.
+    pub pid: u32,
+    /// First page.
+    pub start: Vpn,
+    /// Number of base pages.
+    pub nr_pages: u64,
+    /// When it was observed.
+    pub time: Nanos,
+    /// What kind of observation it is for the engine.
+    pub kind: SourceKind,
+    /// The node of the CPU that made the access, when the source knows it (hardware samples).
+    pub accessing_node: Option<NodeId>,
+    /// For a region-based source (DAMON), the region's `nr_accesses`; 0 for sources that name
+    /// single pages they saw accessed.
+    pub nr_accesses: u32,
+    /// The frame of a single-page range, where the source read it (idle page tracking reads
+    /// it from pagemap); carried into the observation's [`tierd_engine::types::PageRef`].
+    pub pfn: Option<Pfn>,
+}
+
+/// Why a running source failed. Each variant keeps the source's own error as its cause, so
+/// that the chain (which file, which errno) reaches the log intact.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// DAMON's sysfs interface refused or failed.
+    #[error("damon")]
+    Damon(#[from] damon::DamonError),
+    /// Idle page tracking failed.
+    #[error("idle page tracking")]
+    Idle(#[from] idle::IdleError),
+    /// The perf sampler failed.
+    #[error("perf sampling")]
+    Perf(#[from] perf::live::LiveError),
+}
+
+impl SourceError {
+    /// The OS error number at the root of the failure, when there is one (for counting
+    /// faults by reason).
+    #[must_use]
+    pub fn errno(&self) -> Option<i32> {
+        let mut e: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(err) = e {
+            if let Some(io) = err.downcast_ref::<std::io::Error>() {
+                return io.raw_os_error();
+            }
+            e = err.source();
+        }
+        None
+    }
+}
+
+/// A running hotness source.
+pub trait Feed: Send {
+    /// Its name in messages and metrics.
+    fn name(&self) -> &'static str;
+    /// The processes to watch changed (called before the first poll too).
+    ///
+    /// # Errors
+    /// When the source cannot follow the new set (e.g. DAMON refuses a target that exited
+    /// meanwhile): the caller counts it and calls again on its next refresh.
+    fn set_targets(&mut self, pids: &[u32]) -> Result<(), SourceError>;
+    /// Appends what was observed since the last call.
+    ///
+    /// # Errors
+    /// When the source failed this time (its sysfs files vanished, the kernel refused).
+    fn poll(&mut self, now: Nanos, out: &mut Vec<AccessedRange>) -> Result<(), SourceError>;
+    /// The targets' mapped size, bytes (refreshed with the scope); sources that tune their
+    /// resolution to the share of memory found accessed use it.
+    fn set_monitored_bytes(&mut self, _bytes: u64) {}
+    /// The intervals in force, for sources that have them.
+    fn intervals(&self) -> Option<crate::status::IntervalsSnapshot> {
+        None
+    }
+    /// Appends what the source survived since the last call, by reason (e.g.
+    /// `damon_kdamond_stopped`), for the daemon's fault counters.
+    fn drain_events(&mut self, _out: &mut Vec<&'static str>) {}
+    /// Stops the source and gives back what it borrowed from the kernel.
+    fn stop(&mut self);
+}
 
 /// Capabilities and the effective uid of the running process, from `/proc/self/status`
 /// (`CapEff:` is a hex mask; `Uid:` real, effective, saved, fs).

@@ -8,8 +8,8 @@
 //! - ARM SPE (`arm_spe_N`): packets in the AUX buffer ([`spe`]).
 //!
 //! [`sample`] parses `PERF_RECORD_SAMPLE` bodies. Each decoder ends in a [`MemSample`], and
-//! [`to_observations`] turns those into engine observations (`HwSample`, with the sampling
-//! CPU's node as the accessing node).
+//! [`to_ranges`] turns those into accessed ranges for [`super::locate`] (`HwSample`, with the
+//! sampling CPU's node as the accessing node).
 //!
 //! Neither the development machine nor the QEMU TCG guest has a sampling PMU (TCG emulates no
 //! PMU; the host is itself a VM without IBS/PEBS/SPE). So the decoders are tested on recorded
@@ -33,10 +33,10 @@ pub mod spe;
 
 use std::path::{Path, PathBuf};
 
-use tierd_engine::types::{Nanos, NodeId, PageRef, Pfn, SpaceId, Vpn, PAGE_SHIFT};
-use tierd_engine::{Observation, SourceKind};
+use tierd_engine::types::{Nanos, NodeId, Pfn, Vpn, PAGE_SHIFT};
+use tierd_engine::SourceKind;
 
-use super::{NodeLookup, Privileges, SourceName, SourceStatus, CAP_PERFMON, CAP_SYS_ADMIN};
+use super::{AccessedRange, Privileges, SourceName, SourceStatus, CAP_PERFMON, CAP_SYS_ADMIN};
 use datasrc::DataSrc;
 use ibs::IbsOp;
 use sample::SampleRecord;
@@ -161,33 +161,31 @@ pub fn is_user_addr(vaddr: u64) -> bool {
     vaddr >> 63 == 0
 }
 
-/// Turns samples into observations: user-space samples of a real process (pid > 0), the page
-/// node from `lookup` (dropped when it finds none), the accessing node from `cpu_node`, and
-/// the frame when the sample had a physical address.
-pub fn to_observations(
+/// Turns samples into accessed ranges of one page: user-space samples of a real process
+/// (pid > 0; kernel addresses cannot be moved with `move_pages(2)`), the accessing node from
+/// `cpu_node`, and the frame when the sample had a physical address. Stamped `now`: the perf
+/// clock is not the daemon's, and the engine wants its own time.
+pub fn to_ranges(
     samples: &[MemSample],
-    mut lookup: impl NodeLookup,
     mut cpu_node: impl FnMut(u32) -> Option<NodeId>,
-) -> Vec<Observation> {
-    samples
-        .iter()
-        .filter(|s| s.pid != 0 && is_user_addr(s.vaddr))
-        .filter_map(|s| {
-            let page = PageRef {
-                pfn: s.paddr.map(|p| Pfn(p >> PAGE_SHIFT)),
-                ..PageRef::base(SpaceId(s.pid), Vpn::from_addr(s.vaddr))
-            };
-            let node = lookup(page)?;
-            Some(Observation {
-                page,
-                page_node: node,
+    now: Nanos,
+    out: &mut Vec<AccessedRange>,
+) {
+    out.extend(
+        samples
+            .iter()
+            .filter(|s| s.pid != 0 && is_user_addr(s.vaddr))
+            .map(|s| AccessedRange {
+                pid: s.pid,
+                start: Vpn::from_addr(s.vaddr),
+                nr_pages: 1,
+                time: now,
+                kind: SourceKind::HwSample,
                 accessing_node: cpu_node(s.cpu),
-                source: SourceKind::HwSample,
-                time: s.time,
-                weight: 1,
-            })
-        })
-        .collect()
+                nr_accesses: 0,
+                pfn: s.paddr.map(|p| Pfn(p >> PAGE_SHIFT)),
+            }),
+    );
 }
 
 /// What the process may do with perf.
@@ -618,7 +616,7 @@ mod tests {
     }
 
     #[test]
-    fn observations_from_samples() {
+    fn samples_become_one_page_ranges_of_user_addresses() {
         let base = MemSample {
             pid: 9,
             tid: 9,
@@ -635,19 +633,22 @@ mod tests {
             ..base
         };
         let idle = MemSample { pid: 0, ..base };
-        let obs = to_observations(
+        let mut out = Vec::new();
+        to_ranges(
             &[base, kernel, idle],
-            |_p: PageRef| Some(NodeId(1)),
             |cpu| (cpu == 3).then_some(NodeId(0)),
+            Nanos(500),
+            &mut out,
         );
-        assert_eq!(obs.len(), 1);
-        let o = obs[0];
-        assert_eq!(o.page.space, SpaceId(9));
-        assert_eq!(o.page.vpn, Vpn(0x4_0001));
-        assert_eq!(o.page.pfn, Some(Pfn(0x200_0001)));
-        assert_eq!(o.page_node, NodeId(1));
-        assert_eq!(o.accessing_node, Some(NodeId(0)));
-        assert_eq!(o.source, SourceKind::HwSample);
-        assert_eq!(o.time, Nanos(77));
+        assert_eq!(out.len(), 1);
+        let r = out[0];
+        assert_eq!(r.pid, 9);
+        assert_eq!(r.start, Vpn(0x4_0001));
+        assert_eq!(r.nr_pages, 1);
+        assert_eq!(r.pfn, Some(Pfn(0x200_0001)));
+        assert_eq!(r.accessing_node, Some(NodeId(0)));
+        assert_eq!(r.kind, SourceKind::HwSample);
+        assert_eq!(r.time, Nanos(500), "the daemon's clock, not perf's");
+        assert_eq!(r.nr_accesses, 0);
     }
 }

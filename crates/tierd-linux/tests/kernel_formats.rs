@@ -1,0 +1,653 @@
+//! Property tests: files generated the way the kernel prints them parse back to the values
+//! they were printed from (not only without a panic).
+//!
+//! Each generator models the kernel's printing function, cited at the generator: numa_maps
+//! and maps (fs/proc/task_mmu.c), policies (mm/mempolicy.c `mpol_to_str()`), meminfo and
+//! vmstat, `/proc/PID/status` and `stat` (fs/proc/array.c), cgroup v2 files, `%*pbl` lists,
+//! DAMON's region files (mm/damon/sysfs-schemes.c) and pagemap entries
+//! (Documentation/admin-guide/mm/pagemap.rst).
+//!
+//! File names are arbitrary bytes (NUL and, in paths, nothing else excluded). The readers
+//! decode `/proc` text as UTF-8 lossily (`read::read_text`), so a name's bytes that are not
+//! UTF-8 come back as U+FFFD: the expected value is the lossy decoding of the name printed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
+use tierd_engine::policy::PolicyMode;
+use tierd_engine::types::{Bytes, Nanos, NodeId, NodeMask};
+use tierd_linux::pagemap::decode_entries;
+use tierd_linux::read::cgroup::{self, Limit};
+use tierd_linux::read::numa_maps::{self, Backing};
+use tierd_linux::read::{meminfo, parse_list, proc, vmstat};
+use tierd_linux::source::damon::{self, DamonFs};
+
+/// `seq_file_path()`'s escaping (fs/seq_file.c `mangle_path()`): each byte of `esc` as `\ooo`.
+fn escape(name: &[u8], esc: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for &b in name {
+        if esc.contains(&b) {
+            out.extend(format!("\\{b:03o}").bytes());
+        } else {
+            out.push(b);
+        }
+    }
+    out
+}
+
+/// Whether a name holds a backslash that reads like one of the kernel's escapes: the printed
+/// form cannot be told from the escape (the kernel does not escape `\`), so such names cannot
+/// round-trip and are left out.
+fn ambiguous(name: &[u8], esc: &[u8]) -> bool {
+    name.windows(4).any(|w| {
+        w[0] == b'\\'
+            && esc
+                .iter()
+                .any(|&e| w[1..] == *format!("{e:03o}").as_bytes())
+    })
+}
+
+/// What the reader gives back for a printed name: the lossy UTF-8 decoding.
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A file name: bytes, no NUL (a path cannot hold one); any other byte, `\n`, `\t`, `\r`,
+/// `\x0b`, spaces, `=`, UTF-8 no-break spaces and invalid UTF-8 included.
+fn arb_name() -> impl Strategy<Value = Vec<u8>> {
+    let byte = prop_oneof![
+        4 => b'!'..=b'~',
+        2 => prop::sample::select(b"\n\t\r\x0b\x0c =\\/".to_vec()),
+        1 => 0x80u8..=0xff,
+        1 => 1u8..0x20,
+    ];
+    let chunk = prop_oneof![
+        4 => byte.prop_map(|b| vec![b]),
+        1 => Just("\u{a0}".as_bytes().to_vec()),
+        1 => Just("\u{2003}".as_bytes().to_vec()),
+        1 => Just(" anon=1 N0=".as_bytes().to_vec()),
+    ];
+    prop::collection::vec(chunk, 0..24).prop_map(|v| {
+        let mut name = b"/".to_vec();
+        name.extend(v.into_iter().flatten());
+        name
+    })
+}
+
+/// A policy as `mpol_to_str()` prints it, with what it must parse to: mode, nodes, static,
+/// relative, balancing. Unknown modes are a newer kernel's names (spaces and parentheses
+/// included) or the kernel's own `unknown`; unknown flags likewise.
+#[derive(Clone, Debug)]
+struct Policy {
+    text: String,
+    mode: PolicyMode,
+    nodes: NodeMask,
+    flags: (bool, bool, bool),
+}
+
+fn known_name(mode: PolicyMode) -> &'static str {
+    match mode {
+        PolicyMode::Default => "default",
+        PolicyMode::Preferred => "prefer",
+        PolicyMode::PreferredMany => "prefer (many)",
+        PolicyMode::Bind => "bind",
+        PolicyMode::Interleave => "interleave",
+        PolicyMode::WeightedInterleave => "weighted interleave",
+        PolicyMode::Local => "local",
+        PolicyMode::Unknown => "unknown",
+    }
+}
+
+fn arb_policy() -> impl Strategy<Value = Policy> {
+    let mode = prop::sample::select(vec![
+        PolicyMode::Default,
+        PolicyMode::Preferred,
+        PolicyMode::PreferredMany,
+        PolicyMode::Bind,
+        PolicyMode::Interleave,
+        PolicyMode::WeightedInterleave,
+        PolicyMode::Local,
+        PolicyMode::Unknown,
+    ]);
+    let new_name = prop::sample::select(vec![
+        "unknown",
+        "tiered",
+        "weighted tiered interleave",
+        "prefer (few)",
+        "bindx",
+    ]);
+    let new_flag = prop::option::weighted(0.2, prop::sample::select(vec!["sticky", "future"]));
+    (
+        mode,
+        new_name,
+        any::<(bool, bool, bool)>(),
+        new_flag,
+        1u64..=0xffff,
+    )
+        .prop_map(|(mode, new_name, (stat, rel, bal), new_flag, bits)| {
+            // mpol_to_str(): no nodes for default and local (MPOL_DEFAULT/MPOL_LOCAL print
+            // none), one node for prefer; `=` only with a mode flag; static and relative are
+            // exclusive; `|` only between two flags.
+            let nodes = match mode {
+                PolicyMode::Default | PolicyMode::Local => NodeMask::EMPTY,
+                PolicyMode::Preferred => NodeMask(1 << bits.trailing_zeros()),
+                _ => NodeMask(bits),
+            };
+            let stat = stat && !matches!(mode, PolicyMode::Default | PolicyMode::Local);
+            let rel = rel && !stat && !matches!(mode, PolicyMode::Default | PolicyMode::Local);
+            let bal = bal && matches!(mode, PolicyMode::Bind | PolicyMode::PreferredMany);
+            let mut text = if mode == PolicyMode::Unknown {
+                new_name.to_owned()
+            } else {
+                known_name(mode).to_owned()
+            };
+            let mut flags: Vec<&str> = Vec::new();
+            if stat {
+                flags.push("static");
+            } else if rel {
+                flags.push("relative");
+            }
+            if bal {
+                flags.push("balancing");
+            }
+            let unknown_flag = new_flag.filter(|_| mode != PolicyMode::Default);
+            flags.extend(unknown_flag);
+            if !flags.is_empty() {
+                text.push('=');
+                text.push_str(&flags.join("|"));
+            }
+            if !nodes.is_empty() {
+                text.push(':');
+                text.push_str(&nodes.to_string());
+            }
+            let mode = if unknown_flag.is_some() {
+                PolicyMode::Unknown
+            } else {
+                mode
+            };
+            Policy {
+                text,
+                mode,
+                nodes,
+                flags: (stat, rel, bal),
+            }
+        })
+}
+
+/// The per-VMA statistics `show_numa_map()` prints, in its order and under its conditions.
+#[derive(Clone, Debug)]
+struct Counts {
+    anon: u64,
+    dirty: u64,
+    pages: u64,
+    mapmax: u64,
+    swapcache: u64,
+    active: u64,
+    writeback: u64,
+    nodes: BTreeMap<u16, u64>,
+}
+
+fn arb_counts() -> impl Strategy<Value = Counts> {
+    (
+        prop::collection::btree_map(0u16..64, 1u64..1 << 40, 0..5),
+        any::<[u64; 6]>(),
+    )
+        .prop_map(|(nodes, r)| {
+            let pages: u64 = nodes.values().sum();
+            let upto = |x: u64| if pages == 0 { 0 } else { x % (pages + 1) };
+            Counts {
+                anon: upto(r[0]),
+                dirty: upto(r[1]),
+                pages,
+                mapmax: r[2] % 5,
+                swapcache: upto(r[3]),
+                active: upto(r[4]),
+                writeback: upto(r[5]),
+                nodes,
+            }
+        })
+}
+
+/// The backing token of a line: `file=<escaped name>`, `heap`, `stack`, or none.
+#[derive(Clone, Debug)]
+enum Back {
+    File(Vec<u8>),
+    Heap,
+    Stack,
+    Anon,
+}
+
+fn arb_back() -> impl Strategy<Value = Back> {
+    prop_oneof![
+        4 => arb_name().prop_map(Back::File),
+        1 => Just(Back::Heap),
+        1 => Just(Back::Stack),
+        1 => Just(Back::Anon),
+    ]
+}
+
+/// One line as fs/proc/task_mmu.c `show_numa_map()` prints it.
+fn numa_maps_line(start: u64, pol: &Policy, back: &Back, huge: bool, c: &Counts) -> Vec<u8> {
+    let mut l = format!("{start:08x} {}", pol.text).into_bytes();
+    match back {
+        Back::File(name) => {
+            l.extend(b" file=");
+            l.extend(escape(name, b"\n\t= "));
+        }
+        Back::Heap => l.extend(b" heap"),
+        Back::Stack => l.extend(b" stack"),
+        Back::Anon => {}
+    }
+    if huge {
+        l.extend(b" huge");
+    }
+    if c.pages > 0 {
+        let mut s = String::new();
+        if c.anon > 0 {
+            s += &format!(" anon={}", c.anon);
+        }
+        if c.dirty > 0 {
+            s += &format!(" dirty={}", c.dirty);
+        }
+        if c.pages != c.anon && c.pages != c.dirty {
+            s += &format!(" mapped={}", c.pages);
+        }
+        if c.mapmax > 1 {
+            s += &format!(" mapmax={}", c.mapmax);
+        }
+        if c.swapcache > 0 {
+            s += &format!(" swapcache={}", c.swapcache);
+        }
+        if c.active < c.pages && !huge {
+            s += &format!(" active={}", c.active);
+        }
+        if c.writeback > 0 {
+            s += &format!(" writeback={}", c.writeback);
+        }
+        for (n, p) in &c.nodes {
+            s += &format!(" N{n}={p}");
+        }
+        s += &format!(" kernelpagesize_kB={}", if huge { 2048 } else { 4 });
+        l.extend(s.bytes());
+    }
+    l
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(384))]
+
+    /// Every field of a numa_maps line, every policy form (unknown ones included) and file
+    /// names of any bytes parse back to what was printed.
+    #[test]
+    fn numa_maps_lines_parse_to_what_the_kernel_printed(
+        start in 0u64..(1 << 57),
+        pol in arb_policy(),
+        back in arb_back(),
+        huge in any::<bool>(),
+        c in arb_counts(),
+        lines in 1usize..3,
+    ) {
+        if let Back::File(name) = &back {
+            prop_assume!(!ambiguous(name, b"\n\t= "));
+        }
+        let line = numa_maps_line(start, &pol, &back, huge, &c);
+        let mut file = Vec::new();
+        for _ in 0..lines {
+            file.extend(&line);
+            file.push(b'\n');
+        }
+        let text = lossy(&file);
+        let parsed = numa_maps::parse_numa_maps(&text)
+            .map_err(|e| TestCaseError::fail(format!("{e} in {text:?}")))?;
+        prop_assert_eq!(parsed.entries.len(), lines);
+        let e = &parsed.entries[0];
+        prop_assert_eq!(e.start, start);
+        prop_assert_eq!(e.policy.policy.mode, pol.mode, "{}", pol.text);
+        prop_assert_eq!(e.policy.policy.nodes, pol.nodes, "{}", pol.text);
+        prop_assert_eq!(e.policy.static_nodes, pol.flags.0);
+        prop_assert_eq!(e.policy.relative_nodes, pol.flags.1);
+        prop_assert_eq!(e.policy.policy.numa_balancing, pol.flags.2);
+        let want = match &back {
+            Back::File(name) => Backing::File(lossy(name)),
+            Back::Heap => Backing::Heap,
+            Back::Stack => Backing::Stack,
+            Back::Anon => Backing::Anon,
+        };
+        prop_assert_eq!(&e.backing, &want);
+        prop_assert_eq!(e.huge, huge);
+        let nz = |v: u64| (c.pages > 0 && v > 0).then_some(v);
+        prop_assert_eq!(e.anon, nz(c.anon));
+        prop_assert_eq!(e.dirty, nz(c.dirty));
+        prop_assert_eq!(e.mapped, (c.pages > 0 && c.pages != c.anon && c.pages != c.dirty).then_some(c.pages));
+        prop_assert_eq!(e.mapmax, (c.pages > 0 && c.mapmax > 1).then_some(c.mapmax));
+        prop_assert_eq!(e.swapcache, nz(c.swapcache));
+        prop_assert_eq!(e.active, (c.pages > 0 && c.active < c.pages && !huge).then_some(c.active));
+        prop_assert_eq!(e.writeback, nz(c.writeback));
+        let nodes: BTreeMap<NodeId, u64> = c.nodes.iter().map(|(&n, &p)| (NodeId(n), p)).collect();
+        prop_assert_eq!(&e.nodes, &nodes);
+        prop_assert_eq!(e.kernel_page_size_kb, (c.pages > 0).then_some(if huge { 2048 } else { 4 }));
+        prop_assert!(e.other.is_empty(), "{:?}", e.other);
+    }
+
+    /// maps lines as `show_map_vma()` prints them: the header padded to its column, then a
+    /// file path (newline escaped, nothing else, ` (deleted)` possibly appended) or a
+    /// pseudo-name, or nothing.
+    #[test]
+    fn maps_lines_parse_to_what_the_kernel_printed(
+        start in 0u64..(1 << 47),
+        len in 1u64..(1 << 30),
+        perms in prop::sample::select(vec!["r--p", "rw-p", "r-xp", "rw-s", "---p", "rwxs"]),
+        offset in any::<u32>(),
+        dev in (0u32..0x1000, 0u32..0x100000),
+        inode in any::<u64>(),
+        name in prop_oneof![
+            3 => arb_name().prop_map(Some),
+            1 => prop::sample::select(vec!["[heap]", "[stack]", "[vdso]", "[vvar]", "[vsyscall]",
+                "[anon:tenant a]", "[anon_shmem:x y]", "/memfd:buf (deleted)"])
+                .prop_map(|s| Some(s.as_bytes().to_vec())),
+            1 => Just(None),
+        ],
+    ) {
+        if let Some(n) = &name {
+            prop_assume!(!ambiguous(n, b"\n"));
+        }
+        let end = start + len * 4096;
+        // show_vma_header_prefix(): seq_put_hex_ll(.., 8) pads hex to 8 digits, the device to
+        // 2; the line is padded (seq_pad) to 25 + 6 * sizeof(void *) - 1 = 72 columns before
+        // a name.
+        let mut l = format!(
+            "{start:08x}-{end:08x} {perms} {offset:08x} {:02x}:{:02x} {inode} ",
+            dev.0, dev.1
+        )
+        .into_bytes();
+        if let Some(n) = &name {
+            while l.len() < 72 {
+                l.push(b' ');
+            }
+            l.extend(escape(n, b"\n"));
+        }
+        l.push(b'\n');
+        let text = lossy(&l);
+        let m = numa_maps::parse_maps(&text)
+            .map_err(|e| TestCaseError::fail(format!("{e} in {text:?}")))?;
+        prop_assert_eq!(m.len(), 1);
+        let m = &m[0];
+        prop_assert_eq!((m.start, m.end), (start, end));
+        prop_assert_eq!(m.perms.as_str(), perms);
+        prop_assert_eq!(m.offset, u64::from(offset));
+        prop_assert_eq!(m.dev, dev);
+        prop_assert_eq!(m.inode, inode);
+        prop_assert_eq!(m.path.clone(), name.map(|n| lossy(&n)));
+    }
+
+    /// /proc/meminfo (`%-16s%8lu kB` style, fs/proc/meminfo.c show_val_kb()) and a node's
+    /// meminfo (`Node %d %s:%8lu kB`, drivers/base/node.c node_read_meminfo()).
+    #[test]
+    fn meminfo_parses_to_what_was_printed(
+        vals in prop::collection::btree_map(
+            "(Mem|Swap|Active\\(anon\\)|Inactive\\(file\\)|HugePages_|Direct)[A-Za-z0-9_]{0,12}",
+            (0u64..1 << 50, any::<bool>()),
+            1..20,
+        ),
+        node in 0u16..64,
+    ) {
+        let mut sys = String::new();
+        let mut per_node = String::new();
+        for (k, (v, kb)) in &vals {
+            let unit = if *kb { " kB" } else { "" };
+            sys += &format!("{:<16}{v:>8}{unit}\n", format!("{k}:"));
+            per_node += &format!("Node {node} {k}:{v:>15}{unit}\n");
+        }
+        let want: BTreeMap<String, u64> = vals.iter()
+            .map(|(k, (v, kb))| (k.clone(), if *kb { v * 1024 } else { *v }))
+            .collect();
+        prop_assert_eq!(meminfo::parse_meminfo(&sys).unwrap().entries, want.clone());
+        prop_assert_eq!(meminfo::parse_node_meminfo(&per_node, NodeId(node)).unwrap().entries, want);
+        // Another node's file is refused, not misread.
+        prop_assert!(meminfo::parse_node_meminfo(&per_node, NodeId(node + 1)).is_err());
+    }
+
+    /// vmstat (`%s %lu`, mm/vmstat.c vmstat_show()) and cgroup flat-keyed files
+    /// (memory.stat) parse to their counters.
+    #[test]
+    fn vmstat_and_memory_stat_parse_to_their_counters(
+        vals in prop::collection::btree_map("[a-z][a-z0-9_]{0,30}", any::<u64>(), 0..40),
+    ) {
+        let text: String = vals.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
+        prop_assert_eq!(&vmstat::parse_vmstat(&text).unwrap().counters, &vals);
+        prop_assert_eq!(&cgroup::parse_flat_keyed(&text).unwrap(), &vals);
+    }
+
+    /// memory.numa_stat (`%s N%d=%llu ...`, mm/memcontrol.c memory_numa_stat_show()),
+    /// cgroup.procs (one pid a line), memory.max/low (`max` or bytes).
+    #[test]
+    fn cgroup_files_parse_to_what_was_printed(
+        stat in prop::collection::btree_map(
+            "[a-z][a-z_]{0,20}",
+            prop::collection::btree_map(0u16..64, any::<u64>(), 0..6),
+            0..12,
+        ),
+        pids in prop::collection::vec(1u32..=4_194_304, 0..30),
+        limit in prop::option::of(any::<u64>()),
+    ) {
+        let mut text = String::new();
+        for (k, per) in &stat {
+            text += k;
+            for (n, v) in per {
+                text += &format!(" N{n}={v}");
+            }
+            text.push('\n');
+        }
+        let parsed = cgroup::parse_numa_stat(&text).unwrap();
+        for (k, per) in &stat {
+            for (n, v) in per {
+                prop_assert_eq!(parsed.get(k, NodeId(*n)), Some(*v));
+            }
+            prop_assert_eq!(parsed.entries[k].len(), per.len());
+        }
+        let procs: String = pids.iter().map(|p| format!("{p}\n")).collect();
+        prop_assert_eq!(cgroup::parse_pids(&procs).unwrap(), pids);
+        let (text, want) = match limit {
+            Some(b) => (format!("{b}\n"), Limit::Bytes(Bytes(b))),
+            None => ("max\n".to_owned(), Limit::Max),
+        };
+        prop_assert_eq!(cgroup::parse_limit(&text).unwrap(), want);
+    }
+
+    /// /proc/PID/cgroup (`%d:%s:%s`, kernel/cgroup/cgroup.c proc_cgroup_show()): the path
+    /// printed raw, so any byte a cgroup name may hold but `/`, NUL and newline (which would
+    /// split the line: the kernel does not escape it), and ` (deleted)` for a removed one.
+    #[test]
+    fn proc_cgroup_parses_to_what_was_printed(
+        v1 in prop::collection::vec(
+            (1u32..20, prop::collection::vec("[a-z_]{1,10}", 1..3), "(/[^/\n\0]{1,12}){0,3}"), 0..4),
+        v2 in "(/[^/\n\0]{1,12}){0,4}( \\(deleted\\))?",
+    ) {
+        let mut text = String::new();
+        for (id, ctl, path) in &v1 {
+            let path = if path.is_empty() { "/" } else { path };
+            text += &format!("{id}:{}:{path}\n", ctl.join(","));
+        }
+        let v2 = if v2.is_empty() { "/".to_owned() } else { v2 };
+        text += &format!("0::{v2}\n");
+        let m = cgroup::parse_proc_cgroup(&text).unwrap();
+        prop_assert_eq!(m.len(), v1.len() + 1);
+        let last = m.last().unwrap();
+        prop_assert_eq!(last.hierarchy, 0);
+        prop_assert!(last.controllers.is_empty());
+        prop_assert_eq!(&last.path, &v2);
+        for (got, (id, ctl, _)) in m.iter().zip(&v1) {
+            prop_assert_eq!(got.hierarchy, *id);
+            prop_assert_eq!(&got.controllers, ctl);
+        }
+    }
+
+    /// /proc/PID/status and stat with any comm (fs/proc/array.c): status escapes `\n` and
+    /// `\` in `Name:` (proc_task_name(.., true)); stat prints it raw inside parentheses.
+    #[test]
+    fn status_and_stat_give_back_any_comm(
+        comm in prop::collection::vec(
+            prop_oneof![4 => b' '..=b'~', 1 => prop::sample::select(b"()\n\t\r\\ ".to_vec()),
+                1 => 0x80u8..=0xff], 0..15),
+        pid in 1u32..=4_194_304,
+        cpus in prop::collection::btree_set(0u32..512, 1..20),
+        mems in 1u64..,
+        utime in any::<u64>(),
+        stime in any::<u64>(),
+    ) {
+        let mut name = Vec::new();
+        for &b in &comm {
+            match b {
+                b'\n' => name.extend(b"\\n"),
+                b'\\' => name.extend(b"\\\\"),
+                b => name.push(b),
+            }
+        }
+        let cpulist = list_string(&cpus);
+        let mut status = b"Name:\t".to_vec();
+        status.extend(&name);
+        status.extend(format!(
+            "\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t{pid}\nNgid:\t0\nPid:\t{pid}\n\
+             Cpus_allowed_list:\t{cpulist}\nMems_allowed:\t{mems:x}\nMems_allowed_list:\t{}\n",
+            NodeMask(mems)
+        ).bytes());
+        let s = proc::parse_status(&lossy(&status)).unwrap();
+        prop_assert_eq!(&s.name, &lossy(&comm));
+        prop_assert_eq!(s.tgid, pid);
+        prop_assert_eq!(s.cpus_allowed, cpus.iter().copied().collect::<Vec<_>>());
+        prop_assert_eq!(s.mems_allowed, NodeMask(mems));
+
+        let mut stat = format!("{pid} (").into_bytes();
+        stat.extend(&comm);
+        stat.extend(format!(
+            ") S 1 {pid} {pid} 0 -1 4194560 100 0 0 0 {utime} {stime} 0 0 20 0 1 0 12345 \
+             1000 10 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0\n"
+        ).bytes());
+        let st = proc::parse_stat(&lossy(&stat)).unwrap();
+        prop_assert_eq!(st.pid, pid);
+        prop_assert_eq!(&st.comm, &lossy(&comm));
+        prop_assert_eq!(st.state, 'S');
+        prop_assert_eq!((st.utime_ticks, st.stime_ticks), (utime, stime));
+    }
+
+    /// `%*pbl` lists (lib/vsprintf.c bitmap_list_string(): ascending ids, runs as `a-b`) of
+    /// CPUs up to 8191 parse to the set printed.
+    #[test]
+    fn cpu_lists_parse_to_the_set(ids in prop::collection::btree_set(0u32..8192, 0..300)) {
+        prop_assert_eq!(parse_list(&format!("{}\n", list_string(&ids))).unwrap(),
+            ids.iter().copied().collect::<Vec<_>>());
+    }
+
+    /// DAMON's tried regions (mm/damon/sysfs-schemes.c: one directory per region, numbered
+    /// from 0, each `start`, `end`, `nr_accesses`, `age` as `%lu\n`; `total_bytes` beside
+    /// them) read back as the regions, in address order.
+    #[test]
+    fn damon_tried_regions_read_back(
+        regions in prop::collection::vec((any::<u64>(), 1u64..1 << 30, 0u64..=20, any::<u32>()), 0..20),
+        pid in 1u32..,
+    ) {
+        let dir = PathBuf::from("/s/tried_regions");
+        let mut fs = MemFs::default();
+        let mut names = vec!["total_bytes".to_owned()];
+        fs.files.insert(dir.join("total_bytes"), "0\n".into());
+        for (i, (start, len, nr, age)) in regions.iter().enumerate() {
+            let r = dir.join(i.to_string());
+            names.push(i.to_string());
+            fs.files.insert(r.join("start"), format!("{start}\n"));
+            fs.files.insert(r.join("end"), format!("{}\n", start.saturating_add(*len)));
+            fs.files.insert(r.join("nr_accesses"), format!("{nr}\n"));
+            fs.files.insert(r.join("age"), format!("{age}\n"));
+        }
+        // The directory lists in any order; regions come back numbered.
+        names.reverse();
+        fs.dirs.insert(dir.clone(), names);
+        let got = damon::read_tried_regions(&fs, &dir, pid, Nanos(9)).unwrap();
+        prop_assert_eq!(got.len(), regions.len());
+        for (g, (start, len, nr, age)) in got.iter().zip(&regions) {
+            prop_assert_eq!((g.start, g.end), (*start, start.saturating_add(*len)));
+            prop_assert_eq!((g.nr_accesses, g.age), (*nr, u64::from(*age)));
+            prop_assert_eq!((g.pid, g.time), (pid, Nanos(9)));
+        }
+    }
+
+    /// pagemap entries as pagemap_read() builds them (PM_PFRAME_BITS 55, PM_SOFT_DIRTY 55,
+    /// PM_MMAP_EXCLUSIVE 56, PM_UFFD_WP 57, PM_FILE 61, PM_SWAP 62, PM_PRESENT 63; a swap
+    /// entry's type in bits 0-4 and offset above) decode to their fields.
+    #[test]
+    fn pagemap_entries_decode_to_their_fields(
+        entries in prop::collection::vec(
+            (0u8..3, 0u64..1 << 55, 0u8..32, 0u64..1 << 50, any::<[bool; 4]>()), 0..64),
+    ) {
+        let mut raw = Vec::new();
+        for (kind, pfn, ty, off, [sd, ex, wp, file]) in &entries {
+            let mut v = match kind {
+                0 => 0,
+                1 => (1 << 63) | pfn,
+                _ => (1 << 62) | (off << 5) | u64::from(*ty),
+            };
+            v |= u64::from(*sd) << 55 | u64::from(*ex) << 56 | u64::from(*wp) << 57
+                | u64::from(*file) << 61;
+            raw.extend(v.to_ne_bytes());
+        }
+        let got = decode_entries(&raw).unwrap();
+        prop_assert_eq!(got.len(), entries.len());
+        for (e, (kind, pfn, ty, off, [sd, ex, wp, file])) in got.iter().zip(&entries) {
+            prop_assert_eq!(e.present(), *kind == 1);
+            prop_assert_eq!(e.swapped(), *kind == 2);
+            prop_assert_eq!(e.pfn().map(|p| p.0), (*kind == 1 && *pfn != 0).then_some(*pfn));
+            prop_assert_eq!(e.swap_type(), (*kind == 2).then_some(*ty));
+            prop_assert_eq!(e.swap_offset(), (*kind == 2).then_some(*off));
+            prop_assert_eq!((e.soft_dirty(), e.exclusive(), e.uffd_wp(), e.file_or_shared_anon()),
+                (*sd, *ex, *wp, *file));
+        }
+        prop_assert!(decode_entries(&raw[..raw.len().saturating_sub(3)]).is_err() || raw.is_empty());
+    }
+}
+
+/// `bitmap_list_string()`: ascending ids, runs of two or more as `a-b`, joined by commas.
+fn list_string(ids: &BTreeSet<u32>) -> String {
+    let mut parts = Vec::new();
+    let mut it = ids.iter().copied().peekable();
+    while let Some(a) = it.next() {
+        let mut b = a;
+        while it.peek() == Some(&(b + 1)) {
+            b = it.next().unwrap_or(b);
+        }
+        parts.push(if a == b {
+            a.to_string()
+        } else {
+            format!("{a}-{b}")
+        });
+    }
+    parts.join(",")
+}
+
+/// A sysfs directory in memory for the DAMON reader.
+#[derive(Debug, Default)]
+struct MemFs {
+    dirs: BTreeMap<PathBuf, Vec<String>>,
+    files: BTreeMap<PathBuf, String>,
+}
+
+impl DamonFs for MemFs {
+    fn read(&self, path: &Path) -> io::Result<String> {
+        self.files
+            .get(path)
+            .cloned()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+    }
+    fn write(&self, _: &Path, _: &str) -> io::Result<()> {
+        Err(io::Error::from(io::ErrorKind::PermissionDenied))
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.files.contains_key(path) || self.dirs.contains_key(path)
+    }
+    fn list(&self, path: &Path) -> io::Result<Vec<String>> {
+        self.dirs
+            .get(path)
+            .cloned()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+    }
+}
