@@ -682,10 +682,18 @@ mod tests {
         let c = parse(
             "[scope]\nall = true\n[sources]\nenabled = [\"perf\", \"damon\"]\n\
              [engine]\nmode = \"precise\"\nfreq_threshold = 3\npromote_rate_limit_mbps = 128\n\
-             batch_nr = 256\n[engine.demotion]\nlow_free_permille = 10\nhigh_free_permille = 30\n",
+             batch_nr = 256\nmove_interleaved = true\n\
+             [engine.demotion]\nlow_free_permille = 10\nhigh_free_permille = 30\n",
         )
         .expect("valid");
         let e = c.engine_config();
+        assert!(e.move_interleaved);
+        assert!(
+            !parse("[scope]\nall = true\n")
+                .expect("valid")
+                .engine_config()
+                .move_interleaved
+        );
         assert_eq!(e.mode, tierd_engine::hotness::HotnessMode::Precise);
         assert_eq!(e.freq_threshold, 3);
         assert_eq!(e.promote_rate_limit_mbps, 128);
@@ -756,6 +764,38 @@ mod tests {
         )
         .expect("valid with consent");
         assert_eq!(c.daemon.metrics_listen.port(), 9464);
+    }
+
+    #[test]
+    fn liveness_timeout_and_process_series_bound_are_range_checked() {
+        let c = parse("[scope]\npids = [1]\n").expect("valid");
+        assert_eq!(c.daemon.liveness_timeout_s, DEFAULT_LIVENESS_TIMEOUT_S);
+        assert_eq!(c.daemon.metrics_max_processes, 20);
+        let with = |kv: &str| format!("[scope]\npids = [1]\n[daemon]\n{kv}\n");
+        for bad in ["0", "4", "86401"] {
+            let m = err(&with(&format!("liveness_timeout_s = {bad}")));
+            assert!(
+                m.starts_with("t.toml:4: daemon.liveness_timeout_s: ")
+                    && m.ends_with("is outside 5..=86400"),
+                "{m}"
+            );
+        }
+        // Not a whole number of seconds (NaN, a fraction, negative): a type error, located.
+        for bad in ["nan", "1.5", "-1"] {
+            let m = err(&with(&format!("liveness_timeout_s = {bad}")));
+            assert!(m.starts_with("t.toml:4:"), "{m}");
+            assert!(m.contains("daemon.liveness_timeout_s"), "{m}");
+        }
+        let m = err(&with("metrics_max_processes = 10001"));
+        assert!(
+            m.contains("daemon.metrics_max_processes: 10001 is above 10000"),
+            "{m}"
+        );
+        let c = parse(&with("liveness_timeout_s = 5\nmetrics_max_processes = 0")).expect("valid");
+        assert_eq!(
+            (c.daemon.liveness_timeout_s, c.daemon.metrics_max_processes),
+            (5, 0)
+        );
     }
 
     #[test]

@@ -126,6 +126,29 @@ struct MoveHistory {
     demoted_at: Option<Nanos>,
 }
 
+/// A page that failed to move for a reason of its own (pinned or busy: `EBUSY`; shared
+/// without `MPOL_MF_MOVE_ALL` or outside the process's cpuset: `EACCES`): it is left out of
+/// promotion and demotion planning until `until`, and each further failure doubles the wait,
+/// so that an unmovable page does not head the lists and cost a syscall every tick.
+#[derive(Clone, Copy, Debug, Default)]
+struct Backoff {
+    until: Nanos,
+    failures: u8,
+}
+
+/// The first back-off, doubled per consecutive failure up to [`BACKOFF_MAX`].
+const BACKOFF_BASE: Nanos = Nanos(1_000_000_000);
+/// The longest back-off: an unmovable page is retried every ten minutes at most (pins are
+/// often temporary: RDMA, O_DIRECT in flight), and forgotten once quiet that long.
+const BACKOFF_MAX: Nanos = Nanos(600_000_000_000);
+
+impl Backoff {
+    fn wait(failures: u8) -> Nanos {
+        let shift = u32::from(failures.saturating_sub(1)).min(20);
+        Nanos(BACKOFF_BASE.0.saturating_mul(1 << shift).min(BACKOFF_MAX.0))
+    }
+}
+
 /// Per-target-node promotion state (the kernel keeps it in the target's `pglist_data`).
 #[derive(Clone, Debug, Default)]
 struct TargetState {
@@ -145,6 +168,8 @@ pub struct Engine {
     /// Top-tier pages the engine has seen or promoted: the demoter's candidates.
     fast: FastIndex,
     history: SizedPageMap<MoveHistory>,
+    /// Pages backed off after failing to move (see [`Backoff`]).
+    backoff: SizedPageMap<Backoff>,
     owners: OwnerMap,
     targets: BTreeMap<NodeId, TargetState>,
     /// Fractional admission credit per cgroup for thinning (see `cgroup_promotion_scale`).
@@ -215,6 +240,7 @@ impl Engine {
             stores,
             fast: FastIndex::default(),
             history: SizedPageMap::default(),
+            backoff: SizedPageMap::default(),
             owners: OwnerMap::default(),
             targets,
             cgroup_credit: BTreeMap::new(),
@@ -278,6 +304,7 @@ impl Engine {
         }
         self.fast.retain_spaces_except(space);
         self.history.retain(|k, _| k.space != space);
+        self.backoff.retain(|k, _| k.space != space);
         self.heat.forget_space(space);
     }
 
@@ -533,6 +560,8 @@ impl Engine {
                     (!over, f.last_access, k, f.size)
                 })
                 .collect();
+            let backoff = &mut self.backoff;
+            cands.retain(|c| backoff.get(c.2).is_none_or(|b| now >= b.until));
             if !below_low {
                 if self.relative() {
                     // Room for hotter pages: only pages colder than the promotion threshold
@@ -546,9 +575,32 @@ impl Engine {
                     cands.retain(|c| now.saturating_sub(c.1) >= idle_for);
                 }
             }
-            cands.sort_unstable_by_key(|c| (c.0, c.1, c.2));
+            // Only the coldest pages that can cover `need` are put in order: selecting them
+            // is linear and sorting a few is cheap, where sorting the whole fast tier every
+            // pass under pressure was not. Twice the base pages `need` asks for, plus some,
+            // leaves slack for pages their policy keeps; the rest is sorted only if needed.
+            let head = usize::try_from(need.max(0) >> crate::types::PAGE_SHIFT)
+                .unwrap_or(usize::MAX)
+                .saturating_mul(2)
+                .saturating_add(64);
+            let order = |c: &(bool, Nanos, PageKey, PageSize)| (c.0, c.1, c.2);
+            let mut tail = if head < cands.len() {
+                cands.select_nth_unstable_by_key(head, order);
+                cands.split_off(head)
+            } else {
+                Vec::new()
+            };
+            cands.sort_unstable_by_key(order);
             let mut groups: BTreeMap<(NodeId, CgroupId), Vec<PlannedMove>> = BTreeMap::new();
-            for (_, _, key, size) in cands {
+            let mut tail_sorted = false;
+            let tail = std::iter::from_fn(move || {
+                if !tail_sorted {
+                    tail.sort_unstable_by_key(|c| std::cmp::Reverse(order(c)));
+                    tail_sorted = true;
+                }
+                tail.pop()
+            });
+            for (_, _, key, size) in cands.into_iter().chain(tail) {
                 if need <= 0 {
                     break;
                 }
@@ -687,6 +739,10 @@ impl Engine {
         groups: &mut BTreeMap<(NodeId, CgroupId), Vec<PlannedMove>>,
     ) {
         let nr = rp.size.nr_pages();
+        if self.backed_off(rp.key, now) {
+            self.stats.engine.pgmigrate_backoff_skipped += nr.0;
+            return;
+        }
         let Some(target) = self.promotion_target(src_node, rp) else {
             self.stats.engine.pgpromote_policy_skipped += nr.0;
             return;
@@ -814,6 +870,11 @@ impl Engine {
         }
     }
 
+    /// Whether `key` is backed off after failing to move (see [`Backoff`]).
+    fn backed_off(&mut self, key: PageKey, now: Nanos) -> bool {
+        self.backoff.get(key).is_some_and(|b| now < b.until)
+    }
+
     fn housekeeping(&mut self, now: Nanos) {
         let idle = Nanos::from_millis(self.config.store_idle_ms);
         let window = Nanos::from_millis(self.config.pingpong_window_ms);
@@ -825,6 +886,13 @@ impl Engine {
             let recent = |t: Option<Nanos>| t.is_some_and(|t| now.saturating_sub(t) <= window);
             self.history
                 .retain(|_, h| recent(h.promoted_at) || recent(h.demoted_at));
+            // Credits of cgroups that own nothing any more (removed, or their processes
+            // exited) go: cgroup ids come and go on a busy host.
+            let live: std::collections::BTreeSet<CgroupId> = self.owners.cgroups().collect();
+            self.cgroup_credit.retain(|cg, _| live.contains(cg));
+            // A page quiet for BACKOFF_MAX after its back-off ended starts afresh.
+            self.backoff
+                .retain(|_, b| now.saturating_sub(b.until) < BACKOFF_MAX);
             self.heat.prune();
         }
         let e = &mut self.stats.engine;
@@ -847,6 +915,20 @@ impl Engine {
         for r in &report.results {
             let nr = r.page.size.nr_pages().0;
             let key = r.page.key();
+            match r.outcome {
+                MoveOutcome::Moved(_) => {
+                    self.backoff.remove(key);
+                }
+                MoveOutcome::Failed(MoveError::Busy | MoveError::Access) => {
+                    let b = self
+                        .backoff
+                        .get_or_insert_with(key, r.page.size, Backoff::default);
+                    b.failures = b.failures.saturating_add(1);
+                    b.until = now.saturating_add(Backoff::wait(b.failures));
+                    self.stats.engine.pgmigrate_backoff += nr;
+                }
+                MoveOutcome::Failed(_) => {}
+            }
             let e = &mut self.stats.engine;
             match (report.kind, r.outcome) {
                 (MigrationKind::Promote, MoveOutcome::Moved(node)) => {

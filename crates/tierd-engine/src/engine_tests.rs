@@ -1083,3 +1083,102 @@ fn relative_mode_waits_for_a_second_sighting_by_default() {
         (0..5).collect()
     );
 }
+
+fn fail_all(engine: &mut Engine, now: Nanos, plan: &MigrationPlan, err: MoveError) {
+    for b in &plan.batches {
+        let r = MigrationReport::for_batch(b, b.pages.iter().map(|_| MoveOutcome::Failed(err)));
+        engine.apply(now, &r);
+    }
+}
+
+#[test]
+fn pages_that_cannot_move_back_off_exponentially_and_leave_the_promotion_list() {
+    let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
+    let u = usage(&topo, Bytes::gib(16));
+    let mut e = Engine::new(kcfg(), topo).unwrap();
+    let promote_at = |e: &mut Engine, t_ms: u64| {
+        heat(e, 1, 0..10, N1, t_ms - 20);
+        e.tick(Nanos::from_millis(t_ms), &u)
+    };
+    let p = promote_at(&mut e, 100);
+    assert_eq!(planned(&p, MigrationKind::Promote), 10);
+    // Pinned: EBUSY. Backed off for 1 s: hot again at 0.6 s, still not planned.
+    fail_all(&mut e, Nanos::from_millis(100), &p, MoveError::Busy);
+    assert_eq!(e.stats().engine.pgmigrate_backoff, 10);
+    let p = promote_at(&mut e, 600);
+    assert_eq!(planned(&p, MigrationKind::Promote), 0);
+    assert_eq!(e.stats().engine.pgmigrate_backoff_skipped, 10);
+    // After the second, planned again; a second failure (EACCES: shared) doubles the wait.
+    let p = promote_at(&mut e, 1200);
+    assert_eq!(planned(&p, MigrationKind::Promote), 10);
+    fail_all(&mut e, Nanos::from_millis(1200), &p, MoveError::Access);
+    assert_eq!(
+        planned(&promote_at(&mut e, 2800), MigrationKind::Promote),
+        0
+    );
+    let p = promote_at(&mut e, 3300);
+    assert_eq!(planned(&p, MigrationKind::Promote), 10, "2 s later");
+    // Moved at last: the back-off is forgotten, and a failure of another kind (ENOMEM: the
+    // target's fault, not the page's) does not back off.
+    apply_all(&mut e, Nanos::from_millis(3300), &p);
+    assert_eq!(e.backoff.len(), 0);
+    let p = promote_at(&mut e, 4000);
+    fail_all(&mut e, Nanos::from_millis(4000), &p, MoveError::NoMem);
+    assert_eq!(e.stats().engine.pgmigrate_backoff, 20);
+}
+
+#[test]
+fn backed_off_pages_leave_the_demotion_list() {
+    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+    let cap = Bytes::gib(1).0;
+    let mut e = Engine::new(kcfg(), topo.clone()).unwrap();
+    let roomy = usage(&topo, Bytes(cap / 2));
+    let tight = usage(&topo, Bytes(cap / 100));
+    heat(&mut e, 1, 0..10, N1, 0);
+    let p = e.tick(Nanos::from_millis(100), &roomy);
+    apply_all(&mut e, Nanos::from_millis(100), &p);
+    let p = e.tick(Nanos::from_millis(5000), &tight);
+    assert_eq!(planned(&p, MigrationKind::Demote), 10);
+    fail_all(&mut e, Nanos::from_millis(5000), &p, MoveError::Busy);
+    let p = e.tick(Nanos::from_millis(5500), &tight);
+    assert_eq!(planned(&p, MigrationKind::Demote), 0, "backed off");
+    let p = e.tick(Nanos::from_millis(6100), &tight);
+    assert_eq!(planned(&p, MigrationKind::Demote), 10, "retried after 1 s");
+}
+
+#[test]
+fn the_coldest_pages_are_chosen_without_sorting_the_whole_fast_tier() {
+    // 5000 known fast pages, room wanted for a few hundred: the selection must pick exactly
+    // the coldest, as a full sort would.
+    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+    let cap = Bytes::gib(1).0;
+    let cfg = EngineConfig {
+        demotion: DemotionConfig {
+            enabled: true,
+            low_free_permille: 49,
+            high_free_permille: 50,
+        },
+        ..kcfg()
+    };
+    let mut e = Engine::new(cfg, topo.clone()).unwrap();
+    // Access times in a scrambled order.
+    let v: Vec<Observation> = (0..5000u64)
+        .map(|i| obs(1, i, N0, Some(N0), (i * 7919) % 5000))
+        .collect();
+    e.observe(&v);
+    // Below the low watermark: demote down to high, i.e. `want` pages.
+    let (low, high) = (cap * 49 / 1000, cap * 50 / 1000);
+    let free = low - 4096;
+    let want = (high - free).div_ceil(4096);
+    let u = usage(&topo, Bytes(free));
+    let plan = e.tick(Nanos::from_millis(6000), &u);
+    let mut got: Vec<u64> = plan
+        .batches
+        .iter()
+        .flat_map(|b| &b.pages)
+        .map(|m| (m.page.vpn.0 * 7919) % 5000)
+        .collect();
+    got.sort_unstable();
+    assert!(want > 200 && want < 5000, "{want}");
+    assert_eq!(got, (0..want).collect::<Vec<_>>());
+}

@@ -143,6 +143,11 @@ pub struct OwnerMap {
 }
 
 impl OwnerMap {
+    /// The cgroups that own at least one known address space.
+    pub fn cgroups(&self) -> impl Iterator<Item = CgroupId> + '_ {
+        self.spaces.values().map(|i| i.owner.cgroup)
+    }
+
     /// Sets the owner of `space`.
     pub fn set_owner(&mut self, space: SpaceId, owner: Owner) {
         self.spaces.entry(space).or_default().owner = owner;

@@ -107,6 +107,8 @@ stats_struct! {
         pgdemote_candidate: Counter, Pages, "tierd: pages put in a demotion plan.";
         pgdemote_success: Counter, Pages, "Pages demoted by tierd (the kernel's pgdemote_* count its own demotions).";
         pgdemote_fail: Counter, Pages, "tierd: demotions that failed, any reason.";
+        pgmigrate_backoff: Counter, Pages, "tierd: pages put in back-off after failing to move for a reason of their own (EBUSY: pinned or busy; EACCES: shared or outside the cpuset); each further failure doubles the wait, 1 s up to 10 min.";
+        pgmigrate_backoff_skipped: Counter, Pages, "tierd: ready pages skipped because they are backed off.";
         pgdemote_policy_skipped: Counter, Pages, "tierd: cold pages not demoted because no lower node is allowed by their mempolicy.";
         pingpong_demoted: Counter, Pages, "tierd: pages demoted within pingpong_window_ms of their promotion.";
         pingpong_promoted: Counter, Pages, "tierd: pages promoted within pingpong_window_ms of their demotion.";

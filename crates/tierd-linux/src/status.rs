@@ -182,3 +182,100 @@ pub fn fetch_status(addr: SocketAddr) -> Result<Snapshot, StatusError> {
     let text = resp.into_string().map_err(|e| fail(e.to_string()))?;
     serde_json::from_str(&text).map_err(|e| fail(format!("not a tierd status: {e}")))
 }
+
+/// `s` as a terminal may show it: every control character (Unicode category Cc: the C0
+/// controls U+0000-U+001F, DEL U+007F and the C1 controls U+0080-U+009F) escaped as `\x07`
+/// (C0, DEL) or `\u{9b}` (C1); everything else, other Unicode included, left as it is.
+///
+/// Process names (`comm`, which any process sets with prctl(PR_SET_NAME)) and cgroup names
+/// (any byte but `/` and NUL) are chosen by whoever runs them; printed raw, an ESC or a C1
+/// CSI would drive the operator's terminal. Borrowed when there is nothing to escape.
+#[must_use]
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    use std::fmt::Write as _;
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c.is_control() {
+            let v = u32::from(c);
+            // Writing into a String cannot fail.
+            let _ = if v < 0x80 {
+                write!(out, "\\x{v:02x}")
+            } else {
+                write!(out, "\\u{{{v:x}}}")
+            };
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod printable_tests {
+    use super::printable;
+    use proptest::prelude::*;
+
+    /// The inverse of [`printable`] for strings that held no backslash.
+    fn unescape(s: &str) -> String {
+        let mut out = String::new();
+        let mut rest = s;
+        while let Some(i) = rest.find('\\') {
+            out.push_str(&rest[..i]);
+            let esc = &rest[i + 1..];
+            let (hex, len) = if let Some(h) = esc.strip_prefix('x') {
+                (&h[..2], 3)
+            } else {
+                let h = esc.strip_prefix("u{").expect("\\u{");
+                let end = h.find('}').expect("}");
+                (&h[..end], end + 3)
+            };
+            let c = u32::from_str_radix(hex, 16)
+                .ok()
+                .and_then(char::from_u32)
+                .expect("an escaped char");
+            out.push(c);
+            rest = &esc[len..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    #[test]
+    fn controls_are_escaped_and_the_rest_left_alone() {
+        assert_eq!(printable("chase"), "chase");
+        assert!(matches!(printable("chase"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(printable("a\u{7}b"), "a\\x07b");
+        assert_eq!(printable("\u{1b}[2J"), "\\x1b[2J");
+        assert_eq!(printable("x\u{7f}"), "x\\x7f");
+        assert_eq!(printable("\u{9b}31m"), "\\u{9b}31m");
+        assert_eq!(printable("tab\there\nnl"), "tab\\x09here\\x0anl");
+        // Not controls: no-break space, right-to-left mark, CJK, emoji.
+        let other = "a\u{a0}b\u{200f}c漢字🦀";
+        assert_eq!(printable(other), other);
+    }
+
+    proptest! {
+        #[test]
+        fn output_has_no_controls_and_round_trips(s in "\\PC*|[\\x00-\\x7f\\u{80}-\\u{a0}a-z\u{fe0f}]{0,40}") {
+            let p = printable(&s);
+            prop_assert!(!p.chars().any(char::is_control), "{p:?}");
+            if !s.contains('\\') {
+                prop_assert_eq!(unescape(&p), s.clone());
+            }
+            if !s.chars().any(char::is_control) {
+                prop_assert_eq!(p.as_ref(), s.as_str());
+            }
+        }
+
+        #[test]
+        fn any_string_round_trips_without_backslashes(s in any::<String>()) {
+            let s = s.replace('\\', "/");
+            let p = printable(&s);
+            prop_assert!(!p.chars().any(char::is_control));
+            prop_assert_eq!(unescape(&p), s);
+        }
+    }
+}

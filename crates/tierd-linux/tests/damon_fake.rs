@@ -549,3 +549,78 @@ fn kernel_tuning_is_configured_and_read_back_where_the_kernel_has_it() {
     assert!(m.tune(Nanos::from_millis(0), &[], 1 << 30).unwrap());
     assert_eq!(m.intervals(), (20_000, 400_000), "what the kernel tuned");
 }
+
+#[test]
+fn a_restart_after_sigkill_takes_its_own_kdamond_over_and_no_one_elses() {
+    use tierd_linux::source::damon::LeftBehind;
+    let (t, k) = setup();
+    let a = admin(&t);
+    let sys = t.path().join("sys");
+    k.live.borrow_mut().push(300);
+    // The first tierd runs its kdamond, then is killed: nothing is handed back.
+    let mut first = DamonMonitor::new(&k, &sys, DamonConfig::default()).unwrap();
+    first.set_targets(&[300]).unwrap();
+    assert_eq!(first.on_count(), 1);
+    let left = first.left_behind().expect("on: a marker can be written");
+    assert_eq!(
+        left,
+        LeftBehind {
+            kdamond_pid: 4321,
+            prev_nr_kdamonds: 0
+        }
+    );
+    std::mem::forget(first); // SIGKILL: no Drop
+    assert_eq!(rd(&a.join("kdamonds/0/state")), "on");
+    // Without the marker the restart refuses it, as before.
+    assert!(matches!(
+        DamonMonitor::new(&k, &sys, DamonConfig::default()),
+        Err(DamonError::Busy { .. })
+    ));
+    // A marker naming another kdamond thread does not make it ours.
+    let wrong = LeftBehind {
+        kdamond_pid: 999,
+        prev_nr_kdamonds: 0,
+    };
+    assert!(matches!(
+        DamonMonitor::take_over(&k, &sys, DamonConfig::default(), Some(wrong)),
+        Err(DamonError::Busy { .. })
+    ));
+    assert_eq!(rd(&a.join("kdamonds/0/state")), "on", "untouched");
+    // With the marker: stopped, configured afresh, and monitoring resumes.
+    let mut second = DamonMonitor::take_over(&k, &sys, DamonConfig::default(), Some(left)).unwrap();
+    assert!(second.took_over());
+    assert_eq!(rd(&a.join("kdamonds/0/state")), "off");
+    second.set_targets(&[300]).unwrap();
+    assert_eq!(rd(&a.join("kdamonds/0/state")), "on");
+    second.stop().unwrap();
+    assert_eq!(
+        rd(&a.join("kdamonds/nr_kdamonds")),
+        "0",
+        "the old count is restored"
+    );
+}
+
+#[test]
+fn a_restart_takes_over_a_kdamond_that_stopped_by_itself_meanwhile() {
+    let (t, k) = setup();
+    let a = admin(&t);
+    let sys = t.path().join("sys");
+    k.live.borrow_mut().push(300);
+    let mut first = DamonMonitor::new(&k, &sys, DamonConfig::default()).unwrap();
+    first.set_targets(&[300]).unwrap();
+    let left = first.left_behind().unwrap();
+    std::mem::forget(first);
+    // Its targets exited: DAMON stopped the kdamond; the configuration stays.
+    (&k).write(&a.join("kdamonds/0/state"), "off").unwrap();
+    assert!(matches!(
+        DamonMonitor::new(&k, &sys, DamonConfig::default()),
+        Err(DamonError::Configured { count: 1 })
+    ));
+    let m = DamonMonitor::take_over(&k, &sys, DamonConfig::default(), Some(left)).unwrap();
+    assert!(m.took_over());
+    drop(m);
+    assert_eq!(
+        rd(&a.join("kdamonds/nr_kdamonds")),
+        left.prev_nr_kdamonds.to_string()
+    );
+}

@@ -530,7 +530,12 @@ mod malformed {
     #[test]
     fn process_files() {
         let root = scratch("malformed-proc");
-        write(&root, "7/numa_maps", "1000 default N0=1\n2000 bogus N0=1\n");
+        // An unknown policy is a value (PolicyMode::Unknown); a bad count is an error.
+        write(
+            &root,
+            "7/numa_maps",
+            "1000 default N0=1\n2000 bogus N0=bogus\n",
+        );
         write(&root, "7/maps", "1000-2000 rw-p 00000000 00:00 0\n");
         write(&root, "7/stat", "7 (x) S\n");
         write(&root, "7/status", "Name:\tx\n");

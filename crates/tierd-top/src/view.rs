@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use tierd_linux::status::Snapshot;
+use tierd_linux::status::{printable, Snapshot};
 use tierd_sim::observe::Observed;
 
 /// Bytes of a base page: every count in a view is in base pages.
@@ -220,10 +220,12 @@ pub fn from_snapshot(s: &Snapshot, source: &str) -> TopView {
         processes: s
             .processes
             .iter()
+            // Names are chosen by whoever runs the process (comm, cgroup directories): no
+            // control character reaches the terminal.
             .map(|p| OwnerView {
                 pid: Some(p.pid),
-                name: p.comm.clone(),
-                cgroup: p.cgroup.clone(),
+                name: printable(&p.comm).into_owned(),
+                cgroup: printable(&p.cgroup).into_owned(),
                 members: 1,
                 pages: p.pages_per_node.clone(),
                 hot_pages: p.hot_pages_per_node.clone(),
@@ -359,6 +361,23 @@ mod tests {
         assert!((r.counters_per_s["z"] - 2.0).abs() < 1e-12, "a new counter");
         assert!(rates(&b, &a).is_none(), "time went backwards");
         assert!(rates(&a, &a).is_none());
+    }
+
+    #[test]
+    fn names_from_a_daemon_reach_the_view_with_controls_escaped() {
+        let s = Snapshot {
+            processes: vec![ProcessSnapshot {
+                pid: 7,
+                comm: "\u{1b}]0;pwned\u{7}".into(),
+                cgroup: "/evil\u{9b}2J/\u{e9}t\u{e9}".into(),
+                ..ProcessSnapshot::default()
+            }],
+            ..Snapshot::default()
+        };
+        let v = from_snapshot(&s, "a");
+        assert_eq!(v.processes[0].name, "\\x1b]0;pwned\\x07");
+        assert_eq!(v.processes[0].cgroup, "/evil\\u{9b}2J/\u{e9}t\u{e9}");
+        assert_eq!(v.cgroups()[0].name, "/evil\\u{9b}2J/\u{e9}t\u{e9}");
     }
 
     #[test]

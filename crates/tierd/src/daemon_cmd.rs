@@ -11,8 +11,8 @@ use anyhow::{Context, Result};
 use tierd_daemon::config::DaemonConfig;
 use tierd_daemon::daemon::{run, Preflight, RunOptions, EXIT_CONFIG, EXIT_UNAVAILABLE};
 use tierd_daemon::feeds::start_feeds;
-use tierd_daemon::metrics::{MetricsServer, SharedSnapshot, Snapshot};
-use tierd_linux::status::fetch_status;
+use tierd_daemon::metrics::{Heartbeat, MetricsServer, ServerOptions, SharedSnapshot, Snapshot};
+use tierd_linux::status::{fetch_status, printable};
 
 /// The exit status for an error of `tierd run` (docs/daemon.md, "Exit codes"): a bad
 /// configuration is [`EXIT_CONFIG`] (systemd does not restart on it), a machine where nothing
@@ -106,10 +106,22 @@ pub fn run_daemon(
         eprintln!("source {:<16} {}: {}", s.name, s.state(), s.reason);
     }
     let shared: SharedSnapshot = Arc::new(Mutex::new(Snapshot::default()));
-    let server = MetricsServer::start(cfg.daemon.metrics_listen, Arc::clone(&shared))
-        .context("starting the metrics endpoint")?;
+    // Made before the first pass: the loop has the whole liveness timeout for it.
+    let heartbeat = Heartbeat::new();
+    let server = MetricsServer::start_with(
+        cfg.daemon.metrics_listen,
+        Arc::clone(&shared),
+        ServerOptions {
+            heartbeat: Some(heartbeat.clone()),
+            liveness_timeout: Duration::from_secs(cfg.daemon.liveness_timeout_s),
+            max_processes: usize::try_from(cfg.daemon.metrics_max_processes).unwrap_or(usize::MAX),
+            ..ServerOptions::default()
+        },
+    )
+    .context("starting the metrics endpoint")?;
     eprintln!(
-        "metrics on http://{0}/metrics, status on http://{0}/status{1}",
+        "metrics on http://{0}/metrics, status on http://{0}/status, liveness on \
+         http://{0}/healthz{1}",
         server.addr(),
         if dry_run {
             " (dry run: nothing is moved)"
@@ -126,7 +138,7 @@ pub fn run_daemon(
         dry_run,
         duration,
         snapshot: Some(shared),
-        heartbeat: None,
+        heartbeat: Some(heartbeat),
     };
     // Not println!: SIGPIPE stays ignored for the daemon (main.rs output_only), and a log
     // reader that went away must not end the tiering loop with a panic.
@@ -199,7 +211,15 @@ pub fn render_status(s: &Snapshot) -> String {
     }
     let _ = writeln!(o);
     for p in &s.processes {
-        let _ = write!(o, "{:>8}  {:<16} {:<20}", p.pid, p.comm, p.cgroup);
+        // Names are chosen by whoever runs the process: no control character reaches the
+        // terminal.
+        let _ = write!(
+            o,
+            "{:>8}  {:<16} {:<20}",
+            p.pid,
+            printable(&p.comm),
+            printable(&p.cgroup)
+        );
         for n in &nodes {
             let _ = write!(
                 o,
@@ -248,6 +268,26 @@ pub fn status(addr: SocketAddr, json: bool) -> Result<()> {
 mod tests {
     use super::*;
     use tierd_daemon::metrics::{NodeSnapshot, ProcessSnapshot, SourceSnapshot};
+
+    #[test]
+    fn status_escapes_control_characters_in_names() {
+        let s = Snapshot {
+            processes: vec![ProcessSnapshot {
+                pid: 9,
+                comm: "bell\u{7}\u{1b}[2J".into(),
+                cgroup: "/a\u{9b}b".into(),
+                ..ProcessSnapshot::default()
+            }],
+            ..Snapshot::default()
+        };
+        let text = render_status(&s);
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        assert!(text.contains("bell\\x07\\x1b[2J"), "{text}");
+        assert!(text.contains("/a\\u{9b}b"), "{text}");
+    }
 
     #[test]
     fn status_shows_placement_per_process_sources_and_nonzero_counters() {

@@ -151,3 +151,150 @@ fn scenario_errors_name_file_line_and_field() {
     assert!(!ok);
     assert!(err.contains("no configuration \"X9\""), "{err}");
 }
+
+/// Runs `tierd args` with a stdout pipe whose reading end is closed before the child starts,
+/// so its first write meets a reader that has gone (what `tierd ... | head -1` does once
+/// head exits).
+fn tierd_into_closed_pipe(args: &[&str]) -> (std::process::ExitStatus, String) {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_tierd"))
+        .args(args)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("runs");
+    (out.status, String::from_utf8_lossy(&out.stderr).into())
+}
+
+#[test]
+fn a_closed_stdout_ends_every_printing_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    for args in [
+        &["info"][..],
+        &["scenarios"],
+        &["man"],
+        &["completions", "bash"],
+        &["--help"],
+        &[
+            "compare",
+            "pointer-chase",
+            "--scale",
+            "0.015625",
+            "--only",
+            "B0",
+            "--no-progress",
+        ],
+        &[
+            "compare",
+            "pointer-chase",
+            "--scale",
+            "0.015625",
+            "--only",
+            "B0",
+            "--no-progress",
+            "--json",
+            "-",
+        ],
+    ] {
+        let (status, err) = tierd_into_closed_pipe(args);
+        // Ended by SIGPIPE like cat or grep (the shell reports 141), or done before noticing.
+        assert!(
+            status.success() || status.signal() == Some(13),
+            "{args:?}: {status:?} {err}"
+        );
+        assert!(err.is_empty(), "{args:?}: no error text expected: {err}");
+    }
+}
+
+#[test]
+fn output_to_an_unwritable_place_fails_in_one_line_and_keeps_the_old_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let ro = dir.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    let old = ro.join("out.json");
+    std::fs::write(&old, "old\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    // Root writes into a 0555 directory anyway: then sysfs, which refuses new files to
+    // everyone, is the unwritable directory (with no old file to keep).
+    let probe = std::fs::File::create(ro.join("probe")).is_ok();
+    let target = if probe {
+        std::path::PathBuf::from("/sys/tierd-test-out.json")
+    } else {
+        old.clone()
+    };
+    let (ok, _, err) = tierd(&[
+        "compare",
+        "pointer-chase",
+        "--scale",
+        "0.015625",
+        "--only",
+        "B0",
+        "--no-progress",
+        "--json",
+        target.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains(&format!("cannot write {}", target.display())),
+        "{err}"
+    );
+    if probe {
+        assert!(!target.exists());
+    } else {
+        assert_eq!(std::fs::read_to_string(&old).unwrap(), "old\n");
+        let names: Vec<_> = std::fs::read_dir(&ro).unwrap().collect();
+        assert_eq!(names.len(), 1, "no temporary file left");
+    }
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn a_full_disk_is_a_clear_error() {
+    // /dev/full fails every write with ENOSPC (drivers/char/mem.c write_full()).
+    if !std::path::Path::new("/dev/full").exists() {
+        return;
+    }
+    let (ok, _, err) = tierd(&[
+        "compare",
+        "pointer-chase",
+        "--scale",
+        "0.015625",
+        "--only",
+        "B0",
+        "--no-progress",
+        "--csv",
+        "/dev/full",
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("cannot write /dev/full: No space left on device"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn the_metrics_flag_needs_the_files_consent_for_a_public_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tierd.toml");
+    std::fs::write(&cfg, "[scope]\npids = [1]\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tierd"))
+        .args([
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--metrics",
+            "0.0.0.0:9464",
+        ])
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "a configuration error: {err}");
+    assert!(
+        err.contains("--metrics: 0.0.0.0:9464 is not a loopback address"),
+        "{err}"
+    );
+}

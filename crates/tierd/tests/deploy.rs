@@ -184,8 +184,135 @@ fn daemonset_has_exactly_the_documented_privileges() {
         );
         assert!(guide.contains(cap.as_str()), "{cap} not in the user guide");
     }
-    for must in ["CAP_SYS_NICE", "CAP_SYS_ADMIN"] {
-        assert!(added.contains(must), "{must}");
+    let cfg = config_from_configmap(&docs);
+    assert_eq!(
+        added,
+        capabilities_needed(&cfg),
+        "the manifest grants what docs/daemon.md's table says its ConfigMap's sources need"
+    );
+}
+
+/// The rows of docs/daemon.md's "Capabilities" table: (needed when, capabilities).
+fn capability_table() -> Vec<(String, BTreeSet<String>)> {
+    let doc = read("docs/daemon.md");
+    let section = doc
+        .split("\n## Capabilities\n")
+        .nth(1)
+        .expect("docs/daemon.md has a Capabilities section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let rows: Vec<(String, BTreeSet<String>)> = section
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .skip(2) // header and separator
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
+            assert_eq!(cells.len(), 4, "a row of 4 cells: {l}");
+            let caps = cells[3]
+                .split(|c: char| !(c.is_ascii_uppercase() || c == '_'))
+                .filter(|w| w.starts_with("CAP_"))
+                .map(str::to_string)
+                .collect();
+            (cells[1].to_string(), caps)
+        })
+        .collect();
+    assert!(rows.len() >= 8, "{rows:?}");
+    rows
+}
+
+/// The union of the table's capabilities for the rows `always` and the enabled sources.
+fn capabilities_needed(cfg: &DaemonConfig) -> BTreeSet<String> {
+    let table = capability_table();
+    let mut when: Vec<&str> = vec!["always"];
+    when.extend(cfg.sources.enabled.iter().map(|s| s.name()));
+    for (w, _) in &table {
+        assert!(
+            ["always", "damon", "idle", "perf", "move_all"].contains(&w.as_str()),
+            "unknown `needed when` {w:?}"
+        );
+    }
+    table
+        .into_iter()
+        .filter(|(w, _)| when.contains(&w.as_str()))
+        .flat_map(|(_, caps)| caps)
+        .collect()
+}
+
+#[test]
+fn the_unit_grants_what_the_shipped_config_needs_and_no_more() {
+    let cfg = DaemonConfig::parse(&read("deploy/tierd.toml"), Path::new("deploy/tierd.toml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let needed = capabilities_needed(&cfg);
+    assert_eq!(
+        unit_capabilities(),
+        needed,
+        "deploy/tierd.service vs docs/daemon.md"
+    );
+    // Every source's needs are in the table, and idle needs more than damon: the table is
+    // what decides, not a copy of the unit.
+    let table = capability_table();
+    for src in ["damon", "idle", "perf"] {
+        assert!(table.iter().any(|(w, _)| w == src), "{src} has no row");
+    }
+    let unit = read("deploy/tierd.service");
+    let value = |key: &str| -> Vec<String> {
+        unit.lines()
+            .filter_map(|l| l.strip_prefix(&format!("{key}=")))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(value("RestartPreventExitStatus"), ["78"]);
+    assert_eq!(value("NoNewPrivileges"), ["yes"]);
+    assert_eq!(value("AmbientCapabilities"), [""]);
+    assert_eq!(
+        value("RestrictAddressFamilies"),
+        ["AF_INET AF_INET6 AF_UNIX"]
+    );
+    assert_eq!(value("RuntimeDirectory"), ["tierd"]);
+    assert_eq!(
+        cfg.daemon.state_dir,
+        Path::new("/run").join(&value("RuntimeDirectory")[0]),
+        "the state directory is the unit's writable runtime directory"
+    );
+    // DAMON writes /sys/kernel/mm: nothing may make /sys read-only.
+    assert!(value("ProtectKernelTunables").iter().all(|v| v == "no"));
+    assert!(value("SystemCallFilter")
+        .iter()
+        .any(|v| v == "@system-service"));
+    // Every sandboxing line is explained in docs/daemon.md's "Sandboxing" table.
+    let doc = read("docs/daemon.md");
+    let sandboxing = doc
+        .split("\n## Sandboxing\n")
+        .nth(1)
+        .expect("Sandboxing section");
+    for l in unit.lines() {
+        let Some((key, _)) = l.split_once('=') else {
+            continue;
+        };
+        if l.starts_with('#') || !l.starts_with(|c: char| c.is_ascii_uppercase()) {
+            continue;
+        }
+        if [
+            "Description",
+            "Documentation",
+            "ConditionPathIsDirectory",
+            "After",
+            "Type",
+            "ExecStart",
+            "KillSignal",
+            "TimeoutStopSec",
+            "Restart",
+            "RestartSec",
+            "Nice",
+            "WantedBy",
+        ]
+        .contains(&key)
+        {
+            continue;
+        }
+        assert!(
+            sandboxing.contains(&format!("`{key}=")),
+            "{key} not explained"
+        );
     }
 }
 
@@ -205,6 +332,7 @@ fn configmap_config_is_valid_and_the_host_trees_are_mounted_where_it_says() {
         let src = match v {
             Yaml::Mapping(m) if m.contains_key("hostPath") => s(v, "hostPath.path").to_string(),
             Yaml::Mapping(m) if m.contains_key("configMap") => "configMap".to_string(),
+            Yaml::Mapping(m) if m.contains_key("emptyDir") => "emptyDir".to_string(),
             other => panic!("unexpected volume {other:?}"),
         };
         volumes.insert(name, src);
@@ -598,7 +726,7 @@ fn every_dashboard_metric_is_one_the_daemon_exports() {
         "tierd_node_total_bytes",
         "tierd_source_available",
         "tierd_mover_pages_failed_total",
-        "tierd_cpu_milliseconds_total",
+        "tierd_cpu_seconds_total",
     ] {
         assert!(used.contains(must), "the dashboard does not show {must}");
     }

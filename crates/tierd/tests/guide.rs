@@ -137,6 +137,7 @@ fn messages() -> Vec<(String, String)> {
     for krate in [
         "tierd-engine",
         "tierd-linux",
+        "tierd-daemon",
         "tierd-sim",
         "tierd-lab",
         "tierd-report",

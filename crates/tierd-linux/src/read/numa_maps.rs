@@ -232,11 +232,15 @@ pub fn parse_policy_prefix(s: &str) -> Result<(VmaPolicy, &str), String> {
         return Ok(unknown_policy(s));
     };
     let mut rest = &s[name.len()..];
-    // A known name followed by a word that is no field is the start of a longer name a newer
-    // kernel added (as `prefer (many)` came after `prefer`). A new bare-word field would read
-    // as such a name too: the cautious side, as its VMA is then never moved.
+    // A known name followed by a word that is neither a field nor `key=value` with a
+    // field-like key is the start of a longer name a newer kernel added (as `prefer (many)`
+    // came after `prefer`). A new bare-word field would read as such a name too: the cautious
+    // side, as its VMA is then never moved.
     if let Some(next) = rest.split(' ').find(|t| !t.is_empty()) {
-        if rest.starts_with(' ') && !is_field(next) && !next.contains('=') {
+        let field_like = next.split_once('=').is_some_and(|(k, _)| {
+            !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        });
+        if rest.starts_with(' ') && !is_field(next) && !field_like {
             return Ok(unknown_policy(s));
         }
     }
