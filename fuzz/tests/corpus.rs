@@ -50,8 +50,12 @@ fn fixture_files_pass_every_target() {
     for f in &files {
         let mut data = std::fs::read(f).expect("read");
         data.truncate(16 << 10);
-        for (_, target) in tierd_fuzz::TARGETS {
+        for (name, target) in tierd_fuzz::TARGETS {
+            let t0 = std::time::Instant::now();
             target(&data);
+            if t0.elapsed().as_millis() > 200 {
+                eprintln!("SLOW {name} {} {:?}", f.display(), t0.elapsed());
+            }
         }
     }
 }

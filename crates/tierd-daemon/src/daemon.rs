@@ -80,8 +80,8 @@ pub enum DaemonError {
     #[error("nothing to tier: {0}")]
     NothingToTier(String),
     /// The topology could not be turned into the engine's.
-    #[error("topology: {0}")]
-    Topology(String),
+    #[error("topology")]
+    Topology(#[from] tierd_linux::read::topology::ConvertError),
     /// The engine refused the configuration.
     #[error("engine configuration")]
     Engine(#[from] tierd_engine::ConfigError),
@@ -229,9 +229,7 @@ impl Preflight {
     pub fn check(cfg: &DaemonConfig) -> Result<Preflight, DaemonError> {
         let roots = &cfg.system;
         let system = read_system_topology(&roots.sys_root)?;
-        let topology = system
-            .to_engine()
-            .map_err(|e| DaemonError::Topology(e.to_string()))?;
+        let topology = system.to_engine()?;
         if topology.tiers().len() < 2 {
             let nodes: Vec<String> = system.nodes.iter().map(|n| n.id.0.to_string()).collect();
             return Err(DaemonError::NothingToTier(format!(

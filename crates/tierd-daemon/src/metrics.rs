@@ -758,7 +758,10 @@ fn answer(path: &str, shared: &SharedSnapshot, opts: &ServerOptions, stats: &Htt
             Reply {
                 status: 200,
                 content_type: "application/json",
-                body: serde_json::to_string_pretty(&doc).unwrap_or_default(),
+                // Compact: an answer is held per open connection until written, so its size
+                // times the connection cap bounds the server's memory (`tierd status --json`
+                // pretty-prints).
+                body: serde_json::to_string(&doc).unwrap_or_default(),
             }
         }
         "/healthz" => liveness(opts.heartbeat.as_ref(), opts.liveness_timeout),

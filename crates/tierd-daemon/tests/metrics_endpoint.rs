@@ -263,7 +263,7 @@ fn an_endless_header_gets_431_and_is_closed_with_bounded_reads() {
 
 #[test]
 fn a_one_byte_a_second_reader_does_not_block_probes_and_is_dropped_at_the_deadline() {
-    // A /status of 50000 processes is 10+ MB: far more than the socket buffers hold, so
+    // A /status of 80000 processes is 10+ MB: far more than the socket buffers hold, so
     // the server is stuck writing to the slow reader until its deadline.
     let opts = ServerOptions {
         limits: Limits {
@@ -272,7 +272,7 @@ fn a_one_byte_a_second_reader_does_not_block_probes_and_is_dropped_at_the_deadli
         },
         ..ServerOptions::default()
     };
-    let srv = start(snapshot(50_000), opts);
+    let srv = start(snapshot(80_000), opts);
     let addr = srv.addr();
     let mut slow = TcpStream::connect(addr).expect("connect");
     slow.set_read_timeout(Some(Duration::from_secs(30)))

@@ -55,10 +55,13 @@ impl ChaosParams {
         ChaosParams {
             duration_s,
             kill_every_s: 25,
-            // 1024 pids: the kernel hands out 300..1023 after the first wrap (kernel/pid.c
-            // `alloc_pid()`; the floor `pid_max_min` is RESERVED_PIDS + 1 = 301), so the
-            // spawner's processes and threads wrap it every few seconds.
-            pid_max: 1024,
+            // 512: after the first wrap the kernel hands out pids 300..511 (kernel/pid.c
+            // `alloc_pid()` wraps to RESERVED_PIDS; the sysctl's floor `pid_max_min` is
+            // RESERVED_PIDS + 1 = 301), so the spawner's processes and threads (a few dozen
+            // a second under TCG) wrap it every few seconds; the guest's live tasks (about
+            // 150, most kernel threads below 300) leave it room. 1024 wrapped only every
+            // 20-25 s here.
+            pid_max: 512,
             idle_conns: 1000,
             resume_timeout_s: 30,
         }
@@ -129,11 +132,11 @@ $W http-abuse --mode slow-read --secs $D > $C/abuse-slow.log 2>&1 &
 A="$A $!"
 $W prober --state-file $C/state --secs $D > $C/prober.log 2>&1 &
 A="$A $!"
-echo "LAB CHAOS harness started t=$(lab_t)"
+echo "LAB CHAOS harness started t=$(lab_t) tasks=$(cut -d' ' -f4 /proc/loadavg)"
 for p in $A; do wait $p; done
 kill -TERM $PID_integrity; wait $PID_integrity
 echo "LAB CHAOS harness vmstat1 $(grep -E '^(pgmigrate_success|thp_migration_success) ' /proc/vmstat | tr ' ' '=' | tr '\n' ' ')"
-echo "LAB CHAOS harness end t=$(lab_t)"
+echo "LAB CHAOS harness end t=$(lab_t) tasks=$(cut -d' ' -f4 /proc/loadavg)"
 for f in $C/*.log; do n=$(basename $f .log); sed "s/^/LAB CHAOS $n /" $f; done
 "#,
         d = p.duration_s,
@@ -215,6 +218,14 @@ pub struct ChaosReport {
     pub idle_held_max: Option<u64>,
     /// Files with hostile names mapped.
     pub hostile_files: Option<u64>,
+    /// Pages tierd promoted and demoted, summed over its processes (each one's last
+    /// `/status`; a SIGKILL loses its last seconds).
+    pub tierd_promoted: Option<u64>,
+    /// As above, demoted.
+    pub tierd_demoted: Option<u64>,
+    /// The most pages of the integrity workload's 64 MiB on the fast node at once (its own
+    /// `move_pages` query every 5 s).
+    pub integrity_fast_max: Option<u64>,
     /// Growth of the kernel's `pgmigrate_success` (tierd's moves, hotplug, compaction).
     pub migrated_pages: Option<u64>,
     /// The lines that explain a failure: tierd exits and their stderr, resumes, failed probes,
@@ -242,8 +253,9 @@ pub fn parse_console(console: &str) -> ChaosReport {
         let Some(rest) = l.strip_prefix("LAB CHAOS ") else {
             continue;
         };
-        // `<log name> <the actor's line>`
-        let (_, line) = rest.split_once(' ').unwrap_or(("", rest));
+        // `<log name> <the actor's line>`; the harness's own lines have no log name.
+        let (name, line) = rest.split_once(' ').unwrap_or(("", rest));
+        let line = if name == "harness" { rest } else { line };
         let word = |i: usize| line.split_whitespace().nth(i).unwrap_or("");
         if line.contains(" done ") || line.ends_with(" done") {
             r.done_lines.push(line.to_string());
@@ -261,6 +273,8 @@ pub fn parse_console(console: &str) -> ChaosReport {
                 r.peak_fds = field(line, "peak_fds");
                 r.peak_threads = field(line, "peak_threads");
                 r.stop_rc = field(line, "stop_rc");
+                r.tierd_promoted = field(line, "promoted");
+                r.tierd_demoted = field(line, "demoted");
             }
             ("supervisor", _) | ("prober", "fail") | ("spawner", "out-of-scope") => {
                 r.events.push(line.to_string());
@@ -287,6 +301,11 @@ pub fn parse_console(console: &str) -> ChaosReport {
                 r.children = field(line, "spawned_in").zip(field(line, "spawned_out"));
             }
             ("integrity", "done") => r.checksum_failures = field(line, "failures"),
+            ("integrity", w) if w.starts_with("t=") => {
+                if let Some(n0) = field::<u64>(line, "n0") {
+                    r.integrity_fast_max = Some(r.integrity_fast_max.unwrap_or(0).max(n0));
+                }
+            }
             ("integrity", "bad") => r.events.push(line.to_string()),
             ("hotplug", "done") => {
                 r.blocks_offlined = field(line, "offlined");
@@ -485,9 +504,20 @@ pub fn table(r: &ChaosReport) -> String {
         ),
         ("hostile-name files mapped".into(), show(r.hostile_files)),
         (
+            "tiering: pages tierd promoted / demoted; integrity pages on node 0 (max of 16384)"
+                .into(),
+            format!(
+                "{} / {}; {}",
+                show(r.tierd_promoted),
+                show(r.tierd_demoted),
+                show(r.integrity_fast_max)
+            ),
+        ),
+        (
             "pages migrated (kernel pgmigrate_success)".into(),
             show(r.migrated_pages),
         ),
+        ("guest wall time".into(), format!("{:.0} s", r.wall_s)),
     ];
     let mut s = String::from("| figure | value |\n|---|---|\n");
     for (k, v) in rows.drain(..) {
@@ -544,13 +574,15 @@ mod tests {
     use super::*;
 
     const CONSOLE: &str = "\
-LAB CHAOS harness harness pid_max=1024
-LAB CHAOS harness harness vmstat0 pgmigrate_success=100 thp_migration_success=0 
-LAB CHAOS harness harness vmstat1 pgmigrate_success=5100 thp_migration_success=3 
+LAB CHAOS harness pid_max=1024
+LAB CHAOS harness vmstat0 pgmigrate_success=100 thp_migration_success=0 
+LAB CHAOS integrity integrity t=5.0 verified_pages=1 failures=0 passes=1 rewritten_pages=1 n0=7 n1=2 n2=0 n3=0 other=0
+LAB CHAOS integrity integrity t=10.0 verified_pages=1 failures=0 passes=1 rewritten_pages=1 n0=3 n1=2 n2=0 n3=0 other=0
+LAB CHAOS harness vmstat1 pgmigrate_success=5100 thp_migration_success=3 
 LAB CHAOS supervisor supervisor kill n=1 pid=500 asked=true status=signal: 9 (SIGKILL) t=40.0
 LAB CHAOS supervisor supervisor exit n=2 pid=700 asked=false status=exit status: 1 code=Some(1) signal=None after_s=0.4
 LAB CHAOS supervisor supervisor stderr n=2 | Error: DAMON kdamond 0 is in use by someone else
-LAB CHAOS supervisor supervisor done starts=4 kills=3 unasked_exits=1 resumed=2 not_resumed=1 resume_max_s=4.2 first_pass_s=2.0 peak_rss_kib=20480 peak_fds=40 peak_threads=12 stop_rc=0
+LAB CHAOS supervisor supervisor done starts=4 kills=3 unasked_exits=1 resumed=2 not_resumed=1 resume_max_s=4.2 first_pass_s=2.0 peak_rss_kib=20480 peak_fds=40 peak_threads=12 promoted=900 demoted=40 stop_rc=0
 LAB CHAOS prober prober fail t=50.1 timeout after 0 bytes
 LAB CHAOS prober prober done probes=400 ok=398 failed=2 bad_status=0 excluded_down=20 max_ok_ms=310
 LAB CHAOS hog hog done pages=16384 moved_max=0 hotplugged_max=0 checks=60 passes=1000
@@ -575,6 +607,8 @@ LAB CHAOS hostile hostile-names done files=13 passes=99
         assert_eq!(r.resume_max_s, Some(4.2));
         assert_eq!((r.peak_rss_kib, r.peak_fds), (Some(20480), Some(40)));
         assert_eq!(r.stop_rc.as_deref(), Some("0"));
+        assert_eq!((r.tierd_promoted, r.tierd_demoted), (Some(900), Some(40)));
+        assert_eq!(r.integrity_fast_max, Some(7));
         assert_eq!(
             (r.probes, r.probes_ok, r.probes_excluded),
             (Some(400), Some(398), Some(20))
@@ -621,7 +655,7 @@ LAB CHAOS hostile hostile-names done files=13 passes=99
         let s = script(&ChaosParams::quick());
         for needle in [
             "echo always > /sys/kernel/mm/transparent_hugepage/enabled",
-            "echo 1024 > /proc/sys/kernel/pid_max",
+            "echo 512 > /proc/sys/kernel/pid_max",
             "--kill-every-s 15 --secs $D",
             "http-abuse --mode idle --conns 1000",
             "http-abuse --mode endless-header",

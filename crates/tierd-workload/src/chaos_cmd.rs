@@ -1091,6 +1091,14 @@ fn fd_count(pid: u32) -> Option<u64> {
     Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64)
 }
 
+/// What an incarnation's watcher reports.
+enum Msg {
+    /// Its resume (once).
+    Resume(Resume),
+    /// Pages it promoted and demoted, last seen in its /status (when it ended).
+    Moved { promoted: u64, demoted: u64 },
+}
+
 /// What a resume watcher saw of incarnation `n`.
 struct Resume {
     n: u64,
@@ -1134,6 +1142,8 @@ struct SuperTally {
     peak_rss_kib: u64,
     peak_fds: u64,
     peak_threads: u64,
+    promoted: u64,
+    demoted: u64,
 }
 
 impl Supervisor {
@@ -1141,7 +1151,7 @@ impl Supervisor {
         &self,
         n: u64,
         after_kill: Option<Instant>,
-        tx: &mpsc::Sender<Resume>,
+        tx: &mpsc::Sender<Msg>,
     ) -> Result<Incarnation> {
         let out = File::create(self.log_dir.join(format!("tierd-{n}.out")))?;
         let err = File::create(self.log_dir.join(format!("tierd-{n}.err")))?;
@@ -1171,24 +1181,77 @@ impl Supervisor {
         let (alive2, tx) = (Arc::clone(&alive), tx.clone());
         let stopping = Arc::clone(&self.stopping);
         std::thread::spawn(move || {
-            let resumed = loop {
-                if from.elapsed() > limit || !alive2.load(Relaxed) {
-                    break None;
-                }
-                if let Ok(s) = tierd_linux::status::fetch_status(addr) {
-                    let passes = s.engine.get("promoter_runs").copied().unwrap_or(0);
-                    if passes > 0 && s.sources.iter().any(|x| x.available) {
-                        break Some(from.elapsed().as_secs_f64());
+            // Until the incarnation ends: look for its first pass (the resume), and every
+            // few seconds print what it has done (the console's record of tiering going on).
+            let (mut resumed, mut sent) = (None, false);
+            let (mut promoted, mut demoted) = (0u64, 0u64);
+            let mut next_line = Instant::now();
+            let mut last_err = String::new();
+            while alive2.load(Relaxed) {
+                match tierd_linux::status::fetch_status(addr) {
+                    Ok(s) => {
+                        let e = |k: &str| s.engine.get(k).copied().unwrap_or(0);
+                        let passes = e("promoter_runs");
+                        (promoted, demoted) = (e("pgpromote_success"), e("pgdemote_success"));
+                        if resumed.is_none() && passes > 0 && s.sources.iter().any(|x| x.available)
+                        {
+                            resumed = Some(from.elapsed().as_secs_f64());
+                        }
+                        if Instant::now() >= next_line {
+                            let sources: Vec<String> = s
+                                .sources
+                                .iter()
+                                .map(|x| {
+                                    if x.available {
+                                        format!("{}:running", x.name)
+                                    } else {
+                                        format!("{}:{:?}", x.name, x.reason)
+                                    }
+                                })
+                                .collect();
+                            let _ = emit(&format_args!(
+                                "supervisor status n={n} t={:.1} uptime_s={:.1} passes={passes} promoted={promoted} demoted={demoted} tracked={} processes={} sources={}",
+                                uptime(),
+                                s.uptime_s,
+                                e("tracked_pages"),
+                                s.processes.len(),
+                                sources.join(",")
+                            ));
+                            next_line = Instant::now() + Duration::from_secs(5);
+                        }
+                    }
+                    Err(err) => {
+                        let err = err.to_string();
+                        if err != last_err && Instant::now() >= next_line {
+                            let _ = emit(&format_args!(
+                                "supervisor status n={n} t={:.1} fetch failed: {err}",
+                                uptime()
+                            ));
+                            next_line = Instant::now() + Duration::from_secs(5);
+                            last_err = err;
+                        }
                     }
                 }
-                std::thread::sleep(Duration::from_millis(250));
-            };
-            let _ = tx.send(Resume {
-                n,
-                after_s: resumed,
-                after_kill: after_kill.is_some(),
-                cut_short: resumed.is_none() && stopping.load(Relaxed),
-            });
+                if !sent && (resumed.is_some() || from.elapsed() > limit) {
+                    sent = true;
+                    let _ = tx.send(Msg::Resume(Resume {
+                        n,
+                        after_s: resumed,
+                        after_kill: after_kill.is_some(),
+                        cut_short: false,
+                    }));
+                }
+                std::thread::sleep(Duration::from_millis(if sent { 1000 } else { 250 }));
+            }
+            if !sent {
+                let _ = tx.send(Msg::Resume(Resume {
+                    n,
+                    after_s: None,
+                    after_kill: after_kill.is_some(),
+                    cut_short: stopping.load(Relaxed),
+                }));
+            }
+            let _ = tx.send(Msg::Moved { promoted, demoted });
         });
         Ok(Incarnation {
             n,
@@ -1221,7 +1284,15 @@ impl Supervisor {
         let mut up = false;
         let mut restart_at: Option<Instant> = None;
         let mut next_sample = Instant::now();
-        let absorb = |t: &mut SuperTally, r: Resume| -> Result<()> {
+        let absorb = |t: &mut SuperTally, m: Msg| -> Result<()> {
+            let r = match m {
+                Msg::Resume(r) => r,
+                Msg::Moved { promoted, demoted } => {
+                    t.promoted += promoted;
+                    t.demoted += demoted;
+                    return Ok(());
+                }
+            };
             let n = r.n;
             if r.cut_short {
                 // Its tierd was stopped at the end of the run before it could show a pass.
@@ -1346,7 +1417,7 @@ impl Supervisor {
             absorb(&mut t, r)?;
         }
         emit(&format_args!(
-            "supervisor done starts={} kills={} unasked_exits={} resumed={} not_resumed={} resume_max_s={:.1} first_pass_s={} peak_rss_kib={} peak_fds={} peak_threads={} stop_rc={stop}",
+            "supervisor done starts={} kills={} unasked_exits={} resumed={} not_resumed={} resume_max_s={:.1} first_pass_s={} peak_rss_kib={} peak_fds={} peak_threads={} promoted={} demoted={} stop_rc={stop}",
             t.starts,
             t.kills,
             t.unasked,
@@ -1356,7 +1427,9 @@ impl Supervisor {
             t.first_pass_s.map_or_else(|| "-".to_string(), |s| format!("{s:.1}")),
             t.peak_rss_kib,
             t.peak_fds,
-            t.peak_threads
+            t.peak_threads,
+            t.promoted,
+            t.demoted
         ))
     }
 }

@@ -39,6 +39,15 @@
 //!   never stops on one and exits 0 ([`report::IntegrityLine`]; non-zero only if it could not
 //!   run). The checking threads make no system calls.
 //!
+//! - The chaos lab's actors (`tierd lab chaos`, see [`chaos`] and docs/lab.md "Chaos"):
+//!   `chaos-spawner` (processes in and out of tierd's scope, pid wraps), `hostile-names`
+//!   (mapped files with names numa_maps prints unescaped), `hog` (out-of-scope hot memory on
+//!   the slow node, no binding policy), `bound` (an in-scope `MPOL_BIND` VMA on the slow node),
+//!   `http-abuse --mode idle|endless-header|slow-read`, `prober` (/metrics within 1 s),
+//!   `supervise` (SIGKILL and restart tierd, count the exits it did not ask for, time the
+//!   resume, sample peak RSS and descriptors), `hotplug` (offline and online the slow node's
+//!   memory blocks) and `cycle-eater`. Each prints one `... done key=value ...` line.
+//!
 //! The parsers for the output lines are in [`report`], so a harness can depend on this crate.
 //!
 //! ## Building it for the initramfs (static)

@@ -246,6 +246,13 @@ pub fn render_status(s: &Snapshot) -> String {
     for (k, v) in &s.mover.pages_failed {
         let _ = writeln!(o, "  failed {k:<12} {v}");
     }
+    // What the daemon survived (docs/daemon.md, "Failure model"); nothing printed when none.
+    if !s.faults.is_empty() {
+        let _ = writeln!(o, "\nfaults survived (by reason):");
+        for (k, v) in &s.faults {
+            let _ = writeln!(o, "  {k:<32} {v}");
+        }
+    }
     let _ = writeln!(o, "\nkernel /proc/vmstat since start (non-zero):");
     for (k, v) in s.kernel_vmstat_delta.iter().filter(|(_, v)| **v > 0) {
         let _ = writeln!(o, "  {k:<32} {v}");
@@ -347,5 +354,25 @@ mod tests {
             !text.contains("pgdemote_success"),
             "zero counters are left out: {text}"
         );
+        assert!(!text.contains("faults survived"), "none: no section");
+        s.faults.insert("damon_targets_einval".into(), 3);
+        let text = render_status(&s);
+        assert!(text.contains("faults survived (by reason):"), "{text}");
+        assert!(text.contains("  damon_targets_einval"), "{text}");
+    }
+
+    #[test]
+    fn errors_map_to_the_documented_exit_codes() {
+        use tierd_daemon::daemon::DaemonError;
+        let cfg = tierd_daemon::config::DaemonConfig::parse(
+            "[scope]\npids = [1]\n[daemon]\nrefresh_ms = 0\n",
+            Path::new("bad.toml"),
+        )
+        .unwrap_err();
+        assert_eq!(exit_code(&anyhow::Error::new(cfg)), 78);
+        let e = anyhow::Error::new(DaemonError::NoSource("none".into()))
+            .context("starting hotness sources");
+        assert_eq!(exit_code(&e), 69);
+        assert_eq!(exit_code(&anyhow::anyhow!("something else")), 1);
     }
 }

@@ -18,6 +18,16 @@ fn tierd(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// The exit status of `tierd ARGS` (docs/daemon.md, "Exit codes").
+fn exit_code(args: &[&str]) -> Option<i32> {
+    Command::new(env!("CARGO_BIN_EXE_tierd"))
+        .args(args)
+        .output()
+        .expect("runs")
+        .status
+        .code()
+}
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -56,6 +66,11 @@ fn config_errors_name_file_line_and_key() {
     assert!(!ok);
     assert!(one_line(&err).contains("scope: nothing in scope"), "{err}");
 
+    // A bad configuration is EX_CONFIG, which the systemd unit does not restart.
+    assert_eq!(
+        exit_code(&["run", "--config", p.to_str().expect("utf8")]),
+        Some(78)
+    );
     let (ok, _, err) = tierd(&["run", "--config", "/nonexistent/tierd.toml"]);
     assert!(!ok);
     assert!(
@@ -85,9 +100,14 @@ fn one_tier_is_refused_clearly() {
     let p = write_config("one-tier.toml", &cfg);
     let (ok, _, err) = tierd(&["run", "--config", p.to_str().expect("utf8")]);
     assert!(!ok);
-    let line = one_line(&err);
-    assert!(line.contains("nothing to tier"), "{line}");
-    assert!(line.contains("one tier"), "{line}");
+    let last = err.lines().last().expect("an error line");
+    assert!(last.contains("nothing to tier"), "{last}");
+    assert!(last.contains("one tier"), "{last}");
+    // Nothing can run here: EX_UNAVAILABLE.
+    assert_eq!(
+        exit_code(&["run", "--config", p.to_str().expect("utf8")]),
+        Some(69)
+    );
 }
 
 /// The guest capture (two nodes, node 1 a lower tier) passes the tier check; DAMON there
@@ -114,6 +134,10 @@ fn two_tiers_pass_preflight_and_a_busy_damon_is_reported_not_taken() {
     assert!(
         last.contains("busy") || last.contains("root-only"),
         "a reason is given: {last}"
+    );
+    assert_eq!(
+        exit_code(&["run", "--dry-run", "--config", p.to_str().expect("utf8")]),
+        Some(69)
     );
 }
 
