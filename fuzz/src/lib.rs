@@ -291,8 +291,11 @@ pub fn scenario(data: &[u8]) {
     let _ = tierd_sim::scenario::Scenario::parse(t, Path::new("fuzz.toml"));
 }
 
+/// A fuzz target: takes the fuzzer's bytes, panics on a bug.
+pub type Target = fn(&[u8]);
+
 /// Every target by name, for the corpus replay and scripts/fuzz.sh's list.
-pub const TARGETS: [(&str, fn(&[u8])); 12] = [
+pub const TARGETS: [(&str, Target); 12] = [
     ("numa_maps", numa_maps),
     ("proc_files", proc_files),
     ("meminfo_vmstat", meminfo_vmstat),

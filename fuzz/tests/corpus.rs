@@ -2,6 +2,7 @@
 //! libFuzzer: each file under `fuzz/regressions/<target>/` (inputs that once crashed a target,
 //! and hand-written seeds of the hostile cases) and the fixture files scripts/fuzz.sh seeds
 //! the targets with. A target that panics on one of them fails here.
+#![allow(clippy::tests_outside_test_module)]
 
 use std::path::{Path, PathBuf};
 
@@ -10,11 +11,13 @@ fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
         return;
     };
     for e in rd {
-        let p = e.expect("dir entry").path();
-        if p.is_dir() {
-            files_under(&p, out);
-        } else {
-            out.push(p);
+        let e = e.expect("dir entry");
+        // The sysfs fixtures hold symlinks, some in cycles: follow none.
+        let ty = e.file_type().expect("file type");
+        if ty.is_dir() {
+            files_under(&e.path(), out);
+        } else if ty.is_file() {
+            out.push(e.path());
         }
     }
 }
@@ -50,12 +53,8 @@ fn fixture_files_pass_every_target() {
     for f in &files {
         let mut data = std::fs::read(f).expect("read");
         data.truncate(16 << 10);
-        for (name, target) in tierd_fuzz::TARGETS {
-            let t0 = std::time::Instant::now();
+        for (_, target) in tierd_fuzz::TARGETS {
             target(&data);
-            if t0.elapsed().as_millis() > 200 {
-                eprintln!("SLOW {name} {} {:?}", f.display(), t0.elapsed());
-            }
         }
     }
 }

@@ -1240,9 +1240,10 @@ pub fn run(
             opts.dry_run,
         );
         if let Some(shared) = &opts.snapshot {
+            let fresh = std::sync::Arc::new(snap.clone());
             match shared.lock() {
-                Ok(mut g) => *g = snap.clone(),
-                Err(p) => *p.into_inner() = snap.clone(),
+                Ok(mut g) => *g = fresh,
+                Err(p) => *p.into_inner() = fresh,
             }
         }
         snap

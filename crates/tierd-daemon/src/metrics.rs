@@ -596,8 +596,17 @@ fn register_http(reg: &mut Registry, h: &HttpCounters) {
     );
 }
 
-/// What the HTTP thread serves: the latest snapshot, replaced by the daemon loop.
-pub type SharedSnapshot = Arc<Mutex<Snapshot>>;
+/// What the HTTP thread serves: the latest snapshot, replaced by the daemon loop. Behind an
+/// `Arc` so that a scrape holds the lock only to clone a pointer: a snapshot of a host with
+/// tens of thousands of processes takes tens of milliseconds to copy, and the loop must not
+/// wait that long to publish.
+pub type SharedSnapshot = Arc<Mutex<Arc<Snapshot>>>;
+
+/// A [`SharedSnapshot`] holding `snap`.
+#[must_use]
+pub fn shared_snapshot(snap: Snapshot) -> SharedSnapshot {
+    Arc::new(Mutex::new(Arc::new(snap)))
+}
 
 /// Proof of life from the tiering loop: the loop calls [`Heartbeat::beat`] after each pass
 /// and `/healthz` fails when the last beat is older than the liveness timeout.
@@ -731,9 +740,9 @@ fn liveness(heartbeat: Option<&Heartbeat>, timeout: Duration) -> Reply {
 /// rendered after it is released.
 fn answer(path: &str, shared: &SharedSnapshot, opts: &ServerOptions, stats: &HttpStats) -> Reply {
     let snapshot = || match shared.lock() {
-        Ok(g) => g.clone(),
+        Ok(g) => Arc::clone(&g),
         // A poisoned lock means the daemon loop panicked; serve what is there.
-        Err(p) => p.into_inner().clone(),
+        Err(p) => Arc::clone(&p.into_inner()),
     };
     match path {
         "/metrics" => {
@@ -1001,7 +1010,7 @@ mod tests {
 
     #[test]
     fn server_serves_metrics_and_status_and_status_round_trips() {
-        let shared: SharedSnapshot = Arc::new(Mutex::new(sample()));
+        let shared: SharedSnapshot = shared_snapshot(sample());
         let srv = MetricsServer::start("127.0.0.1:0".parse().expect("addr"), shared.clone())
             .expect("bind loopback");
         let got = fetch_status(srv.addr()).expect("status");
@@ -1013,7 +1022,9 @@ mod tests {
             .expect("text");
         assert!(text.contains("tierd_pgpromote_success_total 1234"));
         // The daemon replaces the snapshot; the next scrape sees it.
-        shared.lock().expect("lock").mover.pages_moved = 99;
+        Arc::make_mut(&mut shared.lock().expect("lock"))
+            .mover
+            .pages_moved = 99;
         assert_eq!(
             fetch_status(srv.addr()).expect("status").mover.pages_moved,
             99

@@ -371,7 +371,6 @@ mod tests {
     use crate::metrics::{MetricsServer, ServerOptions, SharedSnapshot, Snapshot};
     use std::collections::VecDeque;
     use std::io::{Read, Write};
-    use std::sync::Mutex;
 
     /// The listener, with accept(2) failures injected before it.
     struct Faulty {
@@ -423,7 +422,7 @@ mod tests {
             listener,
             faults: faults.into_iter().collect(),
         };
-        let shared: SharedSnapshot = Arc::new(Mutex::new(Snapshot::default()));
+        let shared: SharedSnapshot = crate::metrics::shared_snapshot(Snapshot::default());
         let srv = MetricsServer::spawn(rt, addr, acceptor, shared, ServerOptions::default())
             .expect("spawn");
         // The first connection waits behind the injected failures, then is served.

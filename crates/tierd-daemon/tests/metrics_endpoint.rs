@@ -10,7 +10,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tierd_daemon::metrics::{
@@ -40,7 +40,7 @@ fn snapshot(processes: u32) -> Snapshot {
 }
 
 fn start(snap: Snapshot, opts: ServerOptions) -> MetricsServer {
-    let shared: SharedSnapshot = Arc::new(Mutex::new(snap));
+    let shared: SharedSnapshot = tierd_daemon::metrics::shared_snapshot(snap);
     MetricsServer::start_with("127.0.0.1:0".parse().expect("addr"), shared, opts)
         .expect("bind loopback")
 }
@@ -251,7 +251,10 @@ fn an_endless_header_gets_431_and_is_closed_with_bounded_reads() {
         }
         assert!(sent < 64 << 20, "the server kept reading: {sent} bytes");
     };
-    eprintln!("endless header: closed after {sent} bytes written ({closed})");
+    eprintln!(
+        "endless header: answer {:?}, closed after {sent} bytes written ({closed})",
+        answer.map(|()| String::from_utf8_lossy(&head).into_owned())
+    );
     assert_ne!(
         closed.kind(),
         ErrorKind::WouldBlock,

@@ -243,7 +243,8 @@ pub fn experiment(id: &str, quick: bool) -> Result<Experiment, LabError> {
         _ => Err(LabError::Unknown {
             what: "experiment",
             name: id.to_string(),
-            known: EXPERIMENTS.join(", "),
+            // chaos is run on its own (`tierd lab chaos`, [`chaos`]), not with the others.
+            known: format!("{}, chaos", EXPERIMENTS.join(", ")),
         }),
     }
 }

@@ -10,6 +10,7 @@
 //! File names are arbitrary bytes (NUL and, in paths, nothing else excluded). The readers
 //! decode `/proc` text as UTF-8 lossily (`read::read_text`), so a name's bytes that are not
 //! UTF-8 come back as U+FFFD: the expected value is the lossy decoding of the name printed.
+#![allow(clippy::tests_outside_test_module)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -105,7 +105,7 @@ pub fn run_daemon(
     for s in &statuses {
         eprintln!("source {:<16} {}: {}", s.name, s.state(), s.reason);
     }
-    let shared: SharedSnapshot = Arc::new(Mutex::new(Snapshot::default()));
+    let shared: SharedSnapshot = tierd_daemon::metrics::shared_snapshot(Snapshot::default());
     // Made before the first pass: the loop has the whole liveness timeout for it.
     let heartbeat = Heartbeat::new();
     let server = MetricsServer::start_with(
@@ -373,6 +373,6 @@ mod tests {
         let e = anyhow::Error::new(DaemonError::NoSource("none".into()))
             .context("starting hotness sources");
         assert_eq!(exit_code(&e), 69);
-        assert_eq!(exit_code(&anyhow::anyhow!("something else")), 1);
+        assert_eq!(exit_code(&anyhow::Error::msg("a bug")), 1);
     }
 }

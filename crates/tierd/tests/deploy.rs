@@ -10,7 +10,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 use serde_json::Value as Json;
 use serde_norway::Value as Yaml;
@@ -444,7 +443,7 @@ fn probes_and_scrape_annotations_match_the_metrics_endpoint() {
         paths.push(s(p, "httpGet.path").to_string());
     }
     // The paths are ones the daemon's endpoint serves (and an unknown one is a 404).
-    let shared: SharedSnapshot = Arc::new(Mutex::new(populated()));
+    let shared: SharedSnapshot = tierd_daemon::metrics::shared_snapshot(populated());
     let srv = MetricsServer::start("127.0.0.1:0".parse().expect("addr"), shared).expect("bind");
     for p in &paths {
         assert_eq!(http_status(srv.addr(), p), 200, "{p}");

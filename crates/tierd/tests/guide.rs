@@ -222,7 +222,7 @@ fn the_code_has_the_messages_this_test_expects() {
         "nothing to tier",
         "kernel.numa_balancing",
         "DAMON busy",
-        "daemon.metrics_listen",
+        "daemon.refresh_ms",
         "is not a top-tier node",
     ] {
         assert!(
