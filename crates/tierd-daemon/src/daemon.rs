@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tierd_engine::plan::{CgroupUsage, NodeUsage};
-use tierd_engine::policy::Owner;
+use tierd_engine::policy::{Owner, PolicyMode};
 use tierd_engine::topology::Topology;
 use tierd_engine::types::{Bytes, CgroupId, Nanos, NodeId, NodeMask, SpaceId, PAGE_SHIFT};
 use tierd_engine::{
@@ -655,19 +655,33 @@ impl LinuxBackend {
                 p.maps_sig = sig;
                 p.numa_read_at = now;
             }
+            Ok(stale)
+        };
+        let read_rest = |p: &mut ScopedProcess| -> Result<(), ReadError> {
             let st = read_status(&proc_root, pid)?;
             p.comm = st.name;
             p.mems_allowed = st.mems_allowed;
             p.cgroup = unified_path(&read_proc_cgroup(&proc_root, pid)?)
                 .unwrap_or("/")
                 .to_string();
-            Ok(stale)
+            Ok(())
         };
-        match read(&mut p) {
+        let result = read(&mut p).and_then(|stale| read_rest(&mut p).map(|()| stale));
+        match result {
             // Kernel threads have no memory map: nothing to tier.
             Ok(_) if p.vmas.is_empty() => None,
             Ok(reread) => {
                 self.faults.count("numa_maps_reused", u64::from(!reread));
+                if reread {
+                    // A policy from a newer kernel: its pages are never moved (the engine's
+                    // MemPolicy::may_move); counted so that the operator sees it.
+                    let unknown = p
+                        .vmas
+                        .iter()
+                        .filter(|v| v.numa.policy.policy.mode == PolicyMode::Unknown)
+                        .count() as u64;
+                    self.faults.count("policy_unknown_vmas", unknown);
+                }
                 // Read, then checked: if the process had exited meanwhile, the files read
                 // may already be its successor's.
                 if p.handle.is_alive(&proc_root) {

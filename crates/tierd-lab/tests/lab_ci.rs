@@ -129,6 +129,7 @@ fn chaos_short_tierd_survives_and_never_moves_what_it_must_not() {
     for e in &r.events {
         println!("  {e}");
     }
+    println!("guest wall time {:.0} s", r.wall_s);
     let failures = r.failures();
     if !failures.is_empty() {
         let lab: Vec<&str> = console.lines().filter(|l| l.starts_with("LAB")).collect();

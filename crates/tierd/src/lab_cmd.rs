@@ -138,7 +138,12 @@ pub fn lab_chaos(
         report.wall_s,
         tierd_lab::chaos::table(&report)
     ));
-    for e in &report.events {
+    // The supervisor's periodic status lines stay in --json; the rest explain failures.
+    for e in report
+        .events
+        .iter()
+        .filter(|e| !e.starts_with("supervisor status"))
+    {
         text.push_str(&format!("  {e}\n"));
     }
     let failures = report.failures();
