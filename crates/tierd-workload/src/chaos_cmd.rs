@@ -1381,6 +1381,8 @@ impl Supervisor {
         }
         // The end: SIGTERM, as systemd stops a service; it must exit 0.
         self.stopping.store(true, Relaxed);
+        // Asked to stop: probes from here on are not the endpoint's to answer.
+        write_state(&self.state_file, "down");
         let mut stop = String::from("none");
         if let Some(mut inc) = cur.take() {
             let pid = inc.child.id();
