@@ -365,8 +365,8 @@ struct ScopedProcess {
     /// A hash of `/proc/PID/maps` when `numa_maps` was last read: the VMAs and their
     /// policies change only when it does.
     maps_sig: u64,
-    /// When `numa_maps` was last read.
-    numa_read_at: Nanos,
+    /// When `numa_maps` was last read; `None` until the first read.
+    numa_read_at: Option<Nanos>,
 }
 
 /// The Linux implementation of the engine's [`Backend`]. It never fails once built: what
@@ -394,8 +394,6 @@ pub struct LinuxBackend {
     fast_nodes: Vec<NodeId>,
     /// What was survived, by reason.
     pub faults: Faults,
-    /// Processes that vanished between a listing and a read: counted, not raised.
-    pub gone: u64,
     /// Pages the dry run would have moved.
     pub planned_pages: u64,
     /// What locating the sources' ranges did, summed over the run.
@@ -503,7 +501,6 @@ impl LinuxBackend {
                 .filter(|n| topology.is_toptier(*n))
                 .collect(),
             faults: Faults::default(),
-            gone: 0,
             planned_pages: 0,
             locate_stats: LocateStats::default(),
             dry_run_log: Vec::new(),
@@ -588,48 +585,38 @@ impl LinuxBackend {
 
     /// Reads one process for the scope: held by a pidfd first, its files read, then the
     /// pidfd checked, so that what was read is this process's and not a successor's. `prev`
-    /// is what the last refresh read of the same process: its VMAs are kept when its maps
-    /// did not change and were read recently.
+    /// is what the last refresh read of the same process: its handle is kept, and its VMAs
+    /// too when its maps did not change and were read recently.
     fn read_process(
         &mut self,
         pid: u32,
         prev: Option<ScopedProcess>,
         now: Nanos,
     ) -> Option<ScopedProcess> {
-        let proc_root = self.cfg.system.proc_root.clone();
-        let handle = match prev {
-            // Held since an earlier refresh: keep the handle (and the VMAs, if the maps did
-            // not change).
-            Some(p) => return self.reread_process(pid, p, now),
-            None => match ProcessHandle::open(&proc_root, pid, self.use_pidfd) {
-                Ok(h) => h,
+        let p = match prev {
+            Some(p) => p,
+            None => match ProcessHandle::open(&self.cfg.system.proc_root, pid, self.use_pidfd) {
+                Ok(handle) => ScopedProcess {
+                    handle,
+                    comm: String::new(),
+                    cgroup: String::new(),
+                    mems_allowed: NodeMask::EMPTY,
+                    vmas: Vec::new(),
+                    maps_sig: 0,
+                    numa_read_at: None,
+                },
                 Err(e) if e.is_gone() => {
-                    self.gone += 1;
                     self.faults.count("process_gone", 1);
                     return None;
                 }
                 Err(e) => {
-                    let errno = match &e {
-                        tierd_linux::process::ProcessError::Pidfd { source, .. } => {
-                            source.raw_os_error()
-                        }
-                        _ => None,
-                    };
-                    self.faults.record(&io_reason("pidfd", errno), &chain(&e));
+                    self.faults
+                        .record(&io_reason("pidfd", e.errno()), &chain(&e));
                     return None;
                 }
             },
         };
-        let fresh = ScopedProcess {
-            handle,
-            comm: String::new(),
-            cgroup: String::new(),
-            mems_allowed: NodeMask::EMPTY,
-            vmas: Vec::new(),
-            maps_sig: 0,
-            numa_read_at: Nanos(0),
-        };
-        self.reread_process(pid, fresh, now)
+        self.reread_process(pid, p, now)
     }
 
     /// Re-reads the files of a process already held (see [`Self::read_process`]).
@@ -641,7 +628,6 @@ impl LinuxBackend {
     ) -> Option<ScopedProcess> {
         let proc_root = self.cfg.system.proc_root.clone();
         let max_age = Nanos::from_millis(self.cfg.daemon.numa_maps_max_age_ms);
-        let fresh = p.vmas.is_empty() && p.maps_sig == 0;
         let read = |p: &mut ScopedProcess| -> Result<bool, ReadError> {
             let maps_path = proc_root.join(pid.to_string()).join("maps");
             let maps = std::fs::read(&maps_path).map_err(|source| ReadError::Io {
@@ -649,11 +635,13 @@ impl LinuxBackend {
                 source,
             })?;
             let sig = hash_bytes(&maps);
-            let stale = fresh || sig != p.maps_sig || now.saturating_sub(p.numa_read_at) >= max_age;
+            let stale = sig != p.maps_sig
+                || p.numa_read_at
+                    .is_none_or(|at| now.saturating_sub(at) >= max_age);
             if stale {
                 p.vmas = read_vmas(&proc_root, pid)?;
                 p.maps_sig = sig;
-                p.numa_read_at = now;
+                p.numa_read_at = Some(now);
             }
             Ok(stale)
         };
@@ -687,13 +675,11 @@ impl LinuxBackend {
                 if p.handle.is_alive(&proc_root) {
                     Some(p)
                 } else {
-                    self.gone += 1;
                     self.faults.count("process_gone", 1);
                     None
                 }
             }
             Err(e) if e.is_gone() => {
-                self.gone += 1;
                 self.faults.count("process_gone", 1);
                 None
             }
@@ -1315,7 +1301,7 @@ pub fn run(
     }
     backend.stop();
     summary.planned_pages = backend.planned_pages;
-    summary.gone = backend.gone;
+    summary.gone = backend.faults.get("process_gone");
     summary.snapshot = publish(&engine, &backend);
     Ok(summary)
 }

@@ -65,6 +65,19 @@ pub enum ProcessError {
 }
 
 impl ProcessError {
+    /// The OS error number behind it, when there is one (for counting by reason).
+    #[must_use]
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            ProcessError::Gone { .. } => Some(libc::ESRCH),
+            ProcessError::Pidfd { source, .. } => source.raw_os_error(),
+            ProcessError::Stat { source, .. } => match source.as_ref() {
+                ReadError::Io { source, .. } => source.raw_os_error(),
+                ReadError::Parse { .. } => None,
+            },
+        }
+    }
+
     /// Whether the process simply went away (an expected race, counted, not raised).
     #[must_use]
     pub fn is_gone(&self) -> bool {
