@@ -527,6 +527,40 @@ pub struct AnonMapping {
     len: usize,
 }
 
+/// `len` rounded up to whole pages; `what` names the length in the error for 0 or overflow.
+fn page_rounded(len: usize, what: &str) -> Result<usize, SysError> {
+    let ps = page_size();
+    len.checked_add(ps - 1)
+        .map(|l| l / ps * ps)
+        .filter(|l| *l > 0)
+        .ok_or_else(|| SysError::Invalid {
+            call: "mmap",
+            what: format!("{what} {len}"),
+        })
+}
+
+/// `mmap(NULL, len, prot, flags, fd, 0)`: a fresh mapping at an address of the kernel's
+/// choosing (the owner unmaps it on drop); `failed` turns the OS error into the caller's.
+fn mmap_fresh(
+    len: usize,
+    prot: libc::c_int,
+    flags: libc::c_int,
+    fd: libc::c_int,
+    failed: impl FnOnce(io::Error) -> SysError,
+) -> Result<std::ptr::NonNull<u8>, SysError> {
+    // SAFETY: no address hint, so the new mapping cannot overlap anything we own; `fd` is -1
+    // for an anonymous mapping or an open file the caller borrows for the call. The result
+    // is checked for MAP_FAILED below.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(failed(io::Error::last_os_error()));
+    }
+    std::ptr::NonNull::new(p.cast::<u8>()).ok_or_else(|| SysError::Invalid {
+        call: "mmap",
+        what: "kernel returned a NULL mapping".to_owned(),
+    })
+}
+
 // SAFETY: the mapping is plain memory owned exclusively by this value; access goes through
 // `&self`/`&mut self` borrows, so the usual aliasing rules apply across threads.
 unsafe impl Send for AnonMapping {}
@@ -540,37 +574,17 @@ impl AnonMapping {
     /// [`SysError::Invalid`] for `len == 0` or an overflowing length; [`SysError::Mmap`] if the
     /// kernel refuses (`ENOMEM`).
     pub fn new(len: usize) -> Result<Self, SysError> {
-        let ps = page_size();
-        let rounded = len
-            .checked_add(ps - 1)
-            .map(|l| l / ps * ps)
-            .filter(|l| *l > 0)
-            .ok_or_else(|| SysError::Invalid {
-                call: "mmap",
-                what: format!("length {len}"),
-            })?;
-        // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing; it cannot
-        // overlap anything we own. The result is checked for MAP_FAILED below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                rounded,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(SysError::Mmap {
+        let rounded = page_rounded(len, "length")?;
+        let ptr = mmap_fresh(
+            rounded,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            |source| SysError::Mmap {
                 len: rounded,
-                source: io::Error::last_os_error(),
-            });
-        }
-        let ptr = std::ptr::NonNull::new(p.cast::<u8>()).ok_or_else(|| SysError::Invalid {
-            call: "mmap",
-            what: "kernel returned a NULL mapping".to_owned(),
-        })?;
+                source,
+            },
+        )?;
         Ok(AnonMapping { ptr, len: rounded })
     }
 
@@ -703,38 +717,14 @@ impl FileMapping {
     /// [`SysError::Invalid`] for `len == 0`; [`SysError::MmapFile`] if the kernel refuses.
     pub fn new(file: &std::fs::File, len: usize) -> Result<Self, SysError> {
         use std::os::fd::AsRawFd as _;
-        let ps = page_size();
-        let rounded = len
-            .checked_add(ps - 1)
-            .map(|l| l / ps * ps)
-            .filter(|l| *l > 0)
-            .ok_or_else(|| SysError::Invalid {
-                call: "mmap",
-                what: format!("file length {len}"),
-            })?;
+        let rounded = page_rounded(len, "file length")?;
         let fd = file.as_raw_fd();
-        // SAFETY: a fresh shared read-only mapping of an open file at an address of the
-        // kernel's choosing; it cannot overlap anything we own. Checked for MAP_FAILED below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                rounded,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(SysError::MmapFile {
+        let ptr = mmap_fresh(rounded, libc::PROT_READ, libc::MAP_SHARED, fd, |source| {
+            SysError::MmapFile {
                 len: rounded,
                 fd,
-                source: io::Error::last_os_error(),
-            });
-        }
-        let ptr = std::ptr::NonNull::new(p.cast::<u8>()).ok_or_else(|| SysError::Invalid {
-            call: "mmap",
-            what: "kernel returned a NULL mapping".to_owned(),
+                source,
+            }
         })?;
         Ok(FileMapping { ptr, len: rounded })
     }
