@@ -9,13 +9,11 @@
 //! replays the seed corpus and every regression input through them in `cargo test`.
 //! CONTRIBUTING.md ("Fuzzing") says how to run them.
 
-use std::collections::BTreeMap;
-use std::io;
 use std::path::{Path, PathBuf};
 
 use tierd_engine::types::{Nanos, NodeId};
 use tierd_linux::read::{self, cgroup, meminfo, numa_maps, proc, topology, vmstat, ParseError};
-use tierd_linux::source::damon::{self, DamonFs};
+use tierd_linux::source::damon;
 use tierd_linux::source::perf::{ibs::IbsOp, sample, spe, MemSample};
 
 /// The text a reader hands its parser (`read_text`: lossy UTF-8).
@@ -121,34 +119,6 @@ pub fn topology(data: &[u8]) {
     let _ = read::unescape_octal(&t);
 }
 
-/// A DAMON `tried_regions` directory in memory: `list` gives the names, `read` the files.
-#[derive(Debug, Default)]
-struct FakeDamon {
-    dirs: BTreeMap<PathBuf, Vec<String>>,
-    files: BTreeMap<PathBuf, String>,
-}
-
-impl DamonFs for FakeDamon {
-    fn read(&self, path: &Path) -> io::Result<String> {
-        self.files
-            .get(path)
-            .cloned()
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
-    }
-    fn write(&self, _: &Path, _: &str) -> io::Result<()> {
-        Err(io::Error::from(io::ErrorKind::PermissionDenied))
-    }
-    fn exists(&self, path: &Path) -> bool {
-        self.files.contains_key(path) || self.dirs.contains_key(path)
-    }
-    fn list(&self, path: &Path) -> io::Result<Vec<String>> {
-        self.dirs
-            .get(path)
-            .cloned()
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
-    }
-}
-
 /// DAMON's region read-back (`damon::read_tried_regions`) over a directory the input
 /// describes: the first line holds the entry names (space-separated: region numbers, and
 /// anything else, such as `total_bytes`); each following line is the next region file's
@@ -164,7 +134,7 @@ pub fn damon_regions(data: &[u8]) {
         .map(str::to_owned)
         .collect();
     let dir = PathBuf::from("/r");
-    let mut fs = FakeDamon::default();
+    let mut fs = damon::MemFs::default();
     for n in &names {
         if n.parse::<u64>().is_err() {
             continue;

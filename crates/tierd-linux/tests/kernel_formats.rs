@@ -13,8 +13,7 @@
 #![allow(clippy::tests_outside_test_module)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use proptest::prelude::*;
 use tierd_engine::policy::PolicyMode;
@@ -23,7 +22,7 @@ use tierd_linux::pagemap::decode_entries;
 use tierd_linux::read::cgroup::{self, Limit};
 use tierd_linux::read::numa_maps::{self, Backing};
 use tierd_linux::read::{meminfo, parse_list, proc, vmstat};
-use tierd_linux::source::damon::{self, DamonFs};
+use tierd_linux::source::damon;
 
 /// `seq_file_path()`'s escaping (fs/seq_file.c `mangle_path()`): each byte of `esc` as `\ooo`.
 fn escape(name: &[u8], esc: &[u8]) -> Vec<u8> {
@@ -550,7 +549,7 @@ proptest! {
         pid in 1u32..,
     ) {
         let dir = PathBuf::from("/s/tried_regions");
-        let mut fs = MemFs::default();
+        let mut fs = damon::MemFs::default();
         let mut names = vec!["total_bytes".to_owned()];
         fs.files.insert(dir.join("total_bytes"), "0\n".into());
         for (i, (start, len, nr, age)) in regions.iter().enumerate() {
@@ -623,32 +622,4 @@ fn list_string(ids: &BTreeSet<u32>) -> String {
         });
     }
     parts.join(",")
-}
-
-/// A sysfs directory in memory for the DAMON reader.
-#[derive(Debug, Default)]
-struct MemFs {
-    dirs: BTreeMap<PathBuf, Vec<String>>,
-    files: BTreeMap<PathBuf, String>,
-}
-
-impl DamonFs for MemFs {
-    fn read(&self, path: &Path) -> io::Result<String> {
-        self.files
-            .get(path)
-            .cloned()
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
-    }
-    fn write(&self, _: &Path, _: &str) -> io::Result<()> {
-        Err(io::Error::from(io::ErrorKind::PermissionDenied))
-    }
-    fn exists(&self, path: &Path) -> bool {
-        self.files.contains_key(path) || self.dirs.contains_key(path)
-    }
-    fn list(&self, path: &Path) -> io::Result<Vec<String>> {
-        self.dirs
-            .get(path)
-            .cloned()
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
-    }
 }

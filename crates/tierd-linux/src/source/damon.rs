@@ -74,6 +74,38 @@ pub trait DamonFs {
     fn list(&self, path: &Path) -> io::Result<Vec<String>>;
 }
 
+/// A read-only DAMON sysfs tree held in memory: `dirs` give the names `list` returns,
+/// `files` the contents `read` returns; every write is refused (`EACCES`). For feeding the
+/// readers ([`read_tried_regions`]) kernel-shaped input in property tests and fuzz targets.
+#[derive(Clone, Debug, Default)]
+pub struct MemFs {
+    /// Directory path -> the names in it.
+    pub dirs: std::collections::BTreeMap<PathBuf, Vec<String>>,
+    /// File path -> its content.
+    pub files: std::collections::BTreeMap<PathBuf, String>,
+}
+
+impl DamonFs for MemFs {
+    fn read(&self, path: &Path) -> io::Result<String> {
+        self.files
+            .get(path)
+            .cloned()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+    }
+    fn write(&self, _: &Path, _: &str) -> io::Result<()> {
+        Err(io::Error::from(io::ErrorKind::PermissionDenied))
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.files.contains_key(path) || self.dirs.contains_key(path)
+    }
+    fn list(&self, path: &Path) -> io::Result<Vec<String>> {
+        self.dirs
+            .get(path)
+            .cloned()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+    }
+}
+
 /// The real file system.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RealFs;
