@@ -279,9 +279,11 @@ pub fn start_feeds(
                 match DamonMonitor::take_over(RealFs, sys, dc, left) {
                     Ok(mon) => {
                         let reason = if mon.took_over() {
+                            // Not the probe's reason: with the old kdamond still on, the
+                            // probe said "busy".
                             format!(
-                                "{} (took over the kdamond of a previous tierd, {})",
-                                probe.reason,
+                                "{} (vaddr; took over the kdamond of a previous tierd, {})",
+                                sys.join(damon::ADMIN_PATH).display(),
                                 marker.path().display()
                             )
                         } else {
