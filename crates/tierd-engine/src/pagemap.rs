@@ -356,7 +356,7 @@ impl<V: Copy> SizedPageMap<V> {
                     }
                 }
             }
-            PageSize::Huge2M => {
+            PageSize::Huge2M | PageSize::Huge1G => {
                 if let Some(v) = self.base.remove(key) {
                     self.huge.insert(key, v);
                 }
@@ -375,7 +375,7 @@ impl<V: Copy> SizedPageMap<V> {
         self.settle(key, size);
         match size {
             PageSize::Base => self.base.get_or_insert_with(key, f),
-            PageSize::Huge2M => self.huge.entry(key).or_insert_with(f),
+            PageSize::Huge2M | PageSize::Huge1G => self.huge.entry(key).or_insert_with(f),
         }
     }
 
@@ -384,7 +384,7 @@ impl<V: Copy> SizedPageMap<V> {
         self.settle(key, size);
         match size {
             PageSize::Base => self.base.insert(key, v),
-            PageSize::Huge2M => self.huge.insert(key, v),
+            PageSize::Huge2M | PageSize::Huge1G => self.huge.insert(key, v),
         }
     }
 

@@ -13,6 +13,8 @@ pub const PAGE_SIZE: u64 = 4096;
 pub const PAGE_SHIFT: u32 = 12;
 /// Base pages in one PMD-mapped huge page (2 MiB / 4 KiB).
 pub const HPAGE_PMD_NR: u64 = 512;
+/// Base pages in one PUD-mapped huge page (1 GiB / 4 KiB): a gigantic hugetlb page.
+pub const HPAGE_PUD_NR: u64 = 512 * 512;
 /// Most NUMA nodes the engine handles. A [`NodeMask`] is one `u64`; the kernel allows up to
 /// 1024 (`static_assert(MAX_NUMNODES <= 1024)` in mm/pghot-precise.c), which no tiered machine
 /// in sight approaches.
@@ -283,9 +285,11 @@ impl fmt::Display for NodeMask {
     }
 }
 
-/// The size of a tracked unit. A THP is tracked and moved as one unit, as pghot tracks a
-/// folio by its first PFN (mm/pghot.c `pghot_record_access`: "Get the hotness slot
-/// corresponding to the 1st PFN of the folio").
+/// The size of a tracked unit: a folio as the kernel maps it. A THP or hugetlb page is tracked
+/// and moved as one unit, as pghot tracks a folio by its first PFN (mm/pghot.c
+/// `pghot_record_access`: "Get the hotness slot corresponding to the 1st PFN of the folio"),
+/// and as `move_pages(2)` migrates the whole folio of any subpage it is given
+/// (mm/migrate.c `add_folio_for_migration()` isolates the folio, not the page).
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
@@ -295,15 +299,57 @@ pub enum PageSize {
     Base,
     /// A 2 MiB PMD-mapped transparent or hugetlb page.
     Huge2M,
+    /// A 1 GiB PUD-mapped hugetlb page (gigantic page; THPs are never this size for anonymous
+    /// memory).
+    Huge1G,
 }
 
 impl PageSize {
+    /// Every size, smallest first.
+    pub const ALL: [PageSize; 3] = [PageSize::Base, PageSize::Huge2M, PageSize::Huge1G];
+
     /// Base pages in one unit.
     #[must_use]
-    pub fn nr_pages(self) -> Pages {
+    pub const fn nr_pages(self) -> Pages {
         match self {
             PageSize::Base => Pages(1),
             PageSize::Huge2M => Pages(HPAGE_PMD_NR),
+            PageSize::Huge1G => Pages(HPAGE_PUD_NR),
+        }
+    }
+    /// Bytes in one unit.
+    #[must_use]
+    pub const fn bytes(self) -> Bytes {
+        Bytes(self.nr_pages().0 * PAGE_SIZE)
+    }
+    /// Whether this is a huge page (2 MiB or 1 GiB).
+    #[must_use]
+    pub const fn is_huge(self) -> bool {
+        !matches!(self, PageSize::Base)
+    }
+    /// The size whose unit is `kib` KiB (`KernelPageSize` in smaps, `hugepages-<n>kB` in sysfs),
+    /// or `None` for a size the engine does not track (64 KiB pages, mTHP orders).
+    #[must_use]
+    pub const fn from_kib(kib: u64) -> Option<PageSize> {
+        match kib {
+            4 => Some(PageSize::Base),
+            2048 => Some(PageSize::Huge2M),
+            1_048_576 => Some(PageSize::Huge1G),
+            _ => None,
+        }
+    }
+    /// The head of the unit containing `vpn` (`vpn` aligned down to the unit).
+    #[must_use]
+    pub const fn head(self, vpn: Vpn) -> Vpn {
+        Vpn(vpn.0 & !(self.nr_pages().0 - 1))
+    }
+    /// A short name for tables and logs (`4k`, `2m`, `1g`).
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            PageSize::Base => "4k",
+            PageSize::Huge2M => "2m",
+            PageSize::Huge1G => "1g",
         }
     }
 }
@@ -333,15 +379,25 @@ impl PageRef {
             pfn: None,
         }
     }
-    /// A huge page containing `vpn` (the vpn is aligned down to the head).
+    /// A 2 MiB huge page containing `vpn` (the vpn is aligned down to the head).
     #[must_use]
     pub fn huge(space: SpaceId, vpn: Vpn) -> Self {
+        PageRef::sized(space, vpn, PageSize::Huge2M)
+    }
+    /// The unit of `size` containing `vpn` (the vpn is aligned down to its head).
+    #[must_use]
+    pub fn sized(space: SpaceId, vpn: Vpn, size: PageSize) -> Self {
         PageRef {
             space,
-            vpn: Vpn(vpn.0 & !(HPAGE_PMD_NR - 1)),
-            size: PageSize::Huge2M,
+            vpn: size.head(vpn),
+            size,
             pfn: None,
         }
+    }
+    /// The virtual pages the unit covers, `[head, head + nr_pages)`.
+    #[must_use]
+    pub fn vpns(self) -> std::ops::Range<u64> {
+        self.vpn.0..self.vpn.0 + self.size.nr_pages().0
     }
     /// The identity used as a key: (space, head vpn). The frame is carried, not keyed.
     #[must_use]
@@ -381,6 +437,14 @@ mod tests {
         let p = PageRef::huge(SpaceId(1), Vpn(1000));
         assert_eq!(p.vpn, Vpn(512));
         assert_eq!(p.size.nr_pages(), Pages(512));
+        let g = PageRef::sized(SpaceId(1), Vpn(3 * HPAGE_PUD_NR + 5), PageSize::Huge1G);
+        assert_eq!(g.vpn, Vpn(3 * HPAGE_PUD_NR));
+        assert_eq!(g.size.bytes(), Bytes::gib(1));
+        assert_eq!(g.vpns().count() as u64, HPAGE_PUD_NR);
+        for s in PageSize::ALL {
+            assert_eq!(PageSize::from_kib(s.bytes().0 / 1024), Some(s));
+        }
+        assert_eq!(PageSize::from_kib(64), None);
     }
 
     #[test]

@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use tierd_engine::policy::MemPolicy;
 use tierd_engine::topology::Topology;
-use tierd_engine::types::{Bytes, CgroupId, NodeId, PageSize, Pages, SpaceId, Vpn, HPAGE_PMD_NR};
+use tierd_engine::types::{Bytes, CgroupId, NodeId, PageSize, Pages, SpaceId, Vpn};
 use tierd_engine::MoveError;
 
 /// A tracked page (base or huge), numbered densely across all regions.
@@ -954,10 +954,8 @@ pub fn units_for(bytes: Bytes, size: PageSize) -> u64 {
 /// The head vpn alignment a region needs (huge regions start on a 2 MiB boundary).
 #[must_use]
 pub fn align_vpn(vpn: u64, size: PageSize) -> u64 {
-    match size {
-        PageSize::Base => vpn,
-        PageSize::Huge2M => vpn.div_ceil(HPAGE_PMD_NR) * HPAGE_PMD_NR,
-    }
+    // Every size's unit is a power of two of base pages.
+    vpn.next_multiple_of(size.nr_pages().0)
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use tierd_engine::backend::{Backend, OwnerUpdate, StepBuffers};
 use tierd_engine::policy::Owner;
 use tierd_engine::sources::{Observation, SourceKind};
 use tierd_engine::topology::Topology;
-use tierd_engine::types::{Bytes, CgroupId, Nanos, PageRef, PageSize, SpaceId, Vpn};
+use tierd_engine::types::{Bytes, CgroupId, Nanos, PageRef, SpaceId, Vpn};
 use tierd_engine::{
     CgroupUsage, Engine, MigrationBatch, MigrationReport, MoveOutcome, NodeUsage, SystemUsage,
     ThresholdMode,
@@ -146,10 +146,7 @@ fn page_ref(ctx: &Ctx<'_>, u: UnitId) -> PageRef {
 /// [`page_ref`] when the unit's region is known (a sample knows its class).
 fn page_ref_in(r: &crate::memory::Region, u: UnitId) -> PageRef {
     let vpn = r.vpn_of(u);
-    match r.page_size {
-        PageSize::Base => PageRef::base(r.space, vpn),
-        PageSize::Huge2M => PageRef::huge(r.space, vpn),
-    }
+    PageRef::sized(r.space, vpn, r.page_size)
 }
 
 impl Backend for SimBackend<'_, '_> {

@@ -377,7 +377,7 @@ impl<R: Record> Table<R> {
                 }
                 offset_in_chunk(key.vpn)
             }
-            PageSize::Huge2M => {
+            PageSize::Huge2M | PageSize::Huge1G => {
                 if !self.metas[slot].huge {
                     // Base pages collapsed into a THP (or a fresh chunk): the new folio
                     // starts with a clean record at its head.
