@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 secs="${1:-${TIERD_FUZZ_SECONDS:-8}}"
 shift || true
 all=(numa_maps proc_files meminfo_vmstat cgroup topology damon_regions perf_sample ibs spe
-  pagemap daemon_config scenario)
+  pagemap daemon_config scenario smaps kpageflags)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 
@@ -59,6 +59,8 @@ seeds() {
     topology) find "$fixtures" \( -path '*/system/node/*' -o -name nodelist -o -name numa_balancing \
       -o -name demotion_enabled \) -type f ;;
     pagemap) find "$fixtures" -name pagemap ;;
+    smaps) find "$fixtures" -name smaps ;;
+    kpageflags) find "$fixtures" -name 'kpageflags.bin' ;;
     daemon_config) find deploy -name '*.toml' ;;
     scenario) find scenarios -name '*.toml' ;;
   esac

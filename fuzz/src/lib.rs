@@ -115,6 +115,10 @@ pub fn topology(data: &[u8]) {
     check_line(&t, &topology::parse_numa_balancing(&t));
     check_line(&t, &topology::parse_sysfs_bool(&t));
     check_line(&t, &read::parse_u64(&t));
+    // A node's hugetlb pool count (`nodeN/hugepages/hugepages-<kB>kB/free_hugepages`).
+    if let Ok(n) = tierd_daemon::hugepages::parse_count(&t) {
+        assert_eq!(tierd_daemon::hugepages::parse_count(&format!("{n}\n")), Ok(n));
+    }
     let _ = read::unescape_seq_path(&t, read::NUMA_MAPS_ESCAPED);
     let _ = read::unescape_octal(&t);
 }
@@ -240,6 +244,70 @@ pub fn pagemap(data: &[u8]) {
     }
 }
 
+/// `/proc/PID/smaps`, and what the folio map's smaps method makes of each VMA.
+pub fn smaps(data: &[u8]) {
+    use tierd_engine::types::Vpn;
+    let t = text(data);
+    let r = tierd_linux::read::smaps::parse_smaps(&t);
+    check_line(&t, &r);
+    for v in r.into_iter().flatten() {
+        assert!(v.vma.start <= v.vma.end);
+        let (start, end) = (v.start_vpn().0, v.end_vpn().0);
+        // First, last and a middle page: a folio holds its page, at its natural alignment.
+        for vpn in [start, end.saturating_sub(1), start + (end - start) / 2] {
+            if vpn >= end {
+                continue;
+            }
+            if let Some(f) = tierd_linux::source::folio::folio_in_vma(&v, Vpn(vpn)) {
+                let n = f.size.nr_pages().0;
+                assert!(f.head.0 <= vpn && vpn < f.head.0 + n, "{f:?} for {vpn:#x}");
+                assert_eq!(f.head.0 % n, 0);
+                assert!(!f.hugetlb || v.is_hugetlb());
+            }
+        }
+    }
+}
+
+/// `/proc/kpageflags` entries: the folio of every frame of a table of flags.
+pub fn kpageflags(data: &[u8]) {
+    use tierd_linux::read::kpageflags::{decode_entries, folio_of_frame, FrameFolio, PageFlags};
+    // At most 1024 frames: each compound one reads 513 entries.
+    let data = &data[..data.len().min(8192)];
+    let Ok(table) = decode_entries(&data[..data.len() - data.len() % 8]) else {
+        panic!("a whole number of entries decodes");
+    };
+    // The table sits at frame `base`, just below a 1 GiB boundary half the time, so that
+    // both the 2 MiB and the 1 GiB paths see its entries; frames outside it have no page.
+    let base = if data.first().is_some_and(|b| b & 1 == 1) {
+        (1 << 18) - 512
+    } else {
+        0
+    };
+    let read = |s: u64, n: u64| -> Result<Vec<PageFlags>, ()> {
+        Ok((s..s + n)
+            .map(|p| {
+                p.checked_sub(base)
+                    .and_then(|i| table.get(usize::try_from(i).ok()?))
+                    .copied()
+                    .unwrap_or(PageFlags(1 << 20))
+            })
+            .collect())
+    };
+    for (i, own) in (0u64..).zip(&table) {
+        let pfn = base + i;
+        match folio_of_frame(pfn, read) {
+            Ok(FrameFolio::Huge { head, size, .. }) => {
+                let n = size.nr_pages().0;
+                assert!(head.0 <= pfn && pfn < head.0 + n && head.0 % n == 0);
+                assert!(read(head.0, 1).is_ok_and(|f| f[0].head()));
+            }
+            Ok(FrameFolio::NoPage) => assert!(own.nopage()),
+            Ok(FrameFolio::Base | FrameFolio::Untracked) => {}
+            Err(()) => unreachable!(),
+        }
+    }
+}
+
 /// The daemon's configuration (TOML).
 pub fn daemon_config(data: &[u8]) {
     let Ok(t) = std::str::from_utf8(data) else {
@@ -265,7 +333,7 @@ pub fn scenario(data: &[u8]) {
 pub type Target = fn(&[u8]);
 
 /// Every target by name, for the corpus replay and scripts/fuzz.sh's list.
-pub const TARGETS: [(&str, Target); 12] = [
+pub const TARGETS: [(&str, Target); 14] = [
     ("numa_maps", numa_maps),
     ("proc_files", proc_files),
     ("meminfo_vmstat", meminfo_vmstat),
@@ -278,4 +346,6 @@ pub const TARGETS: [(&str, Target); 12] = [
     ("pagemap", pagemap),
     ("daemon_config", daemon_config),
     ("scenario", scenario),
+    ("smaps", smaps),
+    ("kpageflags", kpageflags),
 ];

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use tierd_engine::config::ConfigError as EngineConfigError;
 use tierd_engine::sources::{SourceKind, SourceMask};
 use tierd_engine::EngineConfig;
+pub use tierd_linux::source::folio::HugetlbPolicy;
 
 /// What is wrong with a configuration file.
 #[derive(Debug, thiserror::Error)]
@@ -261,6 +262,39 @@ pub struct DaemonSection {
     /// Where tierd keeps what must survive an unclean exit: the marker naming the kdamond it
     /// configured, so that a restart takes it over instead of refusing it as someone else's.
     pub state_dir: PathBuf,
+    /// hugetlb pages (hugetlbfs, `MAP_HUGETLB`, SysV `SHM_HUGETLB`): `"leave"` (the default)
+    /// never observes nor moves them; `"move"` moves one as a unit, and only into a free huge
+    /// page of its size in the target node's pool.
+    ///
+    /// Why "leave": a hugetlb page migrates only into another hugetlb page. mm/hugetlb.c
+    /// `alloc_hugetlb_folio_nodemask()` (the migration target allocator, reached from
+    /// mm/migrate.c `alloc_migration_target()`) first takes a free page from the target
+    /// node's pool (`dequeue_hugetlb_folio_nodemask()`), and otherwise asks the buddy
+    /// allocator for a fresh one (`alloc_migrate_hugetlb_folio()`), which never happens for
+    /// gigantic (1 GiB) pages (`hstate_is_gigantic()` returns NULL) and, when it does, makes
+    /// the new page a pool page of the target node while the old one goes back to the buddy
+    /// allocator (`move_hugetlb_state()` swaps the temporary flag): the page moves the pool
+    /// with it. Operators size hugetlb pools per node on purpose (`nodeN/hugepages/.../
+    /// nr_hugepages`, for a database or VMs pinned to a node), so tierd does not touch them
+    /// unless asked, and when asked (`"move"`) it uses only free pages of the target pool
+    /// (`free_hugepages`), never the fresh-page path that would resize the pools.
+    #[serde(serialize_with = "serialize_hugetlb")]
+    pub hugetlb: HugetlbPolicy,
+}
+
+/// [`HugetlbPolicy`] as the file spells it (its Deserialize lives with it; its Serialize is
+/// here, for the daemon's configuration dump).
+fn serialize_hugetlb<S: serde::Serializer>(p: &HugetlbPolicy, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(hugetlb_name(*p))
+}
+
+/// The file's name of a [`HugetlbPolicy`] (`leave`, `move`).
+#[must_use]
+pub fn hugetlb_name(p: HugetlbPolicy) -> &'static str {
+    match p {
+        HugetlbPolicy::Leave => "leave",
+        HugetlbPolicy::Move => "move",
+    }
 }
 
 /// `daemon.liveness_timeout_s` by default: a pass takes milliseconds and starts every
@@ -298,6 +332,7 @@ impl Default for DaemonSection {
             metrics_max_processes: 20,
             numa_maps_max_age_ms: 10_000,
             state_dir: PathBuf::from("/run/tierd"),
+            hugetlb: HugetlbPolicy::Leave,
         }
     }
 }
@@ -796,6 +831,33 @@ mod tests {
             (c.daemon.liveness_timeout_s, c.daemon.metrics_max_processes),
             (5, 0)
         );
+    }
+
+    #[test]
+    fn hugetlb_is_left_alone_unless_the_file_says_move() {
+        let c = parse("[scope]\npids = [1]\n").expect("valid");
+        assert_eq!(c.daemon.hugetlb, HugetlbPolicy::Leave);
+        let c = parse("[scope]\npids = [1]\n[daemon]\nhugetlb = \"move\"\n").expect("valid");
+        assert_eq!(c.daemon.hugetlb, HugetlbPolicy::Move);
+        let c = parse("[scope]\npids = [1]\n[daemon]\nhugetlb = \"leave\"\n").expect("valid");
+        assert_eq!(c.daemon.hugetlb, HugetlbPolicy::Leave);
+        // Anything else: a parse error naming the file, the line, the key and the choices.
+        let m = err("[scope]\npids = [1]\n[daemon]\nhugetlb = \"always\"\n");
+        assert!(m.starts_with("t.toml:4:"), "{m}");
+        assert!(m.contains("daemon.hugetlb"), "{m}");
+        assert!(
+            m.contains("unknown variant `always`, expected `leave` or `move`"),
+            "{m}"
+        );
+        let m = err("[scope]\npids = [1]\n[daemon]\nhugetlb = true\n");
+        assert!(
+            m.starts_with("t.toml:4:") && m.contains("daemon.hugetlb"),
+            "{m}"
+        );
+        // The configuration dump spells it as the file does.
+        let c = parse("[scope]\npids = [1]\n[daemon]\nhugetlb = \"move\"\n").expect("valid");
+        let text = toml::to_string(&c).expect("serializes");
+        assert!(text.contains("hugetlb = \"move\""), "{text}");
     }
 
     #[test]

@@ -8,9 +8,13 @@
 //!    LinuxBackend::drain_owner_updates  scope (pids / cgroups / all), each process held by a
 //!                                       pidfd; numa_maps policies when maps changed
 //!    LinuxBackend::drain_observations   feeds (DAMON, idle, perf) -> accessed ranges
-//!                                       -> tierd_linux::source::locate -> Observations
+//!                                       -> tierd_linux::source::locate (each page's folio
+//!                                          from ProcFolios, one observation per folio)
+//!                                       -> Observations
 //!    LinuxBackend::usage                node MemFree, cgroup memory.low and fast-tier usage
-//!    Engine::tick -> batches -> LinuxBackend::migrate (move_pages, after an identity check;
+//!    Engine::tick -> batches -> LinuxBackend::migrate (hugetlb pages held back unless the
+//!                                                      target's pool has a free one; then
+//!                                                      move_pages, after an identity check;
 //!                                                      or only printed: dry run)
 //!  every refresh: a Snapshot for /metrics and /status
 //!  SIGINT/SIGTERM: the stop flag is read between passes, so the batch in flight finishes
@@ -44,11 +48,13 @@ use tierd_engine::{
     OwnerUpdate, StepBuffers, SystemUsage,
 };
 
-use crate::config::DaemonConfig;
+use crate::config::{DaemonConfig, HugetlbPolicy};
+use crate::hugepages::FreeHugePages;
 use crate::metrics::{
     MoverSnapshot, NodeSnapshot, ProcessSnapshot, SharedSnapshot, Snapshot, SourceSnapshot,
 };
-use tierd_linux::mover::{Mover, MoverConfig};
+use tierd_engine::types::{PageSize, Vpn};
+use tierd_linux::mover::{Mover, MoverConfig, MoverError};
 use tierd_linux::process::ProcessHandle;
 use tierd_linux::read::cgroup::{read_proc_cgroup, unified_path, CgroupFs};
 use tierd_linux::read::meminfo::read_node_meminfo;
@@ -59,8 +65,10 @@ use tierd_linux::read::topology::{
 };
 use tierd_linux::read::vmstat::{read_vmstat, Vmstat};
 use tierd_linux::read::ReadError;
-use tierd_linux::source::locate::{locate, LocateParams, LocateStats};
+use tierd_linux::source::folio::{FolioMap, FolioMethod, ProcFolios};
+use tierd_linux::source::locate::{locate, LocateParams, LocateStats, Locator};
 use tierd_linux::source::{AccessedRange, Feed};
+use tierd_linux::status::FolioSnapshot;
 
 /// Exit status of `tierd run` for a bad configuration (sysexits.h `EX_CONFIG`): the systemd
 /// unit does not restart on it (`RestartPreventExitStatus=78`).
@@ -402,6 +410,58 @@ pub struct LinuxBackend {
     pub dry_run_log: Vec<String>,
     /// Pages reported accessed, per refresh period (the hot side of `/status`).
     hot: HotWindow,
+    /// The folio of each observed page (pagemap + kpageflags, else smaps).
+    folios: ProcFolios,
+    /// The folio method last logged, so that a change is logged once.
+    folio_method_logged: Option<FolioMethod>,
+    /// Where pages are looked up instead of `move_pages(2)` (tests over fixture trees,
+    /// whose pids are not this host's processes).
+    locator: Option<Box<dyn Locator<Error = MoverError>>>,
+    /// Base pages of hugetlb folios held back from a batch: the target's pool had no free
+    /// huge page of their size.
+    pub hugetlb_no_free_pages: u64,
+}
+
+/// The daemon's page lookup: `move_pages(2)` through the mover, or a replacement.
+struct Lookup<'a> {
+    mover: &'a mut Mover,
+    other: Option<&'a mut (dyn Locator<Error = MoverError> + 'static)>,
+}
+
+impl Locator for Lookup<'_> {
+    type Error = MoverError;
+
+    fn nodes(&mut self, pid: u32, addrs: &[u64]) -> Result<Vec<Result<NodeId, i32>>, MoverError> {
+        match &mut self.other {
+            Some(l) => l.nodes(pid, addrs),
+            None => self.mover.nodes(pid, addrs),
+        }
+    }
+}
+
+/// What the folio method means for the operator, for the start-up lines and the log.
+#[must_use]
+pub fn describe_folio_method(m: FolioMethod) -> &'static str {
+    match m {
+        FolioMethod::Kpageflags => {
+            "exact per page: pagemap PFNs and /proc/kpageflags (THP head/tail, hugetlb)"
+        }
+        FolioMethod::Smaps => {
+            "per mapping from /proc/PID/smaps (AnonHugePages, FilePmdMapped, hugetlb VMAs); \
+             /proc/kpageflags is not readable here (needs CAP_SYS_ADMIN): pages of mappings \
+             that smaps cannot tell are not observed (counted as folio_unknown)"
+        }
+        FolioMethod::Unavailable => {
+            "neither /proc/kpageflags nor /proc/PID/smaps is readable: no page's folio \
+             can be told, so nothing is observed or moved (counted as folio_unknown)"
+        }
+    }
+}
+
+/// The folio method this host allows under `proc_root`, as the backend will find it.
+#[must_use]
+pub fn probe_folio_method(proc_root: &Path) -> FolioMethod {
+    ProcFolios::new(proc_root).method()
 }
 
 /// The pages the hotness sources reported accessed, as `/status` shows them ("hot"): the
@@ -412,24 +472,31 @@ pub struct LinuxBackend {
 /// (`sources.damon.max_pages_per_pass` per pass); its allocation is kept for the next one.
 #[derive(Debug, Default)]
 struct HotWindow {
-    current: HashMap<(u32, u64), NodeId>,
+    /// (pid, head vpn) -> (node, base pages): a huge folio is one entry of all its pages.
+    current: HashMap<(u32, u64), (NodeId, u64)>,
     last: BTreeMap<u32, BTreeMap<u32, u64>>,
 }
 
 impl HotWindow {
+    #[cfg(test)]
     fn note(&mut self, pid: u32, vpn: u64, node: NodeId) {
-        self.current.insert((pid, vpn), node);
+        self.note_folio(pid, vpn, 1, node);
+    }
+
+    /// A folio of `pages` base pages at `head`.
+    fn note_folio(&mut self, pid: u32, head: u64, pages: u64, node: NodeId) {
+        self.current.insert((pid, head), (node, pages));
     }
 
     /// Ends the period: its pages become the counts [`HotWindow::last`] reports.
     fn roll(&mut self) {
         let mut last: BTreeMap<u32, BTreeMap<u32, u64>> = BTreeMap::new();
-        for ((pid, _), node) in self.current.drain() {
+        for ((pid, _), (node, pages)) in self.current.drain() {
             *last
                 .entry(pid)
                 .or_default()
                 .entry(u32::from(node.0))
-                .or_default() += 1;
+                .or_default() += pages;
         }
         self.last = last;
     }
@@ -478,6 +545,13 @@ impl LinuxBackend {
         cgroup_ids.insert("/".to_string(), CgroupId::ROOT);
         let feeds_stale = vec![false; feeds.len()];
         let use_pidfd = tierd_linux::process::proc_is_ours(&cfg.system.proc_root);
+        let folios = ProcFolios::new(&cfg.system.proc_root);
+        let method = folios.method();
+        if method == FolioMethod::Unavailable {
+            tracing::warn!(folios = %method, "{}", describe_folio_method(method));
+        } else {
+            tracing::info!(folios = %method, "{}", describe_folio_method(method));
+        }
         LinuxBackend {
             cfg,
             dry_run,
@@ -505,7 +579,90 @@ impl LinuxBackend {
             locate_stats: LocateStats::default(),
             dry_run_log: Vec::new(),
             hot: HotWindow::default(),
+            folios,
+            folio_method_logged: Some(method),
+            locator: None,
+            hugetlb_no_free_pages: 0,
         }
+    }
+
+    /// Looks pages up with `locator` instead of `move_pages(2)` (tests over fixture trees:
+    /// their pids are not processes of this host).
+    #[must_use]
+    pub fn with_locator(mut self, locator: Box<dyn Locator<Error = MoverError>>) -> Self {
+        self.locator = Some(locator);
+        self
+    }
+
+    /// The folio method in force (`kpageflags`, `smaps`, `unavailable`).
+    #[must_use]
+    pub fn folio_method(&self) -> FolioMethod {
+        self.folios.method()
+    }
+
+    /// The folio counters for `/status` and `/metrics`.
+    #[must_use]
+    pub fn folio_snapshot(&self) -> FolioSnapshot {
+        FolioSnapshot {
+            method: self.folios.method().name().to_string(),
+            huge_folios_observed: self.locate_stats.huge_folios,
+            unknown_pages: self.locate_stats.folio_unknown,
+            hugetlb_left_pages: self.locate_stats.hugetlb_left,
+            hugetlb_no_free_pages: self.hugetlb_no_free_pages,
+        }
+    }
+
+    /// Whether page `vpn` of `pid` is in a hugetlb VMA (`huge` in its `numa_maps` line:
+    /// fs/proc/task_mmu.c `show_numa_map()` prints it for `is_vm_hugetlb_page(vma)`), as of
+    /// the last refresh.
+    fn is_hugetlb(&self, pid: u32, vpn: Vpn) -> bool {
+        self.procs.get(&pid).is_some_and(|p| {
+            p.vmas
+                .iter()
+                .find(|v| v.start <= vpn && v.end.is_some_and(|e| vpn < e))
+                .is_some_and(|v| v.numa.huge)
+        })
+    }
+
+    /// The outcome of each page of `batch` that is held back before `move_pages(2)`: a
+    /// hugetlb folio under `daemon.hugetlb = "leave"` (never observed, so never planned;
+    /// refused here all the same), or under `"move"` when the target node's pool has no free
+    /// huge page of its size left (`free_hugepages`, claimed page by page within the batch).
+    /// Held back as `NoMem` (there is no page to move it into), so that the engine backs the
+    /// page off rather than planning it every pass.
+    fn hold_back_hugetlb(&mut self, batch: &MigrationBatch) -> Vec<Option<MoveOutcome>> {
+        let mut out = vec![None; batch.pages.len()];
+        if !batch.pages.iter().any(|m| m.page.size.is_huge()) {
+            return out;
+        }
+        let sys_root = self.cfg.system.sys_root.clone();
+        let mut pools = FreeHugePages::new(&sys_root);
+        for (i, m) in batch.pages.iter().enumerate() {
+            let size = m.page.size;
+            if size == PageSize::Base || !self.is_hugetlb(m.page.space.0, m.page.vpn) {
+                continue;
+            }
+            let pages = size.nr_pages().0;
+            if self.cfg.daemon.hugetlb == HugetlbPolicy::Leave {
+                self.faults.count("hugetlb_left_planned", 1);
+                out[i] = Some(MoveOutcome::Failed(MoveError::Access));
+                continue;
+            }
+            let free = match pools.claim(batch.target, size) {
+                Ok(free) => free,
+                Err(e) => {
+                    let r = io_reason("hugepages_read", read_errno(&e));
+                    self.faults.record(&r, &chain(&e));
+                    false
+                }
+            };
+            if !free {
+                self.faults.count("hugetlb_no_free", 1);
+                self.hugetlb_no_free_pages += pages;
+                out[i] = Some(MoveOutcome::Failed(MoveError::NoMem));
+            }
+        }
+        out
     }
 
     /// The mover (for its statistics).
@@ -717,6 +874,7 @@ impl LinuxBackend {
                     // The process we held exited and its pid is someone's again: the engine
                     // forgets the old address space before it hears of the new one.
                     self.faults.count("pid_reused", 1);
+                    self.folios.forget(pid);
                     out.push(OwnerUpdate::Exited {
                         space: SpaceId(pid),
                     });
@@ -724,12 +882,21 @@ impl LinuxBackend {
                 }
                 None => None,
             };
+            let held = prev.is_some();
             if let Some(p) = self.read_process(pid, prev, now) {
                 fresh.insert(pid, p);
+            } else if held {
+                // Held until now and unreadable (exited between the listing and the reads):
+                // the engine forgets its address space, as for one that left the scope.
+                self.folios.forget(pid);
+                out.push(OwnerUpdate::Exited {
+                    space: SpaceId(pid),
+                });
             }
         }
         // What was held and is no longer in scope (or could not be read).
         for pid in old.keys() {
+            self.folios.forget(*pid);
             out.push(OwnerUpdate::Exited {
                 space: SpaceId(*pid),
             });
@@ -860,6 +1027,7 @@ impl Backend for LinuxBackend {
             max_pages: d.max_pages_per_pass,
             min_nr_accesses: d.min_nr_accesses,
             min_relative_permille: d.min_relative_permille,
+            hugetlb: self.cfg.daemon.hugetlb,
         };
         // Which pids are held is decided once per pass: a pidfd poll each.
         let held: BTreeSet<u32> = self
@@ -869,22 +1037,51 @@ impl Backend for LinuxBackend {
             .filter(|p| self.held(*p))
             .collect();
         let first = out.len();
+        let unknown_before = self.locate_stats.folio_unknown;
+        let read_failures_before = self.folios.stats().read_failures;
+        let mut lookup = Lookup {
+            mover: &mut self.mover,
+            other: self.locator.as_deref_mut(),
+        };
         let failed = locate(
             &ranges,
             params,
             &self.fast_nodes,
             |pid| held.contains(&pid),
-            &mut self.mover,
+            &mut lookup,
+            &mut self.folios,
             &mut self.locate_stats,
             out,
         );
+        // Pages whose folio could not be told: not observed (degraded, never wrong), and
+        // counted as a fault so that the operator sees it next to the others.
+        self.faults.count(
+            "folio_unknown",
+            self.locate_stats.folio_unknown - unknown_before,
+        );
+        // smaps, pagemap or kpageflags reads that failed (mostly a process that exited since
+        // the refresh): their pages are among the unknown ones.
+        self.faults.count(
+            "folio_read_failed",
+            self.folios.stats().read_failures - read_failures_before,
+        );
+        let method = self.folios.method();
+        if self.folio_method_logged != Some(method) {
+            self.folio_method_logged = Some(method);
+            tracing::warn!(folios = %method, "folio method changed: {}", describe_folio_method(method));
+        }
         for (pid, e) in failed {
             let r = io_reason("locate", e.errno());
             self.faults
                 .record(&r, &format_args!("pid {pid}: {}", chain(&e)));
         }
         for o in &out[first..] {
-            self.hot.note(o.page.space.0, o.page.vpn.0, o.page_node);
+            self.hot.note_folio(
+                o.page.space.0,
+                o.page.vpn.0,
+                o.page.size.nr_pages().0,
+                o.page_node,
+            );
         }
         self.ranges = ranges;
         Ok(())
@@ -962,6 +1159,49 @@ impl Backend for LinuxBackend {
         _now: Nanos,
         batch: &MigrationBatch,
     ) -> Result<MigrationReport, Self::Error> {
+        let held = self.hold_back_hugetlb(batch);
+        if held.iter().all(Option::is_none) {
+            return Ok(self.execute(batch));
+        }
+        let rest = MigrationBatch {
+            pages: batch
+                .pages
+                .iter()
+                .zip(&held)
+                .filter(|(_, h)| h.is_none())
+                .map(|(m, _)| *m)
+                .collect(),
+            id: batch.id,
+            kind: batch.kind,
+            target: batch.target,
+            cgroup: batch.cgroup,
+        };
+        let done = if rest.pages.is_empty() {
+            Vec::new()
+        } else {
+            self.execute(&rest)
+                .results
+                .into_iter()
+                .map(|r| r.outcome)
+                .collect()
+        };
+        let mut done = done.into_iter();
+        let outcomes: Vec<MoveOutcome> = held
+            .into_iter()
+            .map(|h| {
+                h.unwrap_or_else(|| {
+                    done.next()
+                        .unwrap_or(MoveOutcome::Failed(MoveError::Other(0)))
+                })
+            })
+            .collect();
+        Ok(MigrationReport::for_batch(batch, outcomes))
+    }
+}
+
+impl LinuxBackend {
+    /// Moves (or, in a dry run, prints) a batch whose pages may all be handed to the kernel.
+    fn execute(&mut self, batch: &MigrationBatch) -> MigrationReport {
         if self.dry_run {
             let pages = batch.nr_pages().0;
             self.planned_pages += pages;
@@ -980,13 +1220,13 @@ impl Backend for LinuxBackend {
                 batch.target.0,
                 who.join(", ")
             ));
-            return Ok(MigrationReport::for_batch(
+            return MigrationReport::for_batch(
                 batch,
                 batch
                     .pages
                     .iter()
                     .map(|_| MoveOutcome::Failed(MoveError::Other(DRY_RUN_ERRNO))),
-            ));
+            );
         }
         // Identity and cpuset, per process, right before the call: a pid whose process exited
         // (and may be reused) is never passed to move_pages, and a target outside the
@@ -1053,7 +1293,7 @@ impl Backend for LinuxBackend {
                 self.faults.count("move_process_exited_during", 1);
             }
         }
-        Ok(report)
+        report
     }
 }
 
@@ -1197,6 +1437,7 @@ fn build_snapshot(
         daemon_cpu_s,
         daemon_cpu_sys_s,
         faults: backend.faults.counts().clone(),
+        folios: backend.folio_snapshot(),
         ..Snapshot::default()
     };
     snap.set_engine_stats(engine.stats());
@@ -1329,6 +1570,17 @@ mod tests {
         h.roll();
         assert!(h.last(7).is_empty());
         assert_eq!(h.last(8), [(0, 1)].into_iter().collect());
+    }
+
+    #[test]
+    fn a_huge_folio_is_hot_with_all_its_base_pages_once() {
+        let mut h = HotWindow::default();
+        // Seen twice in a period (two passes): one folio, 512 pages, on its last node.
+        h.note_folio(7, 0x200, 512, NodeId(1));
+        h.note_folio(7, 0x200, 512, NodeId(0));
+        h.note(7, 0x1000, NodeId(1));
+        h.roll();
+        assert_eq!(h.last(7), [(0, 512), (1, 1)].into_iter().collect());
     }
 
     #[test]

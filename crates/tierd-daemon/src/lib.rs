@@ -8,6 +8,7 @@
 //! - [`config`]: the daemon's TOML file with located errors.
 //! - [`marker`]: the restart marker naming the kdamond tierd runs, so that a restart after
 //!   an unclean exit takes it over.
+//! - [`hugepages`]: free hugetlb pages per node (sysfs), for `daemon.hugetlb = "move"`.
 //! - [`feeds`]: the configured sources started behind `tierd_linux::source::Feed`.
 //! - [`daemon`]: preflight (tiers, the kernel's own tiering), [`daemon::LinuxBackend`] and the
 //!   run loop, which calls [`tierd_engine::step`] exactly as the simulator does.
@@ -18,6 +19,7 @@
 pub mod config;
 pub mod daemon;
 pub mod feeds;
+pub mod hugepages;
 pub mod marker;
 pub mod metrics;
 pub mod serve;

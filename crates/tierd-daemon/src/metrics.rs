@@ -313,6 +313,41 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
         "Faults the daemon survived (counted, skipped, retried), by reason",
         &faults,
     );
+    // Folios (docs/daemon.md, "Huge pages"): the method in force and what it could not tell.
+    let f = &s.folios;
+    if !f.method.is_empty() {
+        gauge_family(
+            &mut reg,
+            "folio_method",
+            "How observed pages are mapped to their folio (THP, hugetlb): kpageflags (exact), \
+             smaps (per mapping) or unavailable; always 1",
+            &[(l(&[("method", f.method.clone())]), 1)],
+        );
+    }
+    counter_family(
+        &mut reg,
+        "huge_folios_observed",
+        "Huge folios (THP or hugetlb, 2 MiB or 1 GiB) observed, once per pass each",
+        &[(Vec::new(), f.huge_folios_observed)],
+    );
+    counter_family(
+        &mut reg,
+        "folio_pages",
+        "Base pages not observed or not moved for their folio: unknown (the folio could not be \
+         told), hugetlb_left (daemon.hugetlb = leave), hugetlb_no_free (no free huge page on \
+         the target node)",
+        &[
+            (l(&[("kind", "unknown".to_string())]), f.unknown_pages),
+            (
+                l(&[("kind", "hugetlb_left".to_string())]),
+                f.hugetlb_left_pages,
+            ),
+            (
+                l(&[("kind", "hugetlb_no_free".to_string())]),
+                f.hugetlb_no_free_pages,
+            ),
+        ],
+    );
     for d in EngineStats::FIELDS {
         let v = s.engine.get(d.name).copied().unwrap_or(0);
         register_stat(&mut reg, "", d, &[(Vec::new(), v)]);
@@ -959,6 +994,50 @@ mod tests {
         s.kernel_vmstat_delta.insert("pgpromote_success".into(), 5);
         s.set_engine_stats(&stats);
         s
+    }
+
+    #[test]
+    fn folio_method_and_counts_are_exported_with_their_kind() {
+        let mut s = sample();
+        // A daemon that predates the field: no method series, zero counts.
+        let text = render_prometheus(&s);
+        assert!(!text.contains("tierd_folio_method"), "{text}");
+        assert!(
+            text.contains("tierd_huge_folios_observed_total 0"),
+            "{text}"
+        );
+        s.folios = tierd_linux::status::FolioSnapshot {
+            method: "smaps".into(),
+            huge_folios_observed: 3,
+            unknown_pages: 1024,
+            hugetlb_left_pages: 512,
+            hugetlb_no_free_pages: 262_144,
+        };
+        let text = render_prometheus(&s);
+        for line in [
+            "tierd_folio_method{method=\"smaps\"} 1",
+            "tierd_huge_folios_observed_total 3",
+            "tierd_folio_pages_total{kind=\"unknown\"} 1024",
+            "tierd_folio_pages_total{kind=\"hugetlb_left\"} 512",
+            "tierd_folio_pages_total{kind=\"hugetlb_no_free\"} 262144",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        // The engine's THP counters come with every other engine field.
+        for d in EngineStats::FIELDS
+            .iter()
+            .filter(|d| d.name.starts_with("thp_"))
+        {
+            assert!(
+                text.contains(&format!("tierd_{}", d.name)),
+                "{} in {text}",
+                d.name
+            );
+        }
+        // And /status carries them as JSON that an older reader skips.
+        let json = serde_json::to_string(&s).expect("json");
+        let back: Snapshot = serde_json::from_str(&json).expect("round trip");
+        assert_eq!(back.folios, s.folios);
     }
 
     #[test]

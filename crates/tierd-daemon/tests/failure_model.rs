@@ -74,6 +74,26 @@ fn a_process_that_exits_between_listing_and_reading_is_counted_and_left_out() {
 }
 
 #[test]
+fn a_held_process_that_can_no_longer_be_read_is_forgotten_by_the_engine() {
+    let t = tree();
+    let mut b = backend(config(t.path(), "[scope]\npids = [152]"), Vec::new());
+    b.refresh(Nanos::ZERO);
+    assert_eq!(b.pids(), vec![152]);
+    updates(&mut b);
+    // It exits after the listing: its files are gone when the next refresh reads them.
+    std::fs::remove_file(proc_of(&t, 152).join("maps")).unwrap();
+    b.refresh(Nanos::from_millis(1000));
+    assert!(b.pids().is_empty());
+    assert_eq!(b.faults.get("process_gone"), 1);
+    let u = updates(&mut b);
+    assert!(
+        u.iter()
+            .any(|u| matches!(u, OwnerUpdate::Exited { space } if *space == SpaceId(152))),
+        "the engine forgets its pages: {u:?}"
+    );
+}
+
+#[test]
 fn a_reused_pid_is_a_new_process_and_the_old_one_is_forgotten_first() {
     let t = tree();
     let mut b = backend(config(t.path(), "[scope]\npids = [152]"), Vec::new());

@@ -136,7 +136,8 @@ pub struct EngineConfig {
     pub promote_rate_limit_mbps: u64,
     /// How often the promoter runs, ms (`kmigrated_sleep_ms`).
     pub interval_ms: u32,
-    /// Most pages in one migration batch (`kmigrated_batch_nr`).
+    /// Most folios in one migration batch (`kmigrated_batch_nr`, which counts folios); a batch
+    /// also holds at most `batch_nr` × 2 MiB unless one folio is larger (`engine::batch_bytes`).
     pub batch_nr: u32,
     /// Enabled sources (`pghot_enabled_sources`).
     pub sources: SourceMask,

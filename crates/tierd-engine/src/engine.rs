@@ -21,7 +21,12 @@
 //!       `pgpromote_candidate_nrl`; else adjust the threshold (60 s period), reject pages whose
 //!       last access is older than it, thin cgroups above their share, charge
 //!       `pgpromote_candidate` and apply the per-node rate limit;
-//!    4. group admitted pages by (target node, cgroup) into batches of at most `batch_nr`.
+//!    4. group admitted pages by (target node, cgroup) into batches of at most `batch_nr`
+//!       folios and [`batch_bytes`] (a larger folio alone).
+//!
+//!    A page here is a folio (4 KiB, 2 MiB, 1 GiB): every test above charges its full bytes,
+//!    and a pass never plans two moves over the same virtual page (see the crate docs,
+//!    "Huge pages").
 //!
 //!    That is the kernel's rule (`threshold = "fixed"`). tierd's default, `relative`,
 //!    replaces step 3's free-space bypass and latency threshold: before the pass it sizes a
@@ -77,35 +82,45 @@ struct FastIndex {
 }
 
 impl FastIndex {
+    /// Puts in the folio `(key, page.size)`; the entries of other folios over its pages (it
+    /// was split, collapsed or remapped) go, so that no page counts twice.
     fn insert(&mut self, key: PageKey, page: FastPage) {
-        self.pages += page.size.nr_pages().0;
-        if let Some(old) = self.map.insert(key, page.size, page) {
+        let pages = &mut self.pages;
+        *pages += page.size.nr_pages().0;
+        let gone = |_, s: PageSize, _| *pages -= s.nr_pages().0;
+        if let Some(old) = self.map.insert(key, page.size, page, gone) {
             self.pages -= old.size.nr_pages().0;
         }
     }
 
-    /// Records an access to a fast page: one lookup (this runs per observation).
+    /// Records an access to a fast folio: one lookup (this runs per observation), plus the
+    /// eviction of the entries of any other folio over its pages.
     #[inline]
     fn touch(&mut self, key: PageKey, node: NodeId, size: PageSize, time: Nanos) {
         let mut fresh = false;
-        let f = self.map.get_or_insert_with(key, size, || {
-            fresh = true;
-            FastPage {
-                node,
-                size,
-                last_access: time,
-            }
-        });
+        let pages = &mut self.pages;
+        let f = self.map.get_or_insert_with(
+            key,
+            size,
+            || {
+                fresh = true;
+                FastPage {
+                    node,
+                    size,
+                    last_access: time,
+                }
+            },
+            |_, s, _| *pages -= s.nr_pages().0,
+        );
         if fresh {
-            self.pages += size.nr_pages().0;
+            *pages += size.nr_pages().0;
         } else {
-            self.pages = self.pages - f.size.nr_pages().0 + size.nr_pages().0;
             f.node = node;
-            f.size = size;
             f.last_access = f.last_access.max(time);
         }
     }
 
+    /// Forgets the folio whose head is `key`.
     #[inline]
     fn remove(&mut self, key: PageKey) {
         if let Some(old) = self.map.remove(key) {
@@ -113,9 +128,50 @@ impl FastIndex {
         }
     }
 
+    /// Forgets every folio over any page of the folio `(key, size)` (seen on a slow node).
+    #[inline]
+    fn remove_overlapping(&mut self, key: PageKey, size: PageSize) {
+        let pages = &mut self.pages;
+        self.map
+            .remove_overlapping(key, size, |_, s, _| *pages -= s.nr_pages().0);
+    }
+
     fn retain_spaces_except(&mut self, space: crate::types::SpaceId) {
         self.map.retain(|k, _| k.space != space);
-        self.pages = self.map.iter().map(|(_, f)| f.size.nr_pages().0).sum();
+        self.pages = self.map.iter().map(|(_, s, _)| s.nr_pages().0).sum();
+    }
+}
+
+/// The virtual pages already in this pass's plan, per address space: a folio is planned at
+/// most once, and never beside another folio over any of its pages (promotion and demotion
+/// alike), whatever the stores and the fast index say.
+#[derive(Debug, Default)]
+struct Claimed {
+    /// `(space, first vpn)` to one past the last vpn; the ranges never overlap.
+    ranges: BTreeMap<(crate::types::SpaceId, u64), u64>,
+}
+
+impl Claimed {
+    /// Whether any of `page`'s virtual pages is claimed.
+    fn overlaps(&self, page: PageRef) -> bool {
+        let r = page.vpns();
+        let before = self
+            .ranges
+            .range(..=(page.space, r.start))
+            .next_back()
+            .is_some_and(|(&(sp, _), &end)| sp == page.space && end > r.start);
+        let after = self
+            .ranges
+            .range((page.space, r.start)..)
+            .next()
+            .is_some_and(|(&(sp, start), _)| sp == page.space && start < r.end);
+        before || after
+    }
+
+    /// Claims `page`'s virtual pages (which [`Claimed::overlaps`] said were free).
+    fn claim(&mut self, page: PageRef) {
+        let r = page.vpns();
+        self.ranges.insert((page.space, r.start), r.end);
     }
 }
 
@@ -190,6 +246,15 @@ pub struct Engine {
     heat: HeatMap,
     /// Relative mode: the heat bin a ready slow page needs this pass.
     heat_threshold: u8,
+    /// The pages in the plan being built (cleared every pass).
+    claimed: Claimed,
+}
+
+/// The most bytes one migration batch holds, unless a single folio is larger: `batch_nr`
+/// 2 MiB folios, the largest batch the kernel's kmigrated forms of THPs.
+#[must_use]
+pub fn batch_bytes(batch_nr: u32) -> Bytes {
+    Bytes(u64::from(batch_nr) * PageSize::Huge2M.bytes().0)
 }
 
 /// The kernel's `pgdat_free_space_enough()` margin: max(1 GiB, node size / 16) above the
@@ -253,6 +318,7 @@ impl Engine {
             ready: Vec::new(),
             heat: HeatMap::new(config.heat_cooling_ms),
             heat_threshold: NO_PROMOTION_BIN,
+            claimed: Claimed::default(),
             config,
         })
     }
@@ -333,7 +399,12 @@ impl Engine {
             e.pghot_ignored_unknown_node += 1;
             return;
         }
-        let key = obs.page.key();
+        // A folio is keyed by its head: any vpn inside a huge page names it.
+        let size = obs.page.size;
+        let key = PageKey {
+            space: obs.page.space,
+            vpn: size.head(obs.page.vpn),
+        };
         if relative {
             self.heat.cool_until(obs.time);
         }
@@ -341,9 +412,9 @@ impl Engine {
             // pghot ignores top-tier pages; the demoter needs their recency (and, in relative
             // mode, their heat: colder ones are the room hotter slow pages can take).
             e.fast_observed += 1;
-            self.fast.touch(key, obs.page_node, obs.page.size, obs.time);
+            self.fast.touch(key, obs.page_node, size, obs.time);
             if relative {
-                self.heat.add(key, obs.page.size, Tier::Fast, obs.weight);
+                self.heat.add(key, size, Tier::Fast, obs.weight);
             }
             return;
         }
@@ -353,18 +424,29 @@ impl Engine {
         }
         // A page seen on a slow node is no longer where the demoter thought it was (the
         // kernel demoted it, or it was never promoted by us).
+        // Any folio over its pages, at whatever size the demoter knew it, is gone from there.
         if !self.fast.map.is_empty() {
-            self.fast.remove(key);
+            self.fast.remove_overlapping(key, size);
         }
         // The kernel refuses a non-top-tier nid in precise mode (`pghot_nid_valid()`);
         // tierd treats it as "accessor unknown" so the access still counts toward hotness.
         let accessing = obs.accessing_node.filter(|n| self.topo.is_toptier(*n));
+        if self.stores.len() > 1 && self.stores.contains_key(&obs.page_node) {
+            // The folio is on this slow node now: a record of it (or of the folio it was
+            // split from or collapsed from) in another slow node's store is stale, and would
+            // otherwise be drained and planned a second time, or at its old size.
+            for (n, s) in &mut self.stores {
+                if *n != obs.page_node {
+                    s.remove_overlapping(key, size);
+                }
+            }
+        }
         let Some(store) = self.stores.get_mut(&obs.page_node) else {
             return;
         };
-        store.record(key, obs.page.size, accessing, obs.time);
+        store.record(key, size, accessing, obs.time);
         if relative {
-            self.heat.add(key, obs.page.size, Tier::Slow, obs.weight);
+            self.heat.add(key, size, Tier::Slow, obs.weight);
         }
         src.recorded += 1;
         e.pghot_recorded_accesses += 1;
@@ -403,6 +485,7 @@ impl Engine {
             }
         }
         self.last_run = Some(now);
+        self.claimed.ranges.clear();
         // Free memory as the plan will leave it, node by node.
         let mut free: BTreeMap<NodeId, i128> = self
             .topo
@@ -551,8 +634,8 @@ impl Engine {
                 .fast
                 .map
                 .iter()
-                .filter(|(_, f)| f.node == node)
-                .map(|(k, f)| {
+                .filter(|(_, _, f)| f.node == node)
+                .map(|(k, _, f)| {
                     let cg = self.owners.owner(k.space).cgroup;
                     let over = self
                         .over_share(cg, usage)
@@ -604,7 +687,18 @@ impl Engine {
                 if need <= 0 {
                     break;
                 }
-                let bytes = i128::from(size.nr_pages().bytes().0);
+                let page = PageRef {
+                    space: key.space,
+                    vpn: key.vpn,
+                    size,
+                    pfn: None,
+                };
+                if self.claimed.overlaps(page) {
+                    self.stats.engine.pgmigrate_overlap_skipped += size.nr_pages().0;
+                    continue;
+                }
+                // The whole folio's bytes: a 2 MiB or 1 GiB folio moves as one.
+                let bytes = i128::from(size.bytes().0);
                 let pol = self.owners.policy(key.space, key.vpn);
                 // An unknown policy, or an interleaved one unless the config says otherwise,
                 // allows no target at all (MemPolicy::may_move).
@@ -633,12 +727,7 @@ impl Engine {
                 *free.entry(node).or_default() += bytes;
                 need -= bytes;
                 let cg = self.owners.owner(key.space).cgroup;
-                let page = PageRef {
-                    space: key.space,
-                    vpn: key.vpn,
-                    size,
-                    pfn: None,
-                };
+                self.claimed.claim(page);
                 groups
                     .entry((to, cg))
                     .or_default()
@@ -739,6 +828,18 @@ impl Engine {
         groups: &mut BTreeMap<(NodeId, CgroupId), Vec<PlannedMove>>,
     ) {
         let nr = rp.size.nr_pages();
+        let page = PageRef {
+            space: rp.key.space,
+            vpn: rp.key.vpn,
+            size: rp.size,
+            pfn: None,
+        };
+        if self.claimed.overlaps(page) {
+            // Already in this pass's plan (demoted from a fast node, or planned from another
+            // record over the same pages): never planned twice, and not charged.
+            self.stats.engine.pgmigrate_overlap_skipped += nr.0;
+            return;
+        }
         if self.backed_off(rp.key, now) {
             self.stats.engine.pgmigrate_backoff_skipped += nr.0;
             return;
@@ -751,9 +852,16 @@ impl Engine {
             self.stats.engine.pgpromote_already_there += nr.0;
             return;
         }
-        let bytes = i128::from(nr.bytes().0);
+        // Everything below is charged the folio's full size: its bytes against the room, its
+        // base pages (= bytes / 4 KiB) against the rate limit and the cgroup credit, as the
+        // kernel charges `folio_nr_pages()` (kernel/sched/fair.c
+        // `numa_promotion_rate_limit(pgdat, rate_limit, nr)`).
+        let bytes = i128::from(rp.size.bytes().0);
         let target_free = free.get(&target).copied().unwrap_or(0);
         let cap = self.topo.capacity(target);
+        // `pgdat_free_space_enough()` looks at free memory only, not at the folio's size
+        // (kernel/sched/fair.c); it decides the hot test and the rate limit, while the room
+        // test below charges the folio's bytes, so a large folio never overfills the target.
         let enough = target_free
             > i128::from(self.promo_watermark(target, usage).0)
                 + i128::from(free_space_margin(cap).0);
@@ -805,13 +913,21 @@ impl Engine {
             if let Some((share, used)) = cg_share {
                 let scale = cgroup_promotion_scale(share, used, true);
                 if scale < 1.0 {
+                    // Thinning by base pages: each candidate earns `scale` of its pages, and
+                    // a folio goes when the credit covers all of them, so a cgroup gets
+                    // `scale` of its candidate bytes whatever its folio sizes. The credit is
+                    // capped at the largest folio, which it never needs more than.
+                    #[allow(clippy::cast_precision_loss)] // at most 2^18, exact in an f64
+                    let pages = nr.0 as f64;
+                    #[allow(clippy::cast_precision_loss)]
+                    let cap = PageSize::Huge1G.nr_pages().0 as f64;
                     let credit = self.cgroup_credit.entry(owner.cgroup).or_insert(0.0);
-                    *credit += scale;
-                    if *credit < 1.0 {
+                    *credit = (*credit + scale * pages).min(cap);
+                    if *credit < pages {
                         e.pgpromote_cgroup_throttled += nr.0;
                         return;
                     }
-                    *credit -= 1.0;
+                    *credit -= pages;
                 }
             }
             e.pgpromote_candidate += nr.0;
@@ -833,12 +949,7 @@ impl Engine {
         *free.entry(target).or_default() -= bytes;
         *free.entry(src_node).or_default() += bytes;
         e.pgpromote_planned += nr.0;
-        let page = PageRef {
-            space: rp.key.space,
-            vpn: rp.key.vpn,
-            size: rp.size,
-            pfn: None,
-        };
+        self.claimed.claim(page);
         groups
             .entry((target, owner.cgroup))
             .or_default()
@@ -848,7 +959,14 @@ impl Engine {
             });
     }
 
-    /// Cuts groups into batches of at most `batch_nr` pages, in (target, cgroup) order.
+    /// Cuts groups into batches, in (target, cgroup) order: at most `batch_nr` folios, and at
+    /// most [`batch_bytes`] unless a single folio is larger (a 1 GiB page with `batch_nr`
+    /// below 512 goes in a batch of its own).
+    ///
+    /// `batch_nr` counts folios as the kernel's `kmigrated_batch_nr` does (mm/pghot.c
+    /// increments `batch_count` once per folio isolated); the byte bound keeps one batch, which
+    /// a backend moves in one `move_pages(2)` call per process, from growing to
+    /// `batch_nr` gigantic pages.
     fn emit(
         &mut self,
         kind: MigrationKind,
@@ -856,16 +974,29 @@ impl Engine {
         plan: &mut MigrationPlan,
     ) {
         let batch_nr = usize::try_from(self.config.batch_nr).unwrap_or(usize::MAX);
+        let max_bytes = batch_bytes(self.config.batch_nr).0;
         for ((target, cgroup), moves) in groups {
-            for chunk in moves.chunks(batch_nr) {
+            let mut start = 0;
+            while start < moves.len() {
+                let mut end = start;
+                let mut bytes = 0u64;
+                while end < moves.len() && end - start < batch_nr {
+                    let b = moves[end].page.size.bytes().0;
+                    if end > start && bytes + b > max_bytes {
+                        break;
+                    }
+                    bytes += b;
+                    end += 1;
+                }
                 plan.batches.push(MigrationBatch {
                     id: self.next_batch_id,
                     kind,
                     target,
                     cgroup,
-                    pages: chunk.to_vec(),
+                    pages: moves[start..end].to_vec(),
                 });
                 self.next_batch_id += 1;
+                start = end;
             }
         }
     }
@@ -896,8 +1027,16 @@ impl Engine {
             self.heat.prune();
         }
         let e = &mut self.stats.engine;
-        e.tracked_pages = self.stores.values().map(HotnessStore::tracked_pages).sum();
-        e.ready_pages = self.stores.values().map(HotnessStore::ready_pages).sum();
+        e.tracked_pages = self
+            .stores
+            .values()
+            .map(HotnessStore::tracked_base_pages)
+            .sum();
+        e.ready_pages = self
+            .stores
+            .values()
+            .map(HotnessStore::ready_base_pages)
+            .sum();
         e.hotness_store_bytes = self
             .stores
             .values()
@@ -920,9 +1059,12 @@ impl Engine {
                     self.backoff.remove(key);
                 }
                 MoveOutcome::Failed(MoveError::Busy | MoveError::Access) => {
-                    let b = self
-                        .backoff
-                        .get_or_insert_with(key, r.page.size, Backoff::default);
+                    let b = self.backoff.get_or_insert_with(
+                        key,
+                        r.page.size,
+                        Backoff::default,
+                        |_, _, _| {},
+                    );
                     b.failures = b.failures.saturating_add(1);
                     b.until = now.saturating_add(Backoff::wait(b.failures));
                     self.stats.engine.pgmigrate_backoff += nr;
@@ -930,19 +1072,36 @@ impl Engine {
                 MoveOutcome::Failed(_) => {}
             }
             let e = &mut self.stats.engine;
+            // Huge folios are also counted one each, as the kernel's vmstat
+            // `thp_migration_success` / `thp_migration_fail` count THPs (mm/migrate.c
+            // `migrate_pages()`; tierd counts hugetlb folios too); the page counters count
+            // their base pages.
+            if r.page.size.is_huge() {
+                let moved = matches!(r.outcome, MoveOutcome::Moved(node) if node == report.target);
+                if moved {
+                    e.thp_migration_success += 1;
+                } else {
+                    e.thp_migration_fail += 1;
+                }
+            }
             match (report.kind, r.outcome) {
                 (MigrationKind::Promote, MoveOutcome::Moved(node)) => {
+                    // The whole folio's range left the slow node, even if it was seen split
+                    // since the plan.
                     if let Some(s) = self.stores.get_mut(&r.from) {
-                        s.remove(key);
+                        s.remove_overlapping(key, r.page.size);
                     }
                     if node != report.target {
                         e.pgpromote_fail_other += nr;
                     } else {
                         e.pgpromote_success += nr;
                         self.stats.nodes.entry(node).or_default().pgpromote_success += nr;
-                        let h =
-                            self.history
-                                .get_or_insert_with(key, r.page.size, MoveHistory::default);
+                        let h = self.history.get_or_insert_with(
+                            key,
+                            r.page.size,
+                            MoveHistory::default,
+                            |_, _, _| {},
+                        );
                         if within(h.demoted_at) {
                             e.pingpong_promoted += nr;
                         }
@@ -970,9 +1129,12 @@ impl Engine {
                     } else {
                         e.pgdemote_success += nr;
                         self.stats.nodes.entry(r.from).or_default().pgdemote_success += nr;
-                        let h =
-                            self.history
-                                .get_or_insert_with(key, r.page.size, MoveHistory::default);
+                        let h = self.history.get_or_insert_with(
+                            key,
+                            r.page.size,
+                            MoveHistory::default,
+                            |_, _, _| {},
+                        );
                         if within(h.promoted_at) {
                             e.pingpong_demoted += nr;
                         }
@@ -1012,3 +1174,7 @@ impl Engine {
 #[cfg(test)]
 #[path = "engine_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "huge_tests.rs"]
+mod huge_tests;

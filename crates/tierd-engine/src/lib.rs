@@ -21,7 +21,7 @@
 //!     │              └ top-tier page ──▶ fast index (recency, for demotion)
 //!     ▼
 //!  Engine::tick(now, usage) ── demoter (watermarks) + promoter (kmigrated model)
-//!     │  MigrationPlan { batches ≤ batch_nr pages, per (target node, cgroup) }
+//!     │  MigrationPlan { batches ≤ batch_nr folios, per (target node, cgroup) }
 //!     ▼
 //!  backend executes (move_pages(2) / simulated move)
 //!     │  MigrationReport { per page: moved to node, or failed with errno }
@@ -44,6 +44,21 @@
 //! - [`plan`]: usage in, plan out, report back.
 //! - [`stats`]: counters and gauges, each documented with kind and unit.
 //! - [`backend`]: the backend trait and the step function.
+//!
+//! ## Huge pages
+//!
+//! A page the engine handles is a **folio** ([`types::PageRef`] with its [`types::PageSize`]:
+//! 4 KiB, 2 MiB THP or hugetlb, 1 GiB hugetlb), named by its head, moved whole. Every
+//! structure holds one entry per folio (one hotness record, one fast-index entry, one heat),
+//! and never two folios over the same virtual page: a base page seen inside a tracked THP
+//! (split), a THP over tracked base pages (collapse) or any size change inside a 1 GiB page
+//! (unmap and remap: hugetlb pages are not split while mapped) drops the old folio's entries.
+//! Planning charges a folio's full bytes (room, watermarks, demotion need, cgroup share, rate
+//! limit; a folio larger than the whole per-second budget is admitted alone as a debt, see
+//! [`ratelimit::SlidingWindowLimiter`]); `batch_nr` counts folios and a batch's bytes are
+//! bounded ([`engine::batch_bytes`]); a pass never plans two moves over one page. Page counters
+//! count base pages as the kernel's do, and `thp_migration_success` / `thp_migration_fail`
+//! count huge folios ([`stats`]).
 //!
 //! ## Limitations
 //!

@@ -19,8 +19,9 @@
 //! is this slow page in the fast index?) stays in cache.
 //!
 //! A 2 MiB page would have a chunk to itself (one entry in 512), so [`SizedPageMap`] keeps
-//! huge pages in a plain hash map beside the chunks of base pages, and behaves as one map
-//! keyed by page (an entry moves across when a page's size changes).
+//! huge folios (2 MiB and 1 GiB) in a plain hash map beside the chunks of base pages, and
+//! behaves as one map keyed by folio in which no two folios overlap: putting in a folio
+//! evicts the entries it covers or that cover it (a split, a collapse, a remap).
 //!
 //! A chunk is freed when its last entry goes; when more than half the arena is free after a
 //! [`PageMap::retain`], live chunks are moved down and the arena shrunk. Iteration order is
@@ -30,7 +31,7 @@ use rustc_hash::FxHashMap;
 
 // The same chunking as the hotness store's records, and the same key.
 use crate::hotness::store::{ChunkKey, CHUNK_PAGES, CHUNK_SHIFT};
-use crate::types::{PageKey, PageSize, Vpn};
+use crate::types::{PageKey, PageSize, Vpn, HPAGE_PMD_NR, HPAGE_PUD_NR};
 
 const CHUNK_MASK: u64 = (1 << CHUNK_SHIFT) - 1;
 /// The cache's "no such chunk" slot.
@@ -206,6 +207,32 @@ impl<V: Copy> PageMap<V> {
         old
     }
 
+    /// Removes every entry of chunk `ck`, passing each to `f`.
+    pub(crate) fn drain_chunk(&mut self, ck: ChunkKey, mut f: impl FnMut(PageKey, V)) {
+        let Some(slot) = self.find(ck) else {
+            return;
+        };
+        let s = slot_idx(slot);
+        for w in s * WORDS..(s + 1) * WORDS {
+            let mut word = std::mem::take(&mut self.bits[w]);
+            while word != 0 {
+                let b = word.trailing_zeros() as usize;
+                word &= word - 1;
+                let i = w * 64 + b;
+                if let Some(v) = self.vals[i].take() {
+                    self.len -= 1;
+                    let key = PageKey {
+                        space: ck.space,
+                        vpn: Vpn((ck.index << CHUNK_SHIFT) | (i - s * CHUNK_PAGES) as u64),
+                    };
+                    f(key, v);
+                }
+            }
+        }
+        self.live[s] = 0;
+        self.release(slot);
+    }
+
     /// Every entry, in no particular order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (PageKey, &V)> + '_ {
         self.live
@@ -316,12 +343,18 @@ impl<V: Copy> PageMap<V> {
     }
 }
 
-/// One map keyed by page, base pages in a [`PageMap`] and huge pages in a hash map (see the
-/// module docs). A key is in at most one of the two.
+/// One map keyed by folio, base pages in a [`PageMap`] and huge folios (with their size) in
+/// a hash map (see the module docs).
+///
+/// **Folios never overlap.** An entry names a folio: its head and size. Putting in a folio
+/// first evicts every entry of another folio over any of the same virtual pages (a THP split
+/// into base pages, base pages collapsed into a THP, a 1 GiB page unmapped and remapped), and
+/// hands each evicted entry to the caller, which keeps its counts exact. Keys of huge folios
+/// are their heads (callers align them: [`PageSize::head`]).
 #[derive(Clone, Debug)]
 pub(crate) struct SizedPageMap<V: Copy> {
     base: PageMap<V>,
-    huge: FxHashMap<PageKey, V>,
+    huge: FxHashMap<PageKey, (PageSize, V)>,
 }
 
 impl<V: Copy> Default for SizedPageMap<V> {
@@ -331,6 +364,14 @@ impl<V: Copy> Default for SizedPageMap<V> {
             huge: FxHashMap::default(),
         }
     }
+}
+
+/// The 2 MiB heads of a 1 GiB folio's range.
+fn heads_2m(head_1g: PageKey) -> impl Iterator<Item = PageKey> {
+    (0..HPAGE_PUD_NR / HPAGE_PMD_NR).map(move |i| PageKey {
+        space: head_1g.space,
+        vpn: Vpn(head_1g.vpn.0 + i * HPAGE_PMD_NR),
+    })
 }
 
 impl<V: Copy> SizedPageMap<V> {
@@ -345,53 +386,151 @@ impl<V: Copy> SizedPageMap<V> {
         self.base.is_empty() && self.huge.is_empty()
     }
 
-    /// Moves `key`'s entry, if any, to the side for `size`.
-    #[inline]
-    fn settle(&mut self, key: PageKey, size: PageSize) {
+    /// The huge entry at `head` if its folio covers `vpn`, removed.
+    fn take_huge_covering(&mut self, head: PageKey, vpn: Vpn) -> Option<(PageSize, V)> {
+        match self.huge.get(&head) {
+            Some((s, _)) if vpn.0 < head.vpn.0 + s.nr_pages().0 => self.huge.remove(&head),
+            _ => None,
+        }
+    }
+
+    /// Evicts every entry overlapping the folio `(key, size)` other than that exact folio
+    /// (kept when `keep_exact`), passing each to `evicted`.
+    fn evict(
+        &mut self,
+        key: PageKey,
+        size: PageSize,
+        keep_exact: bool,
+        mut evicted: impl FnMut(PageKey, PageSize, V),
+    ) {
+        let head_of = |s: PageSize| PageKey {
+            space: key.space,
+            vpn: s.head(key.vpn),
+        };
         match size {
             PageSize::Base => {
+                if !keep_exact {
+                    if let Some(v) = self.base.remove(key) {
+                        evicted(key, PageSize::Base, v);
+                    }
+                }
                 if !self.huge.is_empty() {
-                    if let Some(v) = self.huge.remove(&key) {
-                        self.base.insert(key, v);
+                    // The 2 MiB or 1 GiB folio containing the page, keyed at its head.
+                    for s in [PageSize::Huge2M, PageSize::Huge1G] {
+                        let h = head_of(s);
+                        if let Some((hs, v)) = self.take_huge_covering(h, key.vpn) {
+                            evicted(h, hs, v);
+                        }
                     }
                 }
             }
             PageSize::Huge2M | PageSize::Huge1G => {
-                if let Some(v) = self.base.remove(key) {
-                    self.huge.insert(key, v);
+                let chunks = size.nr_pages().0 >> CHUNK_SHIFT;
+                if !self.base.is_empty() {
+                    for c in 0..chunks {
+                        let ck = ChunkKey {
+                            space: key.space,
+                            index: (key.vpn.0 >> CHUNK_SHIFT) + c,
+                        };
+                        self.base
+                            .drain_chunk(ck, |k, v| evicted(k, PageSize::Base, v));
+                    }
+                }
+                if self.huge.is_empty() {
+                    return;
+                }
+                // The head itself, at another size (or this size unless kept).
+                if let Some(&(hs, v)) = self.huge.get(&key) {
+                    if !(keep_exact && hs == size) {
+                        self.huge.remove(&key);
+                        evicted(key, hs, v);
+                    }
+                }
+                match size {
+                    PageSize::Huge2M => {
+                        let g = head_of(PageSize::Huge1G);
+                        if g != key {
+                            if let Some((hs, v)) = self.take_huge_covering(g, key.vpn) {
+                                evicted(g, hs, v);
+                            }
+                        }
+                    }
+                    _ => {
+                        for h in heads_2m(key).skip(1) {
+                            if let Some((hs, v)) = self.huge.remove(&h) {
+                                evicted(h, hs, v);
+                            }
+                        }
+                    }
                 }
             }
         }
     }
 
-    /// The value of `key` (a page of `size`), inserted as `f()` first if absent.
+    /// The value of the folio `(key, size)`, inserted as `f()` first if absent; entries of
+    /// other folios overlapping it are evicted first and passed to `evicted`.
     #[inline]
     pub(crate) fn get_or_insert_with(
         &mut self,
         key: PageKey,
         size: PageSize,
         f: impl FnOnce() -> V,
+        evicted: impl FnMut(PageKey, PageSize, V),
     ) -> &mut V {
-        self.settle(key, size);
         match size {
-            PageSize::Base => self.base.get_or_insert_with(key, f),
-            PageSize::Huge2M | PageSize::Huge1G => self.huge.entry(key).or_insert_with(f),
+            PageSize::Base => {
+                // Only a huge folio can overlap a base page other than itself.
+                self.evict(key, size, true, evicted);
+                self.base.get_or_insert_with(key, f)
+            }
+            PageSize::Huge2M | PageSize::Huge1G => {
+                if !matches!(self.huge.get(&key), Some((s, _)) if *s == size) {
+                    self.evict(key, size, true, evicted);
+                }
+                &mut self.huge.entry(key).or_insert_with(|| (size, f())).1
+            }
         }
     }
 
-    /// Sets the value of `key` (a page of `size`); returns the old one.
-    pub(crate) fn insert(&mut self, key: PageKey, size: PageSize, v: V) -> Option<V> {
-        self.settle(key, size);
+    /// Sets the value of the folio `(key, size)`; returns its old value. Entries of other
+    /// folios overlapping it are evicted and passed to `evicted`.
+    pub(crate) fn insert(
+        &mut self,
+        key: PageKey,
+        size: PageSize,
+        v: V,
+        evicted: impl FnMut(PageKey, PageSize, V),
+    ) -> Option<V> {
         match size {
-            PageSize::Base => self.base.insert(key, v),
-            PageSize::Huge2M | PageSize::Huge1G => self.huge.insert(key, v),
+            PageSize::Base => {
+                self.evict(key, size, true, evicted);
+                self.base.insert(key, v)
+            }
+            PageSize::Huge2M | PageSize::Huge1G => {
+                if !matches!(self.huge.get(&key), Some((s, _)) if *s == size) {
+                    self.evict(key, size, true, evicted);
+                }
+                self.huge.insert(key, (size, v)).map(|(_, old)| old)
+            }
         }
     }
 
-    /// The value of `key`, of either size.
+    /// Removes every entry overlapping the folio `(key, size)`, passing each to `removed`.
+    pub(crate) fn remove_overlapping(
+        &mut self,
+        key: PageKey,
+        size: PageSize,
+        removed: impl FnMut(PageKey, PageSize, V),
+    ) {
+        self.evict(key, size, false, removed);
+    }
+
+    /// The value of the folio whose head is `key`, of either size.
     pub(crate) fn get(&mut self, key: PageKey) -> Option<&V> {
-        if !self.huge.is_empty() && self.huge.contains_key(&key) {
-            return self.huge.get(&key);
+        if !self.huge.is_empty() {
+            if let Some((_, v)) = self.huge.get(&key) {
+                return Some(v);
+            }
         }
         self.base.get(key)
     }
@@ -399,10 +538,11 @@ impl<V: Copy> SizedPageMap<V> {
     /// Bytes held by both sides, for the memory gauges.
     pub(crate) fn memory_bytes(&self) -> usize {
         self.base.memory_bytes()
-            + self.huge.capacity() * (std::mem::size_of::<PageKey>() + std::mem::size_of::<V>())
+            + self.huge.capacity()
+                * (std::mem::size_of::<PageKey>() + std::mem::size_of::<(PageSize, V)>())
     }
 
-    /// Removes `key`; returns its value.
+    /// Removes the folio whose head is `key`; returns its value.
     #[inline]
     pub(crate) fn remove(&mut self, key: PageKey) -> Option<V> {
         if let Some(v) = self.base.remove(key) {
@@ -411,21 +551,22 @@ impl<V: Copy> SizedPageMap<V> {
         if self.huge.is_empty() {
             None
         } else {
-            self.huge.remove(&key)
+            self.huge.remove(&key).map(|(_, v)| v)
         }
     }
 
-    /// Every entry, in no particular order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (PageKey, &V)> + '_ {
+    /// Every entry with its folio size, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (PageKey, PageSize, &V)> + '_ {
         self.base
             .iter()
-            .chain(self.huge.iter().map(|(k, v)| (*k, v)))
+            .map(|(k, v)| (k, PageSize::Base, v))
+            .chain(self.huge.iter().map(|(k, (s, v))| (*k, *s, v)))
     }
 
     /// Keeps the entries for which `f` is true.
     pub(crate) fn retain(&mut self, mut f: impl FnMut(PageKey, &mut V) -> bool) {
         self.base.retain(&mut f);
-        self.huge.retain(|k, v| f(*k, v));
+        self.huge.retain(|k, (_, v)| f(*k, v));
     }
 }
 
@@ -516,21 +657,111 @@ mod tests {
     }
 
     #[test]
-    fn sized_map_is_one_map_keyed_by_page() {
+    fn sized_map_is_one_map_keyed_by_folio() {
         let mut m: SizedPageMap<u32> = SizedPageMap::default();
+        let mut gone = Vec::new();
         let head = k(1, 1024);
-        assert_eq!(m.insert(head, PageSize::Huge2M, 1), None);
-        assert_eq!(m.insert(k(1, 5), PageSize::Base, 2), None);
-        // The same key seen as a base page (the huge page was split): one entry, moved.
-        *m.get_or_insert_with(head, PageSize::Base, || 0) += 10;
+        assert_eq!(m.insert(head, PageSize::Huge2M, 1, |_, _, _| {}), None);
+        assert_eq!(m.insert(k(1, 5), PageSize::Base, 2, |_, _, _| {}), None);
+        // A base page inside the THP: it was split, its entry is evicted.
+        *m.get_or_insert_with(
+            k(1, 1030),
+            PageSize::Base,
+            || 0,
+            |k, s, v| {
+                gone.push((k, s, v));
+            },
+        ) += 10;
+        assert_eq!(gone, vec![(head, PageSize::Huge2M, 1)]);
         assert_eq!(m.len(), 2);
-        assert_eq!(m.insert(head, PageSize::Huge2M, 7), Some(11));
-        assert_eq!(m.len(), 2);
-        m.retain(|key, _| key.vpn.0 != 5);
-        let all: Vec<(PageKey, u32)> = m.iter().map(|(k, v)| (k, *v)).collect();
-        assert_eq!(all, vec![(head, 7)]);
-        assert_eq!(m.remove(head), Some(7));
+        // Collapsed again: the base page goes.
+        gone.clear();
+        assert_eq!(
+            m.insert(head, PageSize::Huge2M, 7, |k, s, v| gone.push((k, s, v))),
+            None
+        );
+        assert_eq!(gone, vec![(k(1, 1030), PageSize::Base, 10)]);
+        // A 1 GiB page over both.
+        gone.clear();
+        m.insert(k(1, 0), PageSize::Huge1G, 9, |k, s, v| gone.push((k, s, v)));
+        gone.sort_unstable();
+        assert_eq!(
+            gone,
+            vec![(k(1, 5), PageSize::Base, 2), (head, PageSize::Huge2M, 7)]
+        );
+        let all: Vec<(PageKey, PageSize, u32)> = m.iter().map(|(k, s, v)| (k, s, *v)).collect();
+        assert_eq!(all, vec![(k(1, 0), PageSize::Huge1G, 9)]);
+        assert_eq!(m.remove(k(1, 0)), Some(9));
         assert!(m.is_empty());
         assert_eq!(m.remove(head), None);
+    }
+
+    /// Whatever is put in, no two entries overlap, and every entry that left through an
+    /// eviction was handed back.
+    #[test]
+    fn sized_map_never_holds_overlapping_folios() {
+        type Model = BTreeMap<PageKey, (PageSize, u64)>;
+        fn overlapping(model: &Model, key: PageKey, size: PageSize) -> Vec<PageKey> {
+            let r = key.vpn.0..key.vpn.0 + size.nr_pages().0;
+            model
+                .iter()
+                .filter(|(h, (s, _))| {
+                    h.space == key.space && h.vpn.0 < r.end && r.start < h.vpn.0 + s.nr_pages().0
+                })
+                .map(|(h, _)| *h)
+                .collect()
+        }
+        let mut m: SizedPageMap<u64> = SizedPageMap::default();
+        let mut model = Model::new();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..20_000u64 {
+            let r = next(&mut x);
+            let size = match r % 10 {
+                0..=5 => PageSize::Base,
+                6..=8 => PageSize::Huge2M,
+                _ => PageSize::Huge1G,
+            };
+            // Two 1 GiB ranges, a few chunks of each.
+            let vpn = ((r >> 4) & 1) * HPAGE_PUD_NR + ((r >> 5) % 3) * 512 + (r >> 8) % 600;
+            let key = PageKey {
+                space: SpaceId(1),
+                vpn: size.head(Vpn(vpn)),
+            };
+            let mut gone: Vec<PageKey> = Vec::new();
+            let mut want: Vec<PageKey> = overlapping(&model, key, size);
+            match (r >> 20) % 4 {
+                0 | 1 => {
+                    m.insert(key, size, round, |k, s, v| {
+                        assert_eq!(model.get(&k), Some(&(s, v)));
+                        gone.push(k);
+                    });
+                    want.retain(|h| !(*h == key && model[h].0 == size));
+                    for h in &want {
+                        model.remove(h);
+                    }
+                    model.insert(key, (size, round));
+                }
+                2 => {
+                    *m.get_or_insert_with(key, size, || round, |k, _, _| gone.push(k)) += 1;
+                    want.retain(|h| !(*h == key && model[h].0 == size));
+                    for h in &want {
+                        model.remove(h);
+                    }
+                    model.entry(key).or_insert((size, round)).1 += 1;
+                }
+                _ => {
+                    m.remove_overlapping(key, size, |k, _, _| gone.push(k));
+                    for h in &want {
+                        model.remove(h);
+                    }
+                }
+            }
+            gone.sort_unstable();
+            assert_eq!(gone, want, "round {round}");
+            let mut all: Vec<(PageKey, (PageSize, u64))> =
+                m.iter().map(|(k, s, v)| (k, (s, *v))).collect();
+            all.sort_unstable();
+            assert_eq!(all, model.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>());
+        }
     }
 }

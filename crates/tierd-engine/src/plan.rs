@@ -70,7 +70,7 @@ pub struct MigrationBatch {
     pub target: NodeId,
     /// The cgroup owning every page of the batch.
     pub cgroup: CgroupId,
-    /// The pages, at most `batch_nr` of them.
+    /// The pages (folios), at most `batch_nr` of them.
     pub pages: Vec<PlannedMove>,
 }
 

@@ -7,6 +7,14 @@
 //! `pgpromote_candidate_nrl`, `pgdemote_*`; pghot's `pghot_recorded_*`, kernel.md 1.7);
 //! tierd's own additions say so in their description.
 //!
+//! Huge pages: every `Pages` statistic counts base pages (a 2 MiB folio counts 512, a 1 GiB
+//! folio 262144), as the kernel's `pgpromote_success` and `pgdemote_*` count
+//! `folio_nr_pages()`; so bytes migrated = (`pgpromote_success` + `pgdemote_success`) * 4096.
+//! `thp_migration_success` / `thp_migration_fail` count huge folios, one each, as the
+//! kernel's vmstat events of those names count THPs (mm/migrate.c `migrate_pages()`). The
+//! kernel leaves hugetlb folios out of them (they migrate through `migrate_hugetlbs()` and
+//! count only in `pgmigrate_success`); tierd counts every huge folio it moves, hugetlb too.
+//!
 //! The table is a small `macro_rules!` because no maintained crate derives "struct + static
 //! metadata" without also owning the export format (scx_stats is tied to scx's socket
 //! protocol); the macro is twenty lines and keeps names, docs, kinds and units in one place.
@@ -32,7 +40,8 @@ pub enum StatKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StatUnit {
-    /// Base (4 KiB) pages; a huge page counts 512, as in the kernel's page-based counters.
+    /// Base (4 KiB) pages; a 2 MiB folio counts 512 and a 1 GiB folio 262144, as in the
+    /// kernel's page-based counters (`pgpromote_success` counts `folio_nr_pages()`).
     Pages,
     /// Events (observations, runs, batches).
     Events,
@@ -107,6 +116,9 @@ stats_struct! {
         pgdemote_candidate: Counter, Pages, "tierd: pages put in a demotion plan.";
         pgdemote_success: Counter, Pages, "Pages demoted by tierd (the kernel's pgdemote_* count its own demotions).";
         pgdemote_fail: Counter, Pages, "tierd: demotions that failed, any reason.";
+        thp_migration_success: Counter, Events, "Huge folios (2 MiB THP or hugetlb, 1 GiB hugetlb) moved by tierd, promotion or demotion, one per folio as the kernel's vmstat thp_migration_success counts a THP (the kernel's leaves hugetlb out); their base pages are in pgpromote_success / pgdemote_success.";
+        thp_migration_fail: Counter, Events, "Huge folios tierd failed to move, promotion or demotion, one per folio (thp_migration_fail); their base pages are in the pgpromote_fail_* / pgdemote_fail counters.";
+        pgmigrate_overlap_skipped: Counter, Pages, "tierd: pages not planned because a folio over the same virtual pages was already in this pass's plan (a page is never planned twice).";
         pgmigrate_backoff: Counter, Pages, "tierd: pages put in back-off after failing to move for a reason of their own (EBUSY: pinned or busy; EACCES: shared or outside the cpuset); each further failure doubles the wait, 1 s up to 10 min.";
         pgmigrate_backoff_skipped: Counter, Pages, "tierd: ready pages skipped because they are backed off.";
         pgdemote_policy_skipped: Counter, Pages, "tierd: cold pages not demoted because no lower node is allowed by their mempolicy.";
@@ -114,8 +126,8 @@ stats_struct! {
         pingpong_promoted: Counter, Pages, "tierd: pages promoted within pingpong_window_ms of their demotion.";
         promoter_runs: Counter, Events, "tierd: promoter passes (one per slow node per interval).";
         plan_batches: Counter, Events, "tierd: migration batches planned.";
-        tracked_pages: Gauge, Pages, "tierd: slow-tier pages with a live hotness record.";
-        ready_pages: Gauge, Pages, "tierd: records marked ready and not yet consumed.";
+        tracked_pages: Gauge, Pages, "tierd: slow-tier pages with a live hotness record (one record per folio; a 2 MiB folio counts 512 pages).";
+        ready_pages: Gauge, Pages, "tierd: pages whose record is marked ready and not yet consumed (a 2 MiB folio counts 512).";
         hotness_store_bytes: Gauge, Bytes, "tierd: memory used by the hotness records and their index.";
         fast_index_pages: Gauge, Pages, "tierd: top-tier pages known to the demoter.";
         heat_tracked_pages: Gauge, Pages, "tierd: pages with a heat (relative threshold), both tiers.";

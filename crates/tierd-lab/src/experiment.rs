@@ -16,6 +16,43 @@ pub enum Machine {
     ThreeNode,
 }
 
+/// The guest's transparent-huge-page mode for a run: what the guest script writes to
+/// `/sys/kernel/mm/transparent_hugepage/enabled` before the workload starts. `defrag` (and
+/// khugepaged's settings) stay at the kernel's defaults (Documentation/admin-guide/mm/
+/// transhuge.rst; `madvise` for `defrag` on the 6.12 guest), and the run records what the
+/// guest had.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Thp {
+    /// `never`: base pages only (the lab's mode before issue 13).
+    #[default]
+    Never,
+    /// `always`: anonymous memory is faulted in as 2 MiB folios where a range allows it.
+    Always,
+}
+
+impl Thp {
+    /// Both modes, in the order `tierd lab --thp both` runs them.
+    pub const BOTH: [Thp; 2] = [Thp::Never, Thp::Always];
+
+    /// The sysfs word (`never`, `always`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Thp::Never => "never",
+            Thp::Always => "always",
+        }
+    }
+}
+
+impl std::fmt::Display for Thp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One part of the workload's memory reported on its own (a VMA of its own).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Part {
@@ -61,6 +98,37 @@ pub struct Experiment {
     /// suits a fast host).
     #[serde(default)]
     pub until: Option<Until>,
+    /// The guest's THP mode (see [`Experiment::with_thp`]).
+    #[serde(default)]
+    pub thp: Thp,
+}
+
+/// How often the integrity workload splits one of its THPs under `--thp always`, ms.
+pub const SPLIT_EVERY_MS: u64 = 500;
+
+impl Experiment {
+    /// The experiment with the guest's THP mode set to `thp`. Under [`Thp::Always`] the
+    /// workload must not opt out of huge pages, or the run would not be THP `always`: the
+    /// chase and the integrity workload get `--thp follow` (no `MADV_NOHUGEPAGE`; their
+    /// buffer keeps a VMA of its own through `MADV_DONTFORK`), and the integrity workload also
+    /// splits THPs of its own buffer while it is checked and moved (`--split-every-ms`:
+    /// `MADV_DONTNEED` of a 4 KiB subpage, `munmap` of a 4 KiB piece at a THP's edge). Under
+    /// [`Thp::Never`] the workload is as before issue 13 (`MADV_NOHUGEPAGE`, a no-op for
+    /// placement when THP is off, kept so the rows stay comparable with earlier runs).
+    #[must_use]
+    pub fn with_thp(mut self, thp: Thp) -> Experiment {
+        self.thp = thp;
+        if thp == Thp::Always {
+            let w = self.workload.trim_start();
+            if w.starts_with("chase ") {
+                self.workload.push_str(" --thp follow");
+            } else if w.starts_with("integrity ") {
+                self.workload
+                    .push_str(&format!(" --thp follow --split-every-ms {SPLIT_EVERY_MS}"));
+            }
+        }
+        self
+    }
 }
 
 /// An early end: after at least `min_s` seconds, once the first part has had at least
@@ -157,6 +225,7 @@ pub fn experiment_a(quick: bool) -> Experiment {
             consecutive: 3,
             min_s: 20,
         }),
+        thp: Thp::Never,
     }
 }
 
@@ -216,6 +285,7 @@ pub fn experiment_integrity(quick: bool) -> Experiment {
         )],
         home_nodes: Vec::new(),
         until: None,
+        thp: Thp::Never,
     }
 }
 
@@ -260,6 +330,7 @@ pub fn experiment_churn() -> Experiment {
         ],
         home_nodes: Vec::new(),
         until: None,
+        thp: Thp::Never,
     }
 }
 
@@ -300,6 +371,7 @@ pub fn experiment_three_node() -> Experiment {
         ],
         home_nodes: vec![0, 1],
         until: None,
+        thp: Thp::Never,
     }
 }
 
@@ -338,6 +410,7 @@ pub fn experiment_mempolicy() -> Experiment {
         ],
         home_nodes: Vec::new(),
         until: None,
+        thp: Thp::Never,
     }
 }
 

@@ -28,7 +28,7 @@ pub mod mechanism;
 pub mod run;
 pub mod summary;
 
-pub use experiment::Experiment;
+pub use experiment::{Experiment, Thp};
 pub use mechanism::Mechanism;
 pub use run::RunData;
 pub use summary::Summary;
@@ -199,7 +199,7 @@ pub fn run_experiment(
         if !only.is_empty() && !only.contains(id) {
             continue;
         }
-        let dir = env.work_dir.join(format!("{}-{id}", exp.id));
+        let dir = env.work_dir.join(format!("{}-{}-{id}", exp.id, exp.thp));
         // A guest that hangs or a run that breaks is a result too: record it and go on, so
         // one bad row does not cost the rest of a half-hour lab.
         let outcome = run::run_one(&env.kernel, &env.bins, exp, mech, &dir);
@@ -247,6 +247,15 @@ pub fn experiment(id: &str, quick: bool) -> Result<Experiment, LabError> {
             known: format!("{}, chaos", EXPERIMENTS.join(", ")),
         }),
     }
+}
+
+/// An experiment (as [`experiment`]) with the guest's THP mode set (see
+/// [`Experiment::with_thp`]).
+///
+/// # Errors
+/// [`LabError::Unknown`] for an unknown id.
+pub fn experiment_thp(id: &str, quick: bool, thp: Thp) -> Result<Experiment, LabError> {
+    experiment(id, quick).map(|e| e.with_thp(thp))
 }
 
 /// Every experiment id, in the order `tierd lab` runs them.

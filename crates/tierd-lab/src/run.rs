@@ -20,7 +20,15 @@ use crate::experiment::{Experiment, Machine, Part};
 use crate::mechanism::Mechanism;
 use crate::LabError;
 
-/// The vmstat counters sampled (mm/vmstat.c names).
+/// The vmstat counters sampled (mm/vmstat.c `vmstat_text` names, as the 6.12 guest prints
+/// them). `pgmigrate_success` counts base pages, a 2 MiB folio as 512 (mm/migrate.c
+/// `migrate_pages()` adds `stats.nr_succeeded`); `thp_migration_success` counts the THPs among
+/// them; `thp_migration_split` the THPs split to be moved (a partially mapped THP on the
+/// deferred-split list is split first: `migrate_pages_batch()`). `thp_split_pmd` counts PMD
+/// mappings split (a partial `MADV_DONTNEED`, `munmap` or `mprotect` of a THP),
+/// `thp_split_page` folios split, `thp_deferred_split_page` folios queued for a later split.
+/// Compaction's migrations count in `pgmigrate_success` too (mm/compaction.c
+/// `compact_zone()` calls `migrate_pages()`), so its counters are sampled to tell them apart.
 pub const VMSTAT_KEYS: &[&str] = &[
     "pgpromote_success",
     "pgpromote_candidate",
@@ -32,6 +40,21 @@ pub const VMSTAT_KEYS: &[&str] = &[
     "numa_pages_migrated",
     "pgdemote_kswapd",
     "pgdemote_direct",
+    "thp_migration_success",
+    "thp_migration_fail",
+    "thp_migration_split",
+    "thp_split_page",
+    "thp_split_page_failed",
+    "thp_deferred_split_page",
+    "thp_split_pmd",
+    "thp_fault_alloc",
+    "thp_collapse_alloc",
+    "nr_anon_transparent_hugepages",
+    "compact_stall",
+    "compact_isolated",
+    "compact_migrate_scanned",
+    "compact_daemon_wake",
+    "compact_daemon_migrate_scanned",
 ];
 
 /// The guest script of one run.
@@ -40,8 +63,16 @@ pub fn script(exp: &Experiment, mech: &Mechanism) -> String {
     let vm_re = VMSTAT_KEYS.join("|");
     format!(
         r#"ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
-echo never > /sys/kernel/mm/transparent_hugepage/enabled
+echo {thp} > /sys/kernel/mm/transparent_hugepage/enabled
+# No proactive compaction: kcompactd's migrations (mm/compaction.c proactive_compact_node())
+# count in pgmigrate_success like a promoter's, and the rows compare the two. Compaction on
+# demand (an allocation that needs it) stays; the compact_* counters show whether it ran.
+echo 0 > /proc/sys/vm/compaction_proactiveness 2>/dev/null
 echo 0 > /proc/sys/kernel/numa_balancing
+THPD=/sys/kernel/mm/transparent_hugepage
+lab_word() {{ sed -n 's/.*\[\(.*\)\].*/\1/p' $1 2>/dev/null; }}
+echo "LAB THP enabled=$(lab_word $THPD/enabled) defrag=$(lab_word $THPD/defrag) khugepaged_defrag=$(cat $THPD/khugepaged/defrag 2>/dev/null) compaction_proactiveness=$(cat /proc/sys/vm/compaction_proactiveness 2>/dev/null)"
+lab_huge() {{ echo "LAB THPMAP at=$1 anon_huge_kb=$(sed -n 's/^AnonHugePages: *\([0-9]*\) kB/\1/p' /proc/$PID_workload/smaps_rollup 2>/dev/null)"; }}
 FAST={fast}; SLOW={slow}
 WATCH="workload promoter kdamond"
 lab_t() {{ cut -d' ' -f1 /proc/uptime; }}
@@ -63,6 +94,7 @@ READY=$(grep ' ready' /tmp/w.log | head -n1)
 echo "LAB READY $READY"
 PID_workload=$(echo "$READY" | sed -n 's/^[a-z]* pid=\([0-9]*\) .*/\1/p')
 lab_sample
+lab_huge start
 echo "LAB START $(lab_t)"
 {start}k=0
 {until_setup}while [ $k -lt {duration} ]; do
@@ -71,11 +103,13 @@ echo "LAB START $(lab_t)"
 {tick}  lab_sample
 {until_check}done
 {stop}lab_sample
+lab_huge end
 echo "LAB END $(lab_t)"
 kill $PID_workload 2>/dev/null; wait $PID_workload 2>/dev/null
 [ -n "$PID_eater" ] && kill $PID_eater 2>/dev/null
 sed 's/^/LAB W /' /tmp/w.log
 "#,
+        thp = exp.thp.name(),
         fast = exp.fast.first().copied().unwrap_or(0),
         slow = exp.slow,
         setup = exp.setup,
@@ -185,7 +219,8 @@ fn part_addrs(ready: &str, parts: &[Part]) -> Vec<(String, u64)> {
 /// Parses a guest console into a run's data. Each part's placement is the `numa_maps` entry
 /// of the VMA that contains the part's start (the largest start not above it): a buffer can
 /// share its VMA with a neighbour of equal flags (a thread stack is MADV_NOHUGEPAGE too), so
-/// an exact-start match is not enough.
+/// an exact-start match is not enough; plus the entries of VMAs that start inside the part
+/// (a buffer with holes, as the integrity workload's cuts make, is several VMAs).
 ///
 /// # Errors
 /// [`LabError::Parse`] when the run never started (no `LAB START`).
@@ -269,13 +304,36 @@ pub fn parse_console(console: &str, parts: &[Part]) -> Result<RunData, LabError>
             "the run never started (no LAB START)".into(),
         ));
     };
+    let page = 4096u64;
     for (t, mut vmas) in maps {
         vmas.sort_by_key(|(s, _)| *s);
         let s = by_t.entry(t).or_default();
         for (name, a) in &addrs {
-            if let Some((_, nodes)) = vmas.iter().rev().find(|(s, _)| s <= a) {
-                s.parts.insert(name.clone(), nodes.clone());
+            // The part's end, or the start of the VMA holding a later part's start if that
+            // comes first (that VMA is the other part's).
+            let owner = |b: u64| vmas.iter().rev().find(|(s, _)| *s <= b).map(|(s, _)| *s);
+            let end = parts
+                .iter()
+                .find(|p| &p.name == name)
+                .map_or(*a, |p| a.saturating_add(p.pages.saturating_mul(page)))
+                .min(
+                    addrs
+                        .iter()
+                        .filter(|(_, b)| b > a)
+                        .filter_map(|(_, b)| owner(*b))
+                        .min()
+                        .unwrap_or(u64::MAX),
+                );
+            let Some(first) = vmas.iter().rposition(|(s, _)| s <= a) else {
+                continue;
+            };
+            let mut nodes = vmas[first].1.clone();
+            for (_, more) in vmas[first + 1..].iter().take_while(|(s, _)| *s < end) {
+                for (n, c) in more {
+                    *nodes.entry(*n).or_default() += c;
+                }
             }
+            s.parts.insert(name.clone(), nodes);
         }
     }
     let mut samples: Vec<Sample> = by_t.into_values().collect();
@@ -365,6 +423,27 @@ LAB W chase t=1.000 hot_n0=1 hot_n1=1 hot_other=0 cold_n0=0 cold_n1=6 cold_other
     }
 
     #[test]
+    fn a_part_with_holes_sums_the_vmas_that_start_inside_it() {
+        let parts = vec![Part {
+            name: "all".into(),
+            addr_key: "addr".into(),
+            pages: 1024,
+        }];
+        let console = "\
+LAB READY integrity pid=7 addr=0x400000 node=1 mib=4 pages=1024 threads=1 ready
+LAB START 1.0
+LAB NM t=2.0 200000 default anon=9 N0=9 kernelpagesize_kB=4
+LAB NM t=2.0 400000 default anon=511 N1=511 kernelpagesize_kB=4
+LAB NM t=2.0 600000 default anon=510 N0=10 N1=500 kernelpagesize_kB=4
+LAB NM t=2.0 800000 default anon=3 N0=3 kernelpagesize_kB=4
+";
+        let d = parse_console(console, &parts).expect("parses");
+        // 0x400000 (511 pages, its last one unmapped) and 0x600000 (inside the part); not the
+        // VMA below it nor the one at its end (0x400000 + 4 MiB).
+        assert_eq!(d.samples[0].parts["all"], [(0, 10), (1, 1011)].into());
+    }
+
+    #[test]
     fn a_run_without_a_start_is_an_error() {
         assert!(parse_console("LAB READY x\n", &[]).is_err());
     }
@@ -383,5 +462,48 @@ LAB W chase t=1.000 hot_n0=1 hot_n1=1 hot_other=0 cold_n0=0 cold_n1=6 cold_other
         let full = experiment_a(false);
         assert!(!script(&full, &full.runs[0].1).contains("lab_on_fast"));
         assert!(s.contains("chase --total-mib 512 --hot-mib 128"));
+        // THP never by default, proactive compaction off, what the guest had recorded.
+        assert!(s.contains("echo never > /sys/kernel/mm/transparent_hugepage/enabled"));
+        assert!(s.contains("echo 0 > /proc/sys/vm/compaction_proactiveness"));
+        assert!(s.contains("echo \"LAB THP enabled=$(lab_word $THPD/enabled) defrag="));
+        assert!(s.contains("lab_huge start\necho \"LAB START"), "{s}");
+        assert!(!s.contains("--thp follow"));
+    }
+
+    #[test]
+    fn thp_always_reaches_the_guest_and_the_workload() {
+        use crate::experiment::{experiment_integrity, Thp, SPLIT_EVERY_MS};
+        let a = experiment_a(true).with_thp(Thp::Always);
+        let s = script(&a, &a.runs[0].1);
+        assert!(s.contains("echo always > /sys/kernel/mm/transparent_hugepage/enabled"));
+        // The chase must not opt out of THP under `always`.
+        assert!(s.contains("--tick-us 1000 --thp follow\n"), "{s}");
+        let i = experiment_integrity(true).with_thp(Thp::Always);
+        assert!(script(&i, &i.runs[0].1).contains(&format!(
+            "--interval-ms 2000 --thp follow --split-every-ms {SPLIT_EVERY_MS}\n"
+        )));
+        // Never leaves the workload as it was.
+        let n = experiment_integrity(true).with_thp(Thp::Never);
+        assert_eq!(n.workload, experiment_integrity(true).workload);
+        assert_eq!(n.thp, Thp::Never);
+    }
+
+    #[test]
+    fn the_thp_lines_of_the_console_are_kept_as_notes() {
+        let exp = experiment_a(true);
+        let console = format!(
+            "LAB THP enabled=always defrag=madvise khugepaged_defrag=1 compaction_proactiveness=0\n\
+             LAB THPMAP at=start anon_huge_kb=522240\n{CONSOLE}LAB THPMAP at=end anon_huge_kb=262144\n"
+        );
+        let d = parse_console(&console, &exp.parts).expect("parses");
+        assert!(d
+            .notes
+            .iter()
+            .any(|n| n.starts_with("THP enabled=always defrag=madvise")));
+        assert!(d
+            .notes
+            .iter()
+            .any(|n| n == "THPMAP at=end anon_huge_kb=262144"));
+        assert_eq!(d.samples.len(), 2, "no sample from the THP lines");
     }
 }

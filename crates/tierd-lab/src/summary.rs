@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::experiment::Experiment;
+use crate::experiment::{Experiment, Thp};
 use crate::run::RunData;
 
 /// USER_HZ, the unit of `/proc/PID/stat` CPU times, as a float for dividing.
@@ -19,6 +19,17 @@ pub struct Summary {
     pub id: String,
     /// Mechanism name.
     pub mechanism: String,
+    /// The guest's THP mode the run was set up with (the experiment's).
+    #[serde(default)]
+    pub thp: Thp,
+    /// What the guest had, read back after setting it: `enabled` and `defrag` of
+    /// /sys/kernel/mm/transparent_hugepage (the bracketed words), e.g. `always/madvise`.
+    #[serde(default)]
+    pub thp_seen: Option<String>,
+    /// The workload's `AnonHugePages` (/proc/PID/smaps_rollup) when the mechanism started and
+    /// at the end, MiB: how much of it THPs backed.
+    #[serde(default)]
+    pub workload_thp_mib: Option<(f64, f64)>,
     /// Seconds after the start until 50 / 90 / 95 % of the first part (the hot set) was on
     /// the fast node (`None`: never within the run).
     pub t50_s: Option<f64>,
@@ -34,8 +45,48 @@ pub struct Summary {
     pub over_pct: f64,
     /// Share of the other parts (cold) moved to the fast node, percent.
     pub cold_moved_pct: f64,
-    /// MiB migrated (growth of `pgmigrate_success`, which every mechanism's moves count in).
+    /// MiB migrated as the kernel counts it (growth of `pgmigrate_success` * 4 KiB, which every
+    /// mechanism's moves count in, a THP as 512 pages).
     pub migrated_mib: f64,
+    /// THPs migrated (growth of `thp_migration_success`).
+    #[serde(default)]
+    pub thp_migrated: u64,
+    /// THPs that failed to migrate (growth of `thp_migration_fail`), and of those the ones
+    /// split to be moved (`thp_migration_split`).
+    #[serde(default)]
+    pub thp_migration_fail: u64,
+    /// Growth of `thp_migration_split`.
+    #[serde(default)]
+    pub thp_migration_split: u64,
+    /// THP folios split (growth of `thp_split_page`).
+    #[serde(default)]
+    pub thp_split_page: u64,
+    /// THP PMD mappings split (growth of `thp_split_pmd`).
+    #[serde(default)]
+    pub thp_split_pmd: u64,
+    /// THPs queued for a deferred split (growth of `thp_deferred_split_page`).
+    #[serde(default)]
+    pub thp_deferred_split: u64,
+    /// Pages compaction isolated (growth of `compact_isolated`: pages isolated to be migrated
+    /// plus free pages isolated as targets): non-zero means compaction ran in the window and
+    /// its migrations are part of `migrated_mib`.
+    #[serde(default)]
+    pub compact_isolated: u64,
+    /// tierd's own count of what it moved, MiB: (`pgpromote_success` + `pgdemote_success` of
+    /// its status) * 4 KiB, when tierd ran.
+    #[serde(default)]
+    pub tierd_migrated_mib: Option<f64>,
+    /// tierd's own count of the THPs it moved (its `thp_migration_success` engine counter,
+    /// when its status has one).
+    #[serde(default)]
+    pub tierd_thp_migrated: Option<u64>,
+    /// `100 * tierd_migrated_mib / migrated_mib`: 100 when tierd's count and the kernel's
+    /// agree (tierd is then the only migrator of the run).
+    #[serde(default)]
+    pub tierd_mib_agreement_pct: Option<f64>,
+    /// `100 * tierd_thp_migrated / thp_migrated`.
+    #[serde(default)]
+    pub tierd_thp_agreement_pct: Option<f64>,
     /// Growth of `pgpromote_success` (NUMA balancing's promotions only).
     pub pgpromote_success: u64,
     /// Growth of `numa_hint_faults`.
@@ -62,6 +113,10 @@ pub struct Summary {
     pub damon_sample_us: Option<(u64, u64, usize)>,
     /// Checksum failures the workload reported (integrity runs).
     pub checksum_failures: Option<u64>,
+    /// The integrity workload's cuts into its own buffer (`--split-every-ms`): pages
+    /// discarded, pages unmapped, 2 MiB blocks cut into; `None` when it made none.
+    #[serde(default)]
+    pub workload_cuts: Option<(u64, u64, u64)>,
     /// Whether the workload printed its `done` line (it did not crash and was not killed).
     pub workload_finished: bool,
     /// Multi-threaded chases: hot pages on a fast node other than their thread's, percent of
@@ -164,6 +219,18 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
                 .find_map(|w| w.strip_prefix("failures="))
                 .and_then(|v| v.parse().ok())
         });
+    let workload_cuts = d
+        .workload_lines
+        .iter()
+        .filter(|l| l.starts_with("integrity") && l.contains(" done"))
+        .find_map(|l| match tierd_workload::report::IntegrityLine::parse(l) {
+            Ok(tierd_workload::report::IntegrityLine::Done(s))
+                if s.discarded_pages + s.unmapped_pages + s.cut_blocks > 0 =>
+            {
+                Some((s.discarded_pages, s.unmapped_pages, s.cut_blocks))
+            }
+            _ => None,
+        });
     let finished = d
         .workload_lines
         .iter()
@@ -187,7 +254,31 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
         (Some(a), Some(b)) => Some((*a, *b, samples_us.len() - 1)),
         _ => None,
     };
+    let migrated_pages = delta(d, "pgmigrate_success");
+    let thp_migrated = delta(d, "thp_migration_success");
+    let tierd_pages = match (
+        tierd_stat("pgpromote_success"),
+        tierd_stat("pgdemote_success"),
+    ) {
+        (None, None) => None,
+        (p, q) => Some(p.unwrap_or(0) + q.unwrap_or(0)),
+    };
+    let tierd_thp = tierd_stat("thp_migration_success");
     Summary {
+        thp: exp.thp,
+        thp_seen: thp_seen(d),
+        workload_thp_mib: workload_thp_mib(d),
+        thp_migrated,
+        thp_migration_fail: delta(d, "thp_migration_fail"),
+        thp_migration_split: delta(d, "thp_migration_split"),
+        thp_split_page: delta(d, "thp_split_page"),
+        thp_split_pmd: delta(d, "thp_split_pmd"),
+        thp_deferred_split: delta(d, "thp_deferred_split_page"),
+        compact_isolated: delta(d, "compact_isolated"),
+        tierd_migrated_mib: tierd_pages.map(pages_mib),
+        tierd_thp_migrated: tierd_thp,
+        tierd_mib_agreement_pct: tierd_pages.and_then(|t| agreement_pct(t, migrated_pages)),
+        tierd_thp_agreement_pct: tierd_thp.and_then(|t| agreement_pct(t, thp_migrated)),
         damon_sample_us,
         workload_finished: finished,
         wrong_node_pct,
@@ -206,7 +297,7 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
         } else {
             100.0 * others_fast as f64 / others as f64
         },
-        migrated_mib: pages_mib(delta(d, "pgmigrate_success")),
+        migrated_mib: pages_mib(migrated_pages),
         pgpromote_success: delta(d, "pgpromote_success"),
         hint_faults: delta(d, "numa_hint_faults"),
         pte_updates: delta(d, "numa_pte_updates"),
@@ -216,9 +307,52 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
         throughput,
         hot_accesses_per_page_s,
         checksum_failures: failures,
+        workload_cuts,
         wall_s: d.wall_s,
         error: None,
     }
+}
+
+/// `100 * ours / kernel`: 100 when the two counts agree; `None` when the kernel counted
+/// nothing but we did (no ratio), 100 when both are 0.
+#[allow(clippy::cast_precision_loss)]
+fn agreement_pct(ours: u64, kernel: u64) -> Option<f64> {
+    match (ours, kernel) {
+        (0, 0) => Some(100.0),
+        (_, 0) => None,
+        (a, k) => Some(100.0 * a as f64 / k as f64),
+    }
+}
+
+/// `enabled/defrag` from the run's `LAB THP enabled=.. defrag=..` line.
+fn thp_seen(d: &RunData) -> Option<String> {
+    let line = d.notes.iter().find_map(|n| n.strip_prefix("THP "))?;
+    let get = |k: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .filter(|v| !v.is_empty())
+    };
+    Some(format!("{}/{}", get("enabled=")?, get("defrag=")?))
+}
+
+/// The workload's `AnonHugePages` at the start and at the end (`LAB THPMAP at=.. anon_huge_kb=..`
+/// lines), MiB.
+#[allow(clippy::cast_precision_loss)]
+fn workload_thp_mib(d: &RunData) -> Option<(f64, f64)> {
+    let at = |when: &str| {
+        d.notes
+            .iter()
+            .filter_map(|n| n.strip_prefix("THPMAP "))
+            .find(|n| n.split_whitespace().any(|w| w == format!("at={when}")))
+            .and_then(|n| {
+                n.split_whitespace()
+                    .find_map(|w| w.strip_prefix("anon_huge_kb="))?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .map(|kb| kb as f64 / 1024.0)
+    };
+    Some((at("start")?, at("end")?))
 }
 
 /// From the workload's last interval line: for each thread i with home node `home[i]`, its
@@ -325,6 +459,31 @@ fn notes(r: &Summary) -> String {
         let first = e.lines().next().unwrap_or_default();
         return format!("FAILED: {first}");
     }
+    if let Some(seen) = &r.thp_seen {
+        if seen.split('/').next() != Some(r.thp.name()) {
+            n.push(format!("THP asked {} but guest had {seen}", r.thp));
+        }
+    }
+    if let Some((a, b)) = r.workload_thp_mib {
+        if a > 0.0 || b > 0.0 {
+            n.push(format!("workload THP {a:.0} -> {b:.0} MiB"));
+        }
+    }
+    if r.thp_migration_fail > 0 {
+        n.push(format!(
+            "THP migration failed {} (split {})",
+            r.thp_migration_fail, r.thp_migration_split
+        ));
+    }
+    if r.thp_deferred_split > 0 {
+        n.push(format!("deferred splits {}", r.thp_deferred_split));
+    }
+    if r.compact_isolated > 0 {
+        n.push(format!(
+            "compaction isolated {} pages (in migrated MiB)",
+            r.compact_isolated
+        ));
+    }
     if r.kernel_demoted > 0 {
         n.push(format!("kernel demoted {}", r.kernel_demoted));
     }
@@ -354,6 +513,11 @@ fn notes(r: &Summary) -> String {
     if let Some(f) = r.checksum_failures {
         n.push(format!("checksum failures {f}"));
     }
+    if let Some((discarded, unmapped, blocks)) = r.workload_cuts {
+        n.push(format!(
+            "workload cut {blocks} blocks ({discarded} pages discarded, {unmapped} unmapped)"
+        ));
+    }
     if !r.workload_finished {
         n.push("workload did not finish".into());
     }
@@ -367,18 +531,24 @@ pub fn table(exp: &Experiment, rows: &[Summary]) -> String {
     let _ = writeln!(o, "{}", exp.title);
     let _ = writeln!(
         o,
-        "| id | mechanism | t50 s | t90 s | t95 s | hot on fast | fast MiB | over | cold moved | migrated MiB | pgpromote | hint faults | promoter CPU s | workload CPU s | steps/s | acc/hot page/s | notes |"
+        "| id | mechanism | THP | t50 s | t90 s | t95 s | hot on fast | fast MiB | over | cold moved | migrated MiB | THPs migrated | THP splits (pmd/folio) | tierd MiB (agree) | tierd THPs (agree) | pgpromote | hint faults | promoter CPU s | workload CPU s | steps/s | acc/hot page/s | notes |"
     );
     let _ = writeln!(
         o,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for r in rows {
+        let agree = |v: Option<String>, pct: Option<f64>| match (v, pct) {
+            (Some(v), Some(p)) => format!("{v} ({p:.1} %)"),
+            (Some(v), None) => format!("{v} (-)"),
+            _ => "-".to_string(),
+        };
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} | {:.1} % | {:.0} | {:+.1} % | {:.1} % | {:.0} | {} | {} | {} | {:.1} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.1} % | {:.0} | {:+.1} % | {:.1} % | {:.0} | {} | {}/{} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} |",
             r.id,
             r.mechanism,
+            r.thp,
             opt(r.t50_s, 1),
             opt(r.t90_s, 1),
             opt(r.t95_s, 1),
@@ -387,6 +557,11 @@ pub fn table(exp: &Experiment, rows: &[Summary]) -> String {
             r.over_pct,
             r.cold_moved_pct,
             r.migrated_mib,
+            r.thp_migrated,
+            r.thp_split_pmd,
+            r.thp_split_page,
+            agree(r.tierd_migrated_mib.map(|m| format!("{m:.0}")), r.tierd_mib_agreement_pct),
+            agree(r.tierd_thp_migrated.map(|t| t.to_string()), r.tierd_thp_agreement_pct),
             r.pgpromote_success,
             r.hint_faults,
             opt(r.promoter_cpu_s, 2),
@@ -407,9 +582,9 @@ pub fn spread_table(exp: &Experiment, runs: &[Vec<Summary>]) -> String {
     let _ = writeln!(o, "{} ({} runs: median [min - max])", exp.title, runs.len());
     let _ = writeln!(
         o,
-        "| id | mechanism | t50 s | t90 s | t95 s | hot on fast % | over % | migrated MiB | promoter CPU s | acc/hot page/s | failed |"
+        "| id | mechanism | THP | t50 s | t90 s | t95 s | hot on fast % | over % | migrated MiB | promoter CPU s | acc/hot page/s | failed |"
     );
-    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     let Some(first) = runs.first() else {
         return o;
     };
@@ -436,9 +611,10 @@ pub fn spread_table(exp: &Experiment, runs: &[Vec<Summary>]) -> String {
         };
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r0.id,
             r0.mechanism,
+            r0.thp,
             cell(&|r| r.t50_s, 1),
             cell(&|r| r.t90_s, 1),
             cell(&|r| r.t95_s, 1),
@@ -453,15 +629,16 @@ pub fn spread_table(exp: &Experiment, runs: &[Vec<Summary>]) -> String {
     o
 }
 
-/// CSV of the placement time series: one row per (run, second).
+/// CSV of the placement time series: one row per (run, second, part, node), with the
+/// experiment's THP mode.
 #[must_use]
 pub fn csv(exp: &Experiment, runs: &[(String, RunData)]) -> String {
-    let mut o = String::from("experiment,run,t_s,part,node,pages\n");
+    let mut o = String::from("experiment,thp,run,t_s,part,node,pages\n");
     for (id, d) in runs {
         for s in &d.samples {
             for (part, nodes) in &s.parts {
                 for (n, c) in nodes {
-                    let _ = writeln!(o, "{},{id},{:.2},{part},{n},{c}", exp.id, s.t);
+                    let _ = writeln!(o, "{},{},{id},{:.2},{part},{n},{c}", exp.id, exp.thp, s.t);
                 }
             }
         }
@@ -534,7 +711,7 @@ mod tests {
         assert_eq!(s.throughput, Some(400.0));
         let t = table(&exp, &[s]);
         assert!(
-            t.contains("| T1 | tierd | 1.0 | 2.0 | 3.0 | 100.0 % |"),
+            t.contains("| T1 | tierd | never | 1.0 | 2.0 | 3.0 | 100.0 % |"),
             "{t}"
         );
         assert!(t.contains("workload did not finish"), "{t}");
@@ -625,6 +802,117 @@ mod tests {
         assert!(
             (lat[1].0 - 1.0).abs() < 1e-9 && (lat[1].1 - 625.0).abs() < 1e-6,
             "{lat:?}"
+        );
+    }
+
+    #[test]
+    fn thp_rows_compare_tierds_counts_with_the_kernels() {
+        use crate::experiment::Thp;
+        let exp = experiment_a(true).with_thp(Thp::Always);
+        let mut a = sample(-0.1, 0, 0, 1000, None);
+        let mut b = sample(30.0, 32768, 512, 1000 + 33_280, Some(90));
+        for (s, thp, pmd, split, compact) in [(&mut a, 3, 0, 0, 7), (&mut b, 3 + 65, 2, 1, 7)] {
+            s.vmstat.insert("thp_migration_success".into(), thp);
+            s.vmstat.insert("thp_split_pmd".into(), pmd);
+            s.vmstat.insert("thp_split_page".into(), split);
+            s.vmstat.insert("compact_isolated".into(), compact);
+        }
+        let status = |thp: Option<u64>| {
+            let mut e = serde_json::json!({"pgpromote_success": 33_024, "pgdemote_success": 0});
+            if let Some(t) = thp {
+                e["thp_migration_success"] = t.into();
+            }
+            Some(serde_json::json!({ "engine": e }))
+        };
+        let d = RunData {
+            samples: vec![a, b],
+            notes: vec![
+                "THP enabled=always defrag=madvise khugepaged_defrag=1 compaction_proactiveness=0"
+                    .into(),
+                "THPMAP at=start anon_huge_kb=524288".into(),
+                "THPMAP at=end anon_huge_kb=522240".into(),
+            ],
+            tierd_status: status(Some(64)),
+            ..RunData::default()
+        };
+        let s = summarize(&exp, "T1", "tierd", &d);
+        assert_eq!(s.thp, Thp::Always);
+        assert_eq!(s.thp_seen.as_deref(), Some("always/madvise"));
+        assert_eq!(s.workload_thp_mib, Some((512.0, 510.0)));
+        // The kernel: 33 280 pages (130 MiB), 65 THPs; tierd: 33 024 pages, 64 THPs.
+        assert!((s.migrated_mib - 130.0).abs() < 1e-9);
+        assert_eq!(
+            (s.thp_migrated, s.thp_split_pmd, s.thp_split_page),
+            (65, 2, 1)
+        );
+        assert_eq!(
+            s.compact_isolated, 0,
+            "compaction did not grow in the window"
+        );
+        assert_eq!(s.tierd_migrated_mib, Some(129.0));
+        let pct = s.tierd_mib_agreement_pct.expect("ratio");
+        assert!((pct - 100.0 * 33_024.0 / 33_280.0).abs() < 1e-9, "{pct}");
+        let thp = s.tierd_thp_agreement_pct.expect("ratio");
+        assert!((thp - 100.0 * 64.0 / 65.0).abs() < 1e-9, "{thp}");
+        let t = table(&exp, std::slice::from_ref(&s));
+        assert!(t.contains("| T1 | tierd | always | "), "{t}");
+        assert!(
+            t.contains("| 130 | 65 | 2/1 | 129 (99.2 %) | 64 (98.5 %) |"),
+            "{t}"
+        );
+        assert!(t.contains("workload THP 512 -> 510 MiB"), "{t}");
+        // A status without the engine's THP counter (before tierd knew folios): no THP count.
+        let old = summarize(
+            &exp,
+            "T1",
+            "tierd",
+            &RunData {
+                tierd_status: status(None),
+                ..d.clone()
+            },
+        );
+        assert_eq!(
+            (old.tierd_thp_migrated, old.tierd_thp_agreement_pct),
+            (None, None)
+        );
+        // A guest that had another mode than asked says so.
+        let mut other = d;
+        other.notes[0] = "THP enabled=never defrag=madvise".into();
+        let t = table(&exp, &[summarize(&exp, "T1", "tierd", &other)]);
+        assert!(
+            t.contains("THP asked always but guest had never/madvise"),
+            "{t}"
+        );
+        // The CSV carries the mode.
+        let c = csv(&exp, &[("T1".into(), RunData::default())]);
+        assert!(c.starts_with("experiment,thp,run,"), "{c}");
+    }
+
+    #[test]
+    fn agreement_is_a_ratio_with_the_kernel_count_as_reference() {
+        assert_eq!(agreement_pct(0, 0), Some(100.0));
+        assert_eq!(agreement_pct(5, 0), None);
+        assert_eq!(agreement_pct(0, 5), Some(0.0));
+        assert_eq!(agreement_pct(101, 100), Some(101.0));
+    }
+
+    #[test]
+    fn the_integrity_workloads_cuts_come_from_its_done_line() {
+        let exp = crate::experiment::experiment_integrity(true);
+        let d = RunData {
+            samples: vec![sample(0.0, 0, 0, 0, None)],
+            workload_lines: vec![
+                "integrity done t=45.000 verified_pages=900 failures=0 passes=9 rewritten_pages=90 discarded_pages=44 unmapped_pages=32 cut_blocks=32 n0=1 n1=2 n2=0 n3=0 other=0".into(),
+            ],
+            ..RunData::default()
+        };
+        let s = summarize(&exp, "T1", "tierd", &d);
+        assert_eq!(s.workload_cuts, Some((44, 32, 32)));
+        assert_eq!(s.checksum_failures, Some(0));
+        let t = table(&exp, &[s]);
+        assert!(
+            t.contains("workload cut 32 blocks (44 pages discarded, 32 unmapped)"),
+            "{t}"
         );
     }
 

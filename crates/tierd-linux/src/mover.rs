@@ -3,9 +3,20 @@
 //! A [`MigrationBatch`] names pages by address space ([`SpaceId`]) and virtual page; the kernel
 //! wants a pid and addresses. The [`Mover`] groups a batch's pages by space, asks the caller for
 //! the space's pid, and calls `move_pages(pid, ..., MPOL_MF_MOVE)` in chunks of
-//! [`MoverConfig::chunk_pages`] addresses. A huge page ([`PageSize::Huge2M`](tierd_engine::types::PageSize::Huge2M)) is one address:
-//! the kernel isolates and migrates the whole folio (mm/migrate.c `add_page_for_migration()`
-//! isolates `compound_head(page)`).
+//! [`MoverConfig::chunk_pages`] addresses. A huge page
+//! ([`PageSize::Huge2M`](tierd_engine::types::PageSize::Huge2M) or `Huge1G`: a THP or a hugetlb
+//! page) is one address, its head's: the kernel isolates and migrates the whole folio
+//! (mm/migrate.c `add_folio_for_migration()` isolates the folio of the page it is given), and
+//! its status counts all its base pages.
+//!
+//! A folio is passed once. Two refs of a batch whose ranges overlap (a huge ref and a base page
+//! inside it, or two huge refs of one folio) are one folio: only the first (the lowest address,
+//! the larger on a tie) reaches the kernel, and the others take its outcome without being
+//! counted again. Passing a second page of a folio the same call already isolated would fail
+//! with `-EBUSY` (`add_folio_for_migration()`: `folio_isolate_lru()` fails on an isolated
+//! folio; `isolate_hugetlb()` likewise) and be counted as a failure of pages that moved. The
+//! engine never plans such a batch (it keys pages by their folio's head); this is the mover's
+//! own guard.
 //!
 //! ## How results are read (mm/migrate.c, `do_pages_move()`)
 //!
@@ -125,6 +136,9 @@ pub struct MoverStats {
     pub bytes_moved: u64,
     /// Pages that did not move, by reason.
     pub failures: FailureCounts,
+    /// Refs of a batch dropped because an earlier ref of the same batch covers their pages
+    /// (the same folio): not passed to the kernel, not counted above.
+    pub overlapping_refs: u64,
     /// Wall time spent inside migrating `move_pages` calls.
     pub move_time: Duration,
 }
@@ -234,6 +248,26 @@ struct Item {
     addr: usize,
 }
 
+/// For each of `items` (one space's pages; `bytes[index]` the size of each), the index of the
+/// earlier item whose range covers its start, if any: the same folio, to be passed once.
+/// "Earlier" is by address, the larger first on a tie, so that a huge ref covers the base
+/// pages inside it whatever the batch's order.
+fn overlapping(items: &[Item], bytes: &[u64]) -> Vec<(usize, usize)> {
+    let mut by_addr: Vec<&Item> = items.iter().collect();
+    by_addr.sort_by_key(|it| (it.addr, std::cmp::Reverse(bytes[it.index])));
+    let mut out = Vec::new();
+    let mut cover: Option<(usize, u64)> = None;
+    for it in by_addr {
+        let start = it.addr as u64;
+        let end = start.saturating_add(bytes[it.index]);
+        match cover {
+            Some((by, cover_end)) if start < cover_end => out.push((it.index, by)),
+            _ => cover = Some((it.index, end)),
+        }
+    }
+    out
+}
+
 /// Executes migration batches with `move_pages(2)` and counts what happened.
 #[derive(Debug, Default)]
 pub struct Mover {
@@ -280,6 +314,9 @@ impl Mover {
         mut pid_of: impl FnMut(SpaceId) -> Option<i32>,
     ) -> Result<MigrationReport, MoverError> {
         let mut outcomes = vec![MoveOutcome::Failed(MoveError::Other(0)); batch.pages.len()];
+        let bytes: Vec<u64> = batch.pages.iter().map(|m| m.page.size.bytes().0).collect();
+        // (duplicate, the index whose outcome it takes)
+        let mut dups: Vec<(usize, usize)> = Vec::new();
         let mut by_space: BTreeMap<SpaceId, Vec<Item>> = BTreeMap::new();
         for (index, m) in batch.pages.iter().enumerate() {
             let addr = usize::try_from(m.page.vpn.addr()).map_err(|_| MoverError::BadAddress {
@@ -291,7 +328,13 @@ impl Mover {
                 .or_default()
                 .push(Item { index, addr });
         }
-        for (space, items) in by_space {
+        for (space, mut items) in by_space {
+            let dup = overlapping(&items, &bytes);
+            if !dup.is_empty() {
+                let gone: std::collections::BTreeSet<usize> = dup.iter().map(|d| d.0).collect();
+                items.retain(|it| !gone.contains(&it.index));
+                dups.extend(dup);
+            }
             let Some(pid) = pid_of(space) else {
                 for it in &items {
                     outcomes[it.index] = MoveOutcome::Failed(MoveError::NoProcess);
@@ -302,8 +345,16 @@ impl Mover {
                 self.move_chunk(pid, chunk, batch.target, &mut outcomes)?;
             }
         }
-        for (m, o) in batch.pages.iter().zip(&outcomes) {
-            self.count(m.page.size.nr_pages().0, m.from, batch.target, *o);
+        let mut is_dup = vec![false; batch.pages.len()];
+        for &(d, by) in &dups {
+            outcomes[d] = outcomes[by];
+            is_dup[d] = true;
+        }
+        self.stats.overlapping_refs += dups.len() as u64;
+        for ((m, o), dup) in batch.pages.iter().zip(&outcomes).zip(is_dup) {
+            if !dup {
+                self.count(m.page.size.nr_pages().0, m.from, batch.target, *o);
+            }
         }
         Ok(MigrationReport::for_batch(batch, outcomes))
     }
@@ -455,7 +506,7 @@ mod tests {
     use super::*;
     use crate::sys::{page_size, AnonMapping};
     use tierd_engine::plan::{MigrationKind, PlannedMove};
-    use tierd_engine::types::{CgroupId, PageRef, Vpn};
+    use tierd_engine::types::{CgroupId, PageRef, PageSize, Vpn};
 
     fn batch_of(addrs: &[usize], target: u16) -> MigrationBatch {
         MigrationBatch {
@@ -706,6 +757,129 @@ mod tests {
             (1, 512, 512)
         );
         assert_eq!(s.bytes_moved, 2 << 20);
+        // Every subpage is where its head went.
+        let subpages: Vec<usize> = (0..512).map(|i| head + i * page_size()).collect();
+        let q = mover.query(0, &subpages).expect("query");
+        assert!(q.iter().all(|r| *r == Ok(NodeId(0))), "{q:?}");
+        // With a second memory node, move the folio there and back through its head alone:
+        // all 512 subpages follow it (a THP moves whole; base pages would not have).
+        let is_thp = anon_huge_kib(head) >= 2048;
+        let there = MigrationBatch {
+            target: NodeId(1),
+            ..batch.clone()
+        };
+        match mover.execute(&there, |_| Some(0)) {
+            // One memory node (this host): nothing more to see.
+            Err(MoverError::NoSuchNode { .. }) => {}
+            Err(e) => panic!("{e}"),
+            Ok(r) => {
+                assert_eq!(r.results[0].outcome, MoveOutcome::Moved(NodeId(1)));
+                let q = mover.query(0, &subpages).expect("query");
+                if is_thp {
+                    assert!(q.iter().all(|r| *r == Ok(NodeId(1))), "{q:?}");
+                } else {
+                    // THP off here: the head was a base page and moved alone.
+                    assert_eq!(q[0], Ok(NodeId(1)));
+                }
+            }
+        }
+    }
+
+    /// `AnonHugePages` of the mapping of ours that holds `addr`, in KiB (0 when not found).
+    fn anon_huge_kib(addr: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ') {
+                if let Some((a, b)) = range.split_once('-') {
+                    if let (Ok(a), Ok(b)) =
+                        (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                    {
+                        inside = a <= addr && addr < b;
+                        continue;
+                    }
+                }
+            }
+            if inside {
+                if let Some(v) = line.strip_prefix("AnonHugePages:") {
+                    return v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+                }
+            }
+        }
+        0
+    }
+
+    #[test]
+    fn overlapping_refs_are_found_whatever_the_batch_order() {
+        let huge = 2u64 << 20;
+        let items = |addrs: &[usize]| -> Vec<Item> {
+            addrs
+                .iter()
+                .enumerate()
+                .map(|(index, &addr)| Item { index, addr })
+                .collect()
+        };
+        // A base page inside a huge ref, listed first; the huge ref; a base page after it; the
+        // huge ref again.
+        let h = 0x4000_0000usize;
+        let it = items(&[h + 0x3000, h, h + (2 << 20), h]);
+        let bytes = [PAGE_SIZE, huge, PAGE_SIZE, huge];
+        let mut d = overlapping(&it, &bytes);
+        d.sort_unstable();
+        assert_eq!(d, vec![(0, 1), (3, 1)]);
+        // Disjoint refs: nothing dropped.
+        let it = items(&[h, h + (2 << 20), h + (4 << 20) + 0x1000]);
+        assert!(overlapping(&it, &[huge, huge, PAGE_SIZE]).is_empty());
+        // The same base page twice.
+        let it = items(&[h + 0x1000, h + 0x1000]);
+        assert_eq!(overlapping(&it, &[PAGE_SIZE, PAGE_SIZE]), vec![(1, 0)]);
+    }
+
+    #[test]
+    fn a_folio_named_twice_in_a_batch_reaches_the_kernel_once() {
+        const HUGE: usize = 2 << 20;
+        let mut m = AnonMapping::new(2 * HUGE).expect("mmap");
+        m.advise_hugepage().expect("madvise");
+        let head = m.addr().next_multiple_of(HUGE);
+        let off = head - m.addr();
+        for p in m.as_mut_slice()[off..off + HUGE].chunks_mut(page_size()) {
+            p[0] = 1;
+        }
+        let at = |addr: usize, size: PageSize| PlannedMove {
+            page: PageRef::sized(SpaceId(3), Vpn::from_addr(addr as u64), size),
+            from: NodeId(1),
+        };
+        // A subpage of the folio first, then the folio, then the folio again.
+        let batch = MigrationBatch {
+            id: 2,
+            kind: MigrationKind::Promote,
+            target: NodeId(0),
+            cgroup: CgroupId::ROOT,
+            pages: vec![
+                at(head + 5 * page_size(), PageSize::Base),
+                at(head, PageSize::Huge2M),
+                at(head, PageSize::Huge2M),
+            ],
+        };
+        let mut mover = Mover::default();
+        let report = mover.execute(&batch, |_| Some(0)).expect("move");
+        assert_eq!(report.results.len(), 3, "one result per ref");
+        assert!(report
+            .results
+            .iter()
+            .all(|r| r.outcome == MoveOutcome::Moved(NodeId(0))));
+        let s = mover.stats();
+        // One address in one call; the folio's 512 pages counted once, not 1025 times.
+        assert_eq!(
+            (
+                s.move_calls,
+                s.pages_requested,
+                s.pages_moved,
+                s.overlapping_refs
+            ),
+            (1, 512, 512, 2)
+        );
+        assert_eq!(s.failures.total(), 0);
     }
 
     #[test]

@@ -106,6 +106,25 @@ pub struct MoverSnapshot {
     pub seconds: f64,
 }
 
+/// How the daemon maps what its sources saw to folios (THPs, hugetlb pages), and what it
+/// could not (docs/daemon.md, "Huge pages"). Page counts are base (4 KiB) pages, summed over
+/// the run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FolioSnapshot {
+    /// The method in force: `kpageflags`, `smaps` or `unavailable` (empty from a daemon that
+    /// predates it, or before the first lookup).
+    pub method: String,
+    /// Huge folios (THP or hugetlb) observed, each once per pass.
+    pub huge_folios_observed: u64,
+    /// Pages whose folio could not be told: never observed, never moved.
+    pub unknown_pages: u64,
+    /// Pages of hugetlb folios not observed because `daemon.hugetlb = "leave"`.
+    pub hugetlb_left_pages: u64,
+    /// Pages of hugetlb folios planned but not moved because the target node's pool had no
+    /// free huge page of their size (`daemon.hugetlb = "move"`).
+    pub hugetlb_no_free_pages: u64,
+}
+
 /// Everything `/status` returns.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -139,6 +158,10 @@ pub struct Snapshot {
     /// What the daemon survived, by reason (docs/daemon.md, "Failure model").
     #[serde(default)]
     pub faults: BTreeMap<String, u64>,
+    /// Folios: the method in force and what it could not tell. Empty from a daemon that
+    /// predates it.
+    #[serde(default)]
+    pub folios: FolioSnapshot,
 }
 
 fn named(values: Vec<(&'static StatDesc, u64)>) -> BTreeMap<String, u64> {

@@ -151,6 +151,17 @@ pub enum SysError {
         #[source]
         source: io::Error,
     },
+    /// `munmap(2)` of part of a mapping failed.
+    #[error("munmap({addr:#x}, {len} bytes) failed: {source}")]
+    Munmap {
+        /// Range start.
+        addr: usize,
+        /// Range length.
+        len: usize,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
     /// `sched_setaffinity(2)` failed.
     #[error("sched_setaffinity(pid {pid}, cpu {cpu}) failed: {source}")]
     Affinity {
@@ -184,6 +195,7 @@ impl SysError {
             | SysError::Mmap { source, .. }
             | SysError::MmapFile { source, .. }
             | SysError::Madvise { source, .. }
+            | SysError::Munmap { source, .. }
             | SysError::Affinity { source, .. } => source.raw_os_error(),
             SysError::Invalid { .. } => None,
         }
@@ -626,10 +638,23 @@ impl AnonMapping {
         self.madvise(libc::MADV_HUGEPAGE)
     }
 
+    /// `madvise(MADV_DONTFORK)` over the whole mapping: a child made by `fork(2)` does not
+    /// inherit it. It matters for nothing else (not THP, not migration, not reclaim), so it
+    /// gives the VMA a flag its neighbours lack, keeping it on its own `/proc/PID/numa_maps`
+    /// line (mm/vma.c `is_mergeable_vma()` compares `vm_flags`), without opting it out of
+    /// transparent huge pages as [`AnonMapping::advise_nohugepage`] does.
+    ///
+    /// # Errors
+    /// [`SysError::Madvise`].
+    pub fn advise_dontfork(&self) -> Result<(), SysError> {
+        self.madvise(libc::MADV_DONTFORK)
+    }
+
     /// `madvise` over the whole mapping with an advice that only sets VMA flags.
     fn madvise(&self, advice: libc::c_int) -> Result<(), SysError> {
         // SAFETY: the range is exactly our own live mapping; the advice values used here
-        // (MADV_HUGEPAGE, MADV_NOHUGEPAGE) only set a VMA flag and never change the contents.
+        // (MADV_HUGEPAGE, MADV_NOHUGEPAGE, MADV_DONTFORK) only set a VMA flag and never
+        // change the contents.
         let r =
             unsafe { libc::madvise(self.ptr.as_ptr().cast::<libc::c_void>(), self.len, advice) };
         if r != 0 {
@@ -690,6 +715,232 @@ impl Drop for AnonMapping {
         unsafe {
             libc::munmap(self.ptr.as_ptr().cast::<libc::c_void>(), self.len);
         }
+    }
+}
+
+/// An anonymous private read-write mapping whose single pages can be given back to the kernel
+/// while the rest stays in use: [`PageRun::discard`] (`MADV_DONTNEED`: the page reads back as
+/// zeros) or [`PageRun::unmap`] (`munmap`: the page is gone, a hole in the mapping). Pages are
+/// reached one at a time through [`PageRun`]s, disjoint runs of whole pages that threads can
+/// own, so that no slice ever covers an unmapped page. The integrity workload uses it to make
+/// the kernel split transparent huge pages under a running check: a partial `MADV_DONTNEED`
+/// or `munmap` of a PMD-mapped THP splits the PMD (mm/huge_memory.c `__split_huge_pmd()`,
+/// reached from `zap_pmd_range()` and, for the `munmap`, from `vma_adjust_trans_huge()` when
+/// the VMA is split) and queues the folio for a deferred split (`deferred_split_folio()`).
+#[derive(Debug)]
+pub struct SparseMapping {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+    /// Per page: still mapped.
+    mapped: Vec<bool>,
+}
+
+// SAFETY: as for `AnonMapping`: plain memory owned by this value, reached only through
+// `&mut self` borrows (the runs).
+unsafe impl Send for SparseMapping {}
+// SAFETY: `&SparseMapping` gives no access to the memory at all.
+unsafe impl Sync for SparseMapping {}
+
+impl SparseMapping {
+    /// Takes over an [`AnonMapping`] (its pages, policy, VMA flags and contents stay as they
+    /// are); every page starts mapped.
+    #[must_use]
+    pub fn from_anon(m: AnonMapping) -> Self {
+        let m = std::mem::ManuallyDrop::new(m);
+        SparseMapping {
+            ptr: m.ptr,
+            len: m.len,
+            mapped: vec![true; m.len / page_size()],
+        }
+    }
+
+    /// The start address (page-aligned).
+    #[must_use]
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// The length in bytes, holes included.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: a mapping has at least one page.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Pages still mapped.
+    #[must_use]
+    pub fn mapped_pages(&self) -> usize {
+        self.mapped.iter().filter(|m| **m).count()
+    }
+
+    /// `n` (at least 1, at most one per page) contiguous runs of nearly equal numbers of
+    /// pages covering the mapping, in order, each usable on its own thread.
+    pub fn runs_mut(&mut self, n: usize) -> Vec<PageRun<'_>> {
+        let pages = self.mapped.len();
+        let n = n.clamp(1, pages.max(1));
+        let ps = page_size();
+        let base = self.ptr;
+        let mut rest: &mut [bool] = &mut self.mapped;
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let (start, end) = (i * pages / n, (i + 1) * pages / n);
+            let (mine, tail) = rest.split_at_mut(end - start);
+            rest = tail;
+            // SAFETY: `start * ps < len` (or `start == pages` for an empty run, one past the
+            // end), so the offset stays within (or one past) our own mapping.
+            let ptr = unsafe { base.add(start * ps) };
+            out.push(PageRun {
+                ptr,
+                first: start,
+                mapped: mine,
+                _owner: std::marker::PhantomData,
+            });
+        }
+        out
+    }
+}
+
+impl Drop for SparseMapping {
+    fn drop(&mut self) {
+        // Unmap only what is still ours: a hole may since hold another mapping of this
+        // process (the kernel reuses free address space).
+        let ps = page_size();
+        let mut i = 0;
+        while i < self.mapped.len() {
+            if !self.mapped[i] {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < self.mapped.len() && self.mapped[i] {
+                i += 1;
+            }
+            // SAFETY: pages `start..i` are part of the mapping created for this value and
+            // still mapped by it (holes were unmapped and recorded); no borrow of them can
+            // outlive `self`.
+            unsafe {
+                libc::munmap(
+                    self.ptr.as_ptr().add(start * ps).cast::<libc::c_void>(),
+                    (i - start) * ps,
+                );
+            }
+        }
+    }
+}
+
+/// A run of whole pages of a [`SparseMapping`], borrowed exclusively: its pages can be read
+/// and written one at a time, discarded or unmapped.
+#[derive(Debug)]
+pub struct PageRun<'a> {
+    ptr: std::ptr::NonNull<u8>,
+    first: usize,
+    mapped: &'a mut [bool],
+    _owner: std::marker::PhantomData<&'a mut [u8]>,
+}
+
+// SAFETY: a run is an exclusive borrow of its own pages (runs never overlap), like a
+// `&mut [u8]`, which is Send.
+unsafe impl Send for PageRun<'_> {}
+
+impl PageRun<'_> {
+    /// Index of the run's first page in the mapping.
+    #[must_use]
+    pub fn first_page(&self) -> usize {
+        self.first
+    }
+
+    /// Pages in the run (mapped or not).
+    #[must_use]
+    pub fn pages(&self) -> usize {
+        self.mapped.len()
+    }
+
+    /// The address of page `i` of the run.
+    #[must_use]
+    pub fn page_addr(&self, i: usize) -> usize {
+        self.ptr.as_ptr() as usize + i * page_size()
+    }
+
+    /// Whether page `i` exists and is still mapped.
+    #[must_use]
+    pub fn is_mapped(&self, i: usize) -> bool {
+        self.mapped.get(i).copied().unwrap_or(false)
+    }
+
+    /// Page `i` as 64-bit words; `None` when it is out of the run or unmapped.
+    #[must_use]
+    pub fn page_mut(&mut self, i: usize) -> Option<&mut [u64]> {
+        if !self.is_mapped(i) {
+            return None;
+        }
+        let ps = page_size();
+        // SAFETY: page `i` lies in this run (checked above), which borrows it exclusively for
+        // its lifetime, and is mapped read-write; page alignment implies u64 alignment and
+        // every bit pattern is a valid u64. The returned borrow ties up `self`, so the page
+        // cannot be unmapped or discarded while it is in use.
+        Some(unsafe {
+            std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(i * ps).cast::<u64>(), ps / 8)
+        })
+    }
+
+    fn check(&self, i: usize, call: &'static str) -> Result<(), SysError> {
+        if self.is_mapped(i) {
+            Ok(())
+        } else {
+            Err(SysError::Invalid {
+                call,
+                what: format!("page {i} of a run of {} is not mapped", self.pages()),
+            })
+        }
+    }
+
+    /// `madvise(MADV_DONTNEED)` on page `i`: its memory goes back to the kernel, and the next
+    /// touch maps a fresh zero-filled page (private anonymous memory, mm/madvise.c).
+    ///
+    /// # Errors
+    /// [`SysError::Invalid`] for a page out of the run or unmapped; [`SysError::Madvise`].
+    pub fn discard(&mut self, i: usize) -> Result<(), SysError> {
+        self.check(i, "madvise")?;
+        let (addr, len) = (self.page_addr(i), page_size());
+        // SAFETY: the page is ours, mapped, and borrowed exclusively through `&mut self`;
+        // MADV_DONTNEED only replaces its contents by zeros, a valid value for any use.
+        let r = unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+        if r != 0 {
+            return Err(SysError::Madvise {
+                addr,
+                len,
+                source: io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
+
+    /// `munmap` of page `i`: it is gone for good ([`PageRun::page_mut`] answers `None`).
+    ///
+    /// # Errors
+    /// [`SysError::Invalid`] for a page out of the run or already unmapped;
+    /// [`SysError::Munmap`].
+    pub fn unmap(&mut self, i: usize) -> Result<(), SysError> {
+        self.check(i, "munmap")?;
+        let (addr, len) = (self.page_addr(i), page_size());
+        // SAFETY: the page is ours, mapped, and borrowed exclusively through `&mut self`; no
+        // slice of it is alive (`page_mut`'s borrow ends before this call), and it is marked
+        // unmapped below so nothing reaches it again, the drop included.
+        let r = unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+        if r != 0 {
+            return Err(SysError::Munmap {
+                addr,
+                len,
+                source: io::Error::last_os_error(),
+            });
+        }
+        self.mapped[i] = false;
+        Ok(())
     }
 }
 
@@ -862,5 +1113,56 @@ mod tests {
         })
         .join()
         .expect("thread");
+    }
+
+    #[test]
+    fn sparse_pages_can_be_discarded_and_unmapped_one_at_a_time() {
+        let ps = page_size();
+        let mut m = AnonMapping::new(8 * ps).expect("mmap");
+        m.as_mut_slice().fill(0xAB);
+        let (base, len) = (m.addr(), m.len());
+        let mut s = SparseMapping::from_anon(m);
+        assert_eq!((s.addr(), s.len(), s.mapped_pages()), (base, len, 8));
+        {
+            let mut runs = s.runs_mut(3);
+            assert_eq!(runs.len(), 3);
+            // Contiguous, in order, covering all 8 pages.
+            assert_eq!(
+                runs.iter()
+                    .map(|r| (r.first_page(), r.pages()))
+                    .collect::<Vec<_>>(),
+                vec![(0, 2), (2, 3), (5, 3)]
+            );
+            assert_eq!(runs[1].page_addr(0), base + 2 * ps);
+            let r = &mut runs[1];
+            // The contents survived the hand-over; a discarded page reads back as zeros.
+            assert!(r
+                .page_mut(0)
+                .expect("mapped")
+                .iter()
+                .all(|w| *w == 0xABAB_ABAB_ABAB_ABAB));
+            r.discard(0).expect("discard");
+            assert!(r.page_mut(0).expect("mapped").iter().all(|w| *w == 0));
+            r.page_mut(0).expect("mapped")[0] = 7;
+            assert_eq!(r.page_mut(0).expect("mapped")[0], 7);
+            // An unmapped page is gone: no slice, no second unmap or discard.
+            r.unmap(2).expect("unmap");
+            assert!(!r.is_mapped(2) && r.page_mut(2).is_none());
+            assert!(matches!(r.unmap(2), Err(SysError::Invalid { .. })));
+            assert!(matches!(r.discard(2), Err(SysError::Invalid { .. })));
+            assert!(
+                matches!(r.discard(3), Err(SysError::Invalid { .. })),
+                "out of the run"
+            );
+            // The kernel agrees that the page is gone.
+            assert_eq!(
+                node_of_addr(base + 4 * ps).map_err(|e| e.errno()),
+                Err(Some(libc::EFAULT))
+            );
+        }
+        assert_eq!(s.mapped_pages(), 7);
+        // More runs than pages: one per page.
+        assert_eq!(s.runs_mut(100).len(), 8);
+        drop(s);
     }
 }

@@ -295,6 +295,7 @@ fn tried_regions_of_the_guest_capture() {
         max_pages: 200,
         min_nr_accesses: 1,
         min_relative_permille: 0,
+        hugetlb: tierd_linux::source::folio::HugetlbPolicy::Leave,
     };
     let run = || {
         let mut ranges = Vec::new();
@@ -311,6 +312,7 @@ fn tried_regions_of_the_guest_capture() {
             &[NodeId(0)],
             |_| true,
             &mut loc,
+            &mut tierd_linux::source::folio::BaseFolios,
             &mut stats,
             &mut out,
         );

@@ -623,3 +623,208 @@ fn list_string(ids: &BTreeSet<u32>) -> String {
     }
     parts.join(",")
 }
+
+/// One VMA of a generated smaps file: header fields, which known kB keys the kernel printed
+/// (a kernel version drops some: `Pss_Dirty` is 6.0+, `KSM` 6.7+, `FilePmdMapped` 5.4+), their
+/// values, unknown keys and where they go, `THPeligible` and its form, the protection key
+/// and the flags.
+#[derive(Clone, Debug)]
+struct SmapsGen {
+    start: u64,
+    pages: u64,
+    name: Option<Vec<u8>>,
+    kb: Vec<Option<u64>>,
+    unknown: Vec<(usize, String, u64)>,
+    thp: Option<(bool, bool)>,
+    pkey: Option<u32>,
+    flags: Vec<&'static str>,
+}
+
+fn arb_smaps_vma() -> impl Strategy<Value = SmapsGen> {
+    use tierd_linux::read::smaps::KB_KEYS;
+    (
+        (0u64..(1 << 35), 1u64..(1 << 18)),
+        prop_oneof![3 => arb_name().prop_map(Some), 1 => Just(None)],
+        prop::collection::vec(prop::option::weighted(0.85, 0u64..(1 << 40)), KB_KEYS.len()),
+        prop::collection::vec(
+            (
+                0..=KB_KEYS.len(),
+                "(AnonCont|FileCont|Pss_)[A-Za-z0-9_]{1,8}",
+                any::<u64>(),
+            ),
+            0..3,
+        ),
+        prop::option::of((any::<bool>(), any::<bool>())),
+        prop::option::of(0u32..16),
+        prop::sample::subsequence(
+            vec![
+                "rd", "wr", "ex", "sh", "mr", "mw", "me", "ms", "gd", "pf", "lo", "io", "sr", "rr",
+                "dc", "de", "ac", "nr", "ht", "sf", "ar", "wf", "dd", "mm", "hg", "nh", "mg", "um",
+                "uw", "ss", "sl",
+            ],
+            0..8,
+        ),
+    )
+        .prop_map(
+            |((start, pages), name, kb, unknown, thp, pkey, flags)| SmapsGen {
+                start,
+                pages,
+                name,
+                kb,
+                unknown,
+                thp,
+                pkey,
+                flags,
+            },
+        )
+}
+
+/// `show_smap()` (fs/proc/task_mmu.c): `show_map_vma()`'s header, `SEQ_PUT_DEC()` lines
+/// (`seq_put_decimal_ull_width(m, "Key:   ", kB, 8)`, the key and at least one space in 16
+/// columns, except `Private_Hugetlb: ` at width 7), `THPeligible:    %d` (older kernels: `THPeligible:\t\t%d`),
+/// `ProtectionKey:  %8u`, and `VmFlags:` with each two-letter flag followed by a space.
+fn smaps_text(g: &SmapsGen) -> Vec<u8> {
+    use tierd_linux::read::smaps::KB_KEYS;
+    let end = g.start + g.pages;
+    let mut l = format!(
+        "{:08x}-{:08x} rw-p 00000000 00:00 0 ",
+        g.start << 12,
+        end << 12
+    )
+    .into_bytes();
+    if let Some(n) = &g.name {
+        while l.len() < 72 {
+            l.push(b' ');
+        }
+        l.extend(escape(n, b"\n"));
+    }
+    l.push(b'\n');
+    let unknown_at = |i: usize, l: &mut Vec<u8>| {
+        for (at, k, v) in &g.unknown {
+            if *at == i {
+                l.extend(format!("{:<15} {v:>8} kB\n", format!("{k}:")).bytes());
+            }
+        }
+    };
+    for (i, key) in KB_KEYS.iter().enumerate() {
+        unknown_at(i, &mut l);
+        if let Some(v) = g.kb[i] {
+            if *key == "Private_Hugetlb" {
+                l.extend(format!("Private_Hugetlb: {v:>7} kB\n").bytes());
+            } else {
+                l.extend(format!("{:<15} {v:>8} kB\n", format!("{key}:")).bytes());
+            }
+        }
+    }
+    unknown_at(KB_KEYS.len(), &mut l);
+    if let Some((eligible, tabs)) = g.thp {
+        let sep = if tabs { ":\t\t" } else { ":    " };
+        l.extend(format!("THPeligible{sep}{}\n", u8::from(eligible)).bytes());
+    }
+    if let Some(k) = g.pkey {
+        l.extend(format!("ProtectionKey:  {k:>8}\n").bytes());
+    }
+    l.extend(b"VmFlags: ");
+    for f in &g.flags {
+        l.extend(format!("{f} ").bytes());
+    }
+    l.push(b'\n');
+    l
+}
+
+proptest! {
+    /// smaps files as `show_smap()` prints them, any subset of the known keys in the kernel's
+    /// order, keys it does not know anywhere among them: the known values come back, the
+    /// unknown keys are skipped.
+    #[test]
+    fn smaps_parses_to_what_the_kernel_printed(
+        vmas in prop::collection::vec(arb_smaps_vma(), 1..5),
+    ) {
+        use tierd_linux::read::smaps::{parse_smaps, SmapsCounters, KB_KEYS};
+        for g in &vmas {
+            if let Some(n) = &g.name {
+                prop_assume!(!ambiguous(n, b"\n"));
+            }
+        }
+        let mut raw = Vec::new();
+        for g in &vmas {
+            raw.extend(smaps_text(g));
+        }
+        let text = lossy(&raw);
+        let got = parse_smaps(&text).map_err(|e| TestCaseError::fail(format!("{e} in {text:?}")))?;
+        prop_assert_eq!(got.len(), vmas.len());
+        for (v, g) in got.iter().zip(&vmas) {
+            prop_assert_eq!((v.vma.start, v.vma.end), (g.start << 12, (g.start + g.pages) << 12));
+            prop_assert_eq!(v.vma.path.clone(), g.name.as_ref().map(|n| lossy(n)));
+            let mut want = SmapsCounters::default();
+            for (key, val) in KB_KEYS.iter().zip(&g.kb) {
+                if let Some(f) = want.field_mut(key) {
+                    *f = *val;
+                }
+            }
+            prop_assert_eq!(&v.kb, &want);
+            prop_assert_eq!(v.thp_eligible, g.thp.map(|t| t.0));
+            prop_assert_eq!(v.protection_key, g.pkey);
+            let flags: Vec<String> = g.flags.iter().map(|f| (*f).to_owned()).collect();
+            prop_assert_eq!(v.vm_flags.clone(), Some(flags));
+            prop_assert_eq!(v.is_hugetlb(), g.flags.contains(&"ht")
+                || g.kb[1].is_some_and(|k| k != 4));
+            let pmd: u64 = [14, 15, 16].iter().map(|&i| g.kb[i].unwrap_or(0)).sum();
+            prop_assert_eq!(v.pmd_mapped_kb(), pmd);
+        }
+    }
+
+    /// kpageflags entries decode to the bits they were written with, and a folio table
+    /// written the way `stable_page_flags()` marks folios (a head, then tails; `KPF_THP` or
+    /// `KPF_HUGE` on every page of the folio) gives each frame its folio.
+    #[test]
+    fn kpageflags_folios_are_found_from_any_frame(
+        folios in prop::collection::vec((0u32..4, 0u8..3), 1..12),
+        extra in any::<u64>(),
+        probe in any::<prop::sample::Index>(),
+    ) {
+        use tierd_engine::types::PageSize;
+        use tierd_linux::read::kpageflags::{
+            decode_entries, folio_of_frame, FrameFolio, PageFlags, KPF_COMPOUND_HEAD,
+            KPF_COMPOUND_TAIL, KPF_HUGE, KPF_THP,
+        };
+        // Lay the folios out back to back, each at its natural alignment: orders 0, 4, 9, 18.
+        let mut table = BTreeMap::new();
+        let mut laid = Vec::new();
+        let mut next = 0u64;
+        for (o, k) in &folios {
+            let order = [0u32, 4, 9, 18][*o as usize];
+            let n = 1u64 << order;
+            let head = next.next_multiple_of(n);
+            let kind = match k { 0 => 1 << KPF_THP, 1 => 1 << KPF_HUGE, _ => 0 };
+            if n == 1 {
+                table.insert(head, extra & !(1 << KPF_COMPOUND_HEAD | 1 << KPF_COMPOUND_TAIL
+                    | 1 << 20));
+            } else {
+                table.insert(head, 1 << KPF_COMPOUND_HEAD | kind);
+                for p in head + 1..head + n {
+                    table.insert(p, 1 << KPF_COMPOUND_TAIL | kind);
+                }
+            }
+            laid.push((head, n, *k));
+            next = head + n;
+        }
+        let (head, n, k) = laid[probe.index(laid.len())];
+        let pfn = head + probe.index(usize::try_from(n).unwrap()) as u64;
+        let got = folio_of_frame(pfn, |s, c| -> Result<Vec<PageFlags>, ()> {
+            let raw: Vec<u8> = (s..s + c)
+                .flat_map(|p| table.get(&p).copied().unwrap_or(0).to_ne_bytes())
+                .collect();
+            Ok(decode_entries(&raw).unwrap())
+        }).unwrap();
+        let want = match (n, k) {
+            (1, _) => FrameFolio::Base,
+            (512, 0 | 1) => FrameFolio::Huge {
+                head: tierd_engine::types::Pfn(head), size: PageSize::Huge2M, hugetlb: k == 1 },
+            (262_144, 0 | 1) => FrameFolio::Huge {
+                head: tierd_engine::types::Pfn(head), size: PageSize::Huge1G, hugetlb: k == 1 },
+            _ => FrameFolio::Untracked,
+        };
+        prop_assert_eq!(got, want);
+    }
+}

@@ -999,7 +999,10 @@ impl Damon {
                 Ok(()) => {
                     applied += pages * PAGE_SIZE;
                     ctx.acct.count("pgmigrate_success", pages);
-                    cost += MIGRATE_FOLIO_NS + MIGRATE_COPY_NS_PER_PAGE * pages as f64;
+                    // Per folio moved: a THP is one folio, a split one 512 (its pages
+                    // counted after the move: a split happens on the way).
+                    let folios = (pages / ctx.mem.folio_pages(u)) as f64;
+                    cost += MIGRATE_FOLIO_NS * folios + MIGRATE_COPY_NS_PER_PAGE * pages as f64;
                 }
                 Err(_) => ctx.acct.count("pgmigrate_fail", pages),
             }
@@ -1417,6 +1420,49 @@ mod tests {
         assert_eq!(damon.stats().qt_exceeds, 7);
         let applied = sim.acct.get("damos_sz_applied");
         assert!(applied >= quota * 7, "quota not used: {applied}");
+    }
+
+    /// On a THP-backed node the quota counts bytes, as mm/damon/core.c `damos_charge_quota()`
+    /// charges `sz` (the region's bytes): 2 MiB per THP moved, so an 8 MiB window moves 4.
+    #[test]
+    fn quota_charges_two_mib_per_thp() {
+        let quota = Bytes::mib(8).0;
+        let mut p = params();
+        p.quota_bytes = quota;
+        p.quota_reset_interval_ms = 1000;
+        let mut damon = Damon::new(&p);
+        let mut sim = Sim::new(Bytes::gib(1), Bytes::gib(1), 3);
+        // 256 THPs (512 MiB), all hot: every region qualifies, only the quota holds DAMON back.
+        let thps = 256;
+        sim.add_process_sized(
+            thps,
+            PageSize::Huge2M,
+            vec![(0, thps)],
+            MemPolicy::DEFAULT,
+            1,
+            0.0,
+        );
+        let mut t0 = None;
+        sim.run(&mut damon, 4.0, |d, s| {
+            if d.effective_quota_bytes() == 0 {
+                return;
+            }
+            let t0 = *t0.get_or_insert(s.now - STEP_NS);
+            let windows = (s.now - t0) / 1_000_000_000 + 1;
+            let applied = s.acct.get("damos_sz_applied");
+            assert!(
+                applied <= quota * windows,
+                "{applied} B in {windows} windows"
+            );
+            assert_eq!(applied % Bytes::mib(2).0, 0, "whole THPs only: {applied}");
+        });
+        let applied = sim.acct.get("damos_sz_applied");
+        let moved = sim.acct.get("thp_migration_success");
+        assert!(moved >= 3 * 4, "quota not used: {moved} THPs");
+        assert_eq!(applied, moved * Bytes::mib(2).0);
+        assert_eq!(sim.acct.get("pgmigrate_success"), moved * 512);
+        assert_eq!(sim.acct.get("thp_migration_split"), 0);
+        assert_eq!(sim.mem.check(), None);
     }
 
     #[test]

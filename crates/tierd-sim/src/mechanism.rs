@@ -87,30 +87,76 @@ impl Ctx<'_> {
         self.acct.promoter_cpu_ns += ns;
     }
 
-    /// Moves a unit, counting it as a promotion or demotion by the tiers involved.
+    /// Moves a unit, counting it as a promotion or demotion by the tiers involved: the path
+    /// of `move_pages(2)` and DAMON's `migrate_hot` (a THP with no free 2 MiB block on `to`
+    /// is split and moved as base pages, see [`Ctx::huge_block_free`]).
     ///
     /// # Errors
     /// The [`MoveError`] the move failed with (no room, region gone).
     pub fn migrate(&mut self, u: UnitId, to: NodeId) -> Result<(), MoveError> {
-        self.migrate_as(u, to, true)
+        self.migrate_as(u, to, MigrateReason::Split)
+    }
+
+    /// Moves a unit from a NUMA hint fault (mm/migrate.c `migrate_misplaced_folio()`,
+    /// `MR_NUMA_MISPLACED`): a THP that finds no free 2 MiB block on `to` fails whole, since
+    /// `migrate_pages_batch()` does not split for it ("Large folio NUMA faulting doesn't split
+    /// to retry"): `thp_migration_fail` counts it.
+    ///
+    /// # Errors
+    /// As [`Ctx::migrate`]; `NoMem` for such a THP.
+    pub fn migrate_misplaced(&mut self, u: UnitId, to: NodeId) -> Result<(), MoveError> {
+        self.migrate_as(u, to, MigrateReason::NoSplit)
     }
 
     /// Moves a unit as the kernel's reclaim does, regardless of mempolicy (see
-    /// [`Memory::migrate_reclaim`]).
+    /// [`Memory::migrate_reclaim`]); a THP that cannot be demoted whole is split
+    /// (mm/vmscan.c `shrink_folio_list()` / `demote_folio_list()` through `migrate_pages()`).
     ///
     /// # Errors
     /// As [`Ctx::migrate`].
     pub fn reclaim(&mut self, u: UnitId, to: NodeId) -> Result<(), MoveError> {
-        self.migrate_as(u, to, false)
+        self.migrate_as(u, to, MigrateReason::Reclaim)
     }
 
-    fn migrate_as(&mut self, u: UnitId, to: NodeId, policy_applies: bool) -> Result<(), MoveError> {
+    /// Whether node `n` can give a 2 MiB folio to a migration. The kernel allocates the
+    /// target THP without reclaim (mm/migrate.c `alloc_migration_target()` clears
+    /// `__GFP_RECLAIM`, GFP_TRANSHUGE), so the allocation's low-watermark test
+    /// (mm/page_alloc.c `get_page_from_freelist()`, `ALLOC_WMARK_LOW`) must pass with the
+    /// folio taken: free pages at least the low watermark plus 512. Above that the model
+    /// assumes a free 2 MiB block exists: its nodes hold only the scenario's pages, freed a
+    /// folio at a time, and fragmentation is not modelled ([`crate::cost`]: an assumption).
+    #[must_use]
+    pub fn huge_block_free(&self, n: NodeId) -> bool {
+        self.mem.node(n).is_some_and(|m| {
+            let wm = Watermarks::of(m.capacity, self.kernel.watermark_scale_factor);
+            m.free().0 >= wm.low.0 + tierd_engine::types::HPAGE_PMD_NR
+        })
+    }
+
+    fn migrate_as(&mut self, u: UnitId, to: NodeId, why: MigrateReason) -> Result<(), MoveError> {
         let from = self.mem.node_of(u);
         let pages = self.mem.unit_pages(u);
-        if policy_applies {
-            self.mem.migrate(u, to)?;
-        } else {
+        // `pages > 1` first: a base page (most moves) needs no further lookup.
+        let mut thp = pages > 1 && from != to && self.mem.is_thp(u) && self.mem.region_of(u).alive;
+        if thp && !self.huge_block_free(to) {
+            // migrate_pages_batch(): the THP's allocation fails (-ENOMEM); it counts as a
+            // failed THP, and is split and retried as base pages unless NUMA faulting.
+            self.acct.count("thp_migration_fail", 1);
+            if why == MigrateReason::NoSplit {
+                return Err(MoveError::NoMem);
+            }
+            self.mem.split_thp(u);
+            self.acct.count("thp_split_page", 1);
+            self.acct.count("thp_migration_split", 1);
+            thp = false;
+        }
+        if why == MigrateReason::Reclaim {
             self.mem.migrate_reclaim(u, to)?;
+        } else {
+            self.mem.migrate(u, to)?;
+        }
+        if thp {
+            self.acct.count("thp_migration_success", 1);
         }
         let topo = self.mem.topology();
         match (topo.is_toptier(from), topo.is_toptier(to)) {
@@ -120,6 +166,18 @@ impl Ctx<'_> {
         }
         Ok(())
     }
+}
+
+/// Why a unit moves, as far as THP splitting is concerned (mm/migrate.c
+/// `migrate_pages_batch()`'s `nosplit`, and the mempolicy exemption of reclaim).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MigrateReason {
+    /// `move_pages(2)`, DAMON: split a THP that finds no free 2 MiB block.
+    Split,
+    /// A NUMA hint fault (`MR_NUMA_MISPLACED`): never split.
+    NoSplit,
+    /// Demotion by reclaim: split, and mempolicy does not apply.
+    Reclaim,
 }
 
 /// Machine-wide kernel settings that the models of kernel mechanisms read.
@@ -366,6 +424,184 @@ pub fn demote_coldest(ctx: &mut Ctx<'_>, node: NodeId, goal: Pages, cgroup: Opti
         };
         if ctx.reclaim(u, to).is_ok() {
             ctx.acct.count("pgdemote_kswapd", pages);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use rand::SeedableRng;
+    use tierd_engine::policy::MemPolicy;
+    use tierd_engine::topology::two_tier;
+    use tierd_engine::types::{Bytes, PageSize, SpaceId, Vpn};
+
+    use super::*;
+    use crate::memory::RegionId;
+    use crate::workload::LatencyTable;
+
+    const FAST: NodeId = NodeId(0);
+    const SLOW: NodeId = NodeId(1);
+
+    /// A 64 MiB fast node (16,384 pages, low watermark 32 pages) and a 256 MiB slow node
+    /// holding `thps` THPs; `fill` base pages of another region taken on the fast node.
+    fn machine(thps: u32, fill: u32) -> (Memory, RegionId) {
+        let mut m = Memory::new(two_tier(Bytes::mib(64), Bytes::mib(256)));
+        let r = m
+            .map_region(
+                "p.thp",
+                SpaceId(1),
+                tierd_engine::types::CgroupId::ROOT,
+                Vpn(1 << 20),
+                thps,
+                PageSize::Huge2M,
+                MemPolicy::DEFAULT,
+                vec![],
+                1,
+                |_| vec![SLOW],
+            )
+            .unwrap();
+        if fill > 0 {
+            m.map_region(
+                "p.fill",
+                SpaceId(1),
+                tierd_engine::types::CgroupId::ROOT,
+                Vpn(1 << 30),
+                fill,
+                PageSize::Base,
+                MemPolicy::DEFAULT,
+                vec![],
+                1,
+                |_| vec![FAST],
+            )
+            .unwrap();
+        }
+        (m, r)
+    }
+
+    /// Runs `f` with a step context over `m`.
+    fn with_ctx<T>(m: &mut Memory, acct: &mut Accounting, f: impl FnOnce(&mut Ctx<'_>) -> T) -> T {
+        let load = Load::compute(&[], m, &LatencyTable::default(), &[]);
+        let mut rng = SimRng::seed_from_u64(1);
+        let knobs = KernelKnobs::default();
+        let mut ctx = Ctx {
+            now: 0,
+            dt: 10_000_000,
+            mem: m,
+            load: &load,
+            procs: &[],
+            rng: &mut rng,
+            acct,
+            kernel: &knobs,
+        };
+        f(&mut ctx)
+    }
+
+    #[test]
+    fn a_thp_moving_to_a_node_without_a_free_2mib_block_is_split() {
+        // 520 pages free on the fast node: room for 512 base pages, but below the low
+        // watermark (32) plus a THP, so no 2 MiB block.
+        let (mut m, _) = machine(4, 16_384 - 520);
+        let mut acct = Accounting::default();
+        let u = UnitId(0);
+        with_ctx(&mut m, &mut acct, |ctx| {
+            assert!(!ctx.huge_block_free(FAST) && ctx.huge_block_free(SLOW));
+            ctx.migrate(u, FAST).unwrap();
+        });
+        assert_eq!(m.node_of(u), FAST);
+        assert!(!m.is_thp(u));
+        assert_eq!(m.node(FAST).unwrap().free(), Pages(8));
+        for (k, v) in [
+            ("thp_migration_split", 1),
+            ("thp_split_page", 1),
+            ("thp_migration_fail", 1),
+            ("thp_migration_success", 0),
+        ] {
+            assert_eq!(acct.get(k), v, "{k}");
+        }
+        assert_eq!(acct.promoted_pages, 512);
+        // Back to the slow node, which has blocks: the split THP moves as base pages.
+        with_ctx(&mut m, &mut acct, |ctx| ctx.reclaim(u, SLOW)).unwrap();
+        assert_eq!(
+            (
+                acct.get("thp_migration_success"),
+                acct.get("thp_migration_split")
+            ),
+            (0, 1)
+        );
+        assert_eq!(acct.demoted_pages, 512);
+        assert!(m.check().is_none());
+    }
+
+    #[test]
+    fn a_numa_fault_never_splits_a_thp() {
+        let (mut m, _) = machine(4, 16_384 - 520);
+        let mut acct = Accounting::default();
+        let r = with_ctx(&mut m, &mut acct, |ctx| {
+            ctx.migrate_misplaced(UnitId(1), FAST)
+        });
+        assert_eq!(r, Err(MoveError::NoMem));
+        assert!(m.is_thp(UnitId(1)));
+        assert_eq!(m.node_of(UnitId(1)), SLOW);
+        assert_eq!(
+            (
+                acct.get("thp_migration_fail"),
+                acct.get("thp_migration_split")
+            ),
+            (1, 0)
+        );
+    }
+
+    #[test]
+    fn a_thp_with_a_free_block_moves_whole() {
+        let (mut m, _) = machine(4, 0);
+        let mut acct = Accounting::default();
+        with_ctx(&mut m, &mut acct, |ctx| {
+            ctx.migrate_misplaced(UnitId(2), FAST)
+        })
+        .unwrap();
+        assert!(m.is_thp(UnitId(2)));
+        assert_eq!(acct.get("thp_migration_success"), 1);
+        assert_eq!(acct.get("thp_migration_fail"), 0);
+        assert_eq!(acct.promoted_pages, 512);
+    }
+
+    proptest! {
+        /// Any sequence of moves of THPs between a nearly full fast node and the slow node
+        /// conserves pages; every THP that moved is counted once as moved whole or split,
+        /// and a split one never counts as a THP again.
+        #[test]
+        fn thp_moves_conserve_pages_and_count_every_folio(
+            fill in 15_000u32..16_384,
+            moves in proptest::collection::vec((0u32..16, any::<bool>(), 0u8..3), 1..60),
+        ) {
+            let (mut m, r) = machine(16, fill);
+            let total = 16 * 512 + u64::from(fill);
+            let mut acct = Accounting::default();
+            let mut whole = 0;
+            for (u, to_fast, how) in moves {
+                let u = UnitId(u);
+                let to = if to_fast { FAST } else { SLOW };
+                let was_thp = m.is_thp(u);
+                let from = m.node_of(u);
+                let moved = with_ctx(&mut m, &mut acct, |ctx| match how {
+                    0 => ctx.migrate(u, to),
+                    1 => ctx.migrate_misplaced(u, to),
+                    _ => ctx.reclaim(u, to),
+                })
+                .is_ok();
+                if moved && was_thp && m.is_thp(u) && from != to {
+                    whole += 1;
+                }
+                prop_assert!(m.check().is_none(), "{:?}", m.check());
+                let used: u64 = m.nodes().values().map(|n| n.used.0).sum();
+                prop_assert_eq!(used, total);
+            }
+            prop_assert_eq!(acct.get("thp_migration_success"), whole);
+            prop_assert_eq!(acct.get("thp_migration_split") as usize, m.split_count());
+            prop_assert_eq!(acct.get("thp_split_page"), acct.get("thp_migration_split"));
+            let placed: u64 = m.region_placement(r).values().map(|p| p.0).sum();
+            prop_assert_eq!(placed, 16 * 512);
         }
     }
 }

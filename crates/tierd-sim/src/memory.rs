@@ -8,7 +8,9 @@
 //! buffer of base pages costs 112 MiB here.
 //!
 //! A **region** is one allocation of a process (an mmap'ed buffer): contiguous virtual pages,
-//! one memory policy, one page size. A **class** is a set of units of one region that the
+//! one memory policy, one page size. (A scenario region only partly in THP is mapped as two:
+//! see `sim::thp_parts`.) A huge unit whose THP was split ([`Memory::split_thp`]) stays one
+//! unit, counted as 512 base folios. A **class** is a set of units of one region that the
 //! workload treats alike: the hot subset of a buffer, the rest of it. Accesses are drawn per
 //! class, uniform over its units or Zipf-distributed over them. Classes keep, per node, how
 //! many of their units are there and how much access weight that is, updated on every move,
@@ -22,7 +24,7 @@
 //! arriving on a node takes the most recently freed slot (the buddy allocator's LIFO free
 //! lists), or the next never-used one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 use tierd_engine::policy::MemPolicy;
@@ -333,6 +335,9 @@ pub struct Memory {
     unit_slot: Vec<u32>,
     regions: Vec<Region>,
     classes: Vec<Class>,
+    /// Units of huge regions whose THP was split into base pages (see [`Memory::split_thp`]).
+    /// Splits are rare (a THP migrating to a node without a free 2 MiB block), so a set.
+    split: BTreeSet<u32>,
     /// Counters.
     pub stats: MemStats,
 }
@@ -348,6 +353,7 @@ impl Clone for Memory {
             unit_slot: self.unit_slot.clone(),
             regions: self.regions.clone(),
             classes: self.classes.clone(),
+            split: self.split.clone(),
             stats: self.stats.clone(),
         }
     }
@@ -366,6 +372,7 @@ impl Clone for Memory {
         self.unit_slot.clone_from(&src.unit_slot);
         self.regions.clone_from(&src.regions);
         self.classes.clone_from(&src.classes);
+        self.split.clone_from(&src.split);
         self.stats.clone_from(&src.stats);
     }
 }
@@ -424,6 +431,7 @@ impl Memory {
             unit_slot: Vec::new(),
             regions: Vec::new(),
             classes: Vec::new(),
+            split: BTreeSet::new(),
             stats: MemStats::default(),
         }
     }
@@ -503,6 +511,44 @@ impl Memory {
     pub fn unit_pages(&self, u: UnitId) -> u64 {
         self.region_of(u).unit_pages()
     }
+    /// Whether `u` is one 2 MiB folio now: a unit of a huge region whose THP was not split.
+    #[must_use]
+    #[inline]
+    pub fn is_thp(&self, u: UnitId) -> bool {
+        self.unit_pages(u) > 1 && !self.split.contains(&u.0)
+    }
+
+    /// Base pages per folio of `u`: all of its pages for a THP, 1 for a base page or a split
+    /// THP (whose base pages are then each their own folio).
+    #[must_use]
+    pub fn folio_pages(&self, u: UnitId) -> u64 {
+        if self.is_thp(u) {
+            self.unit_pages(u)
+        } else {
+            1
+        }
+    }
+
+    /// Splits the THP `u` into base pages (mm/huge_memory.c `split_huge_page_to_list_to_order()`),
+    /// as migration does when no 2 MiB block is free on the target (mm/migrate.c
+    /// `migrate_pages_batch()`: `try_split_folio()` on -ENOMEM) and reclaim when a THP cannot be
+    /// moved whole (mm/vmscan.c `shrink_folio_list()`). Returns whether it was a THP.
+    ///
+    /// The unit stays one unit of the simulator: its 512 base pages keep one node and one
+    /// class. They were split to move together, and having one access rate they would be
+    /// treated alike; what changes is how they are counted and charged (512 folios: no huge
+    /// PMD, no `thp_migration_success`, a migration cost per base page). khugepaged's collapse
+    /// back into a THP is not modelled.
+    pub fn split_thp(&mut self, u: UnitId) -> bool {
+        self.is_thp(u) && self.split.insert(u.0)
+    }
+
+    /// THPs split so far.
+    #[must_use]
+    pub fn split_count(&self) -> usize {
+        self.split.len()
+    }
+
     /// Reads what moving `u` reads first (its class, node, slot and the slot's entry) and
     /// returns a value made of them. Moving a batch of units costs a chain of cache misses
     /// per unit; reading them for the whole batch first lets the misses overlap.
@@ -1106,6 +1152,41 @@ mod tests {
         m.migrate(UnitId(5), n1).unwrap();
         hints_agree(&m, n1);
         assert!(m.check().is_none(), "{:?}", m.check());
+    }
+
+    #[test]
+    fn a_split_thp_keeps_its_pages_and_counts_as_base_folios() {
+        let mut m = machine();
+        let r = m
+            .map_region(
+                "p.thp",
+                SpaceId(1),
+                CgroupId::ROOT,
+                Vpn(1 << 20),
+                8,
+                PageSize::Huge2M,
+                MemPolicy::DEFAULT,
+                vec![],
+                1,
+                |_| vec![NodeId(1)],
+            )
+            .unwrap();
+        let u = UnitId(3);
+        assert!(m.is_thp(u));
+        assert_eq!(m.folio_pages(u), 512);
+        assert!(m.split_thp(u));
+        assert!(!m.split_thp(u), "a split THP is split once");
+        assert!(!m.is_thp(u));
+        assert_eq!((m.folio_pages(u), m.unit_pages(u)), (1, 512));
+        assert_eq!(m.split_count(), 1);
+        m.migrate(u, NodeId(0)).unwrap();
+        assert_eq!(m.node(NodeId(0)).unwrap().used, Pages(512));
+        assert_eq!(m.region_placement(r)[&NodeId(1)], Pages(7 * 512));
+        assert!(m.check().is_none());
+        // A copy keeps the split (each configuration of a comparison starts from a copy).
+        let mut c = machine();
+        c.clone_from(&m);
+        assert!(!c.is_thp(u) && c.is_thp(UnitId(2)));
     }
 
     proptest! {

@@ -376,14 +376,13 @@ pub struct Scanner {
 struct Tally([u64; TALLY_NAMES.len()]);
 
 /// The counters a [`Tally`] holds, by index.
-const TALLY_NAMES: [&str; 9] = [
+const TALLY_NAMES: [&str; 8] = [
     "numa_hint_faults",
     "numa_hint_faults_local",
     "pgpromote_candidate_nrl",
     "pgpromote_candidate",
     "numa_pages_migrated",
     "pgmigrate_success",
-    "thp_migration_success",
     "pgpromote_success",
     "pgmigrate_fail",
 ];
@@ -393,9 +392,8 @@ const T_PGPROMOTE_CANDIDATE_NRL: usize = 2;
 const T_PGPROMOTE_CANDIDATE: usize = 3;
 const T_NUMA_PAGES_MIGRATED: usize = 4;
 const T_PGMIGRATE_SUCCESS: usize = 5;
-const T_THP_MIGRATION_SUCCESS: usize = 6;
-const T_PGPROMOTE_SUCCESS: usize = 7;
-const T_PGMIGRATE_FAIL: usize = 8;
+const T_PGPROMOTE_SUCCESS: usize = 6;
+const T_PGMIGRATE_FAIL: usize = 7;
 
 impl Tally {
     fn add(&mut self, i: usize, n: u64) {
@@ -847,6 +845,7 @@ impl Scanner {
         let t_ms = ms_of(t);
         let horizon_ms = self.params.horizon_ms();
         let mut entries = 0u64;
+        let mut split_entries = 0u64;
         // Most units of a pass need nothing (already armed with a fault queued, or idle in a
         // class nobody accesses): find the next one that does with a tight walk over the
         // per-unit arrays, and take only that one through the full logic below. The walk
@@ -911,6 +910,10 @@ impl Scanner {
             self.state[u.idx()] = t_ms;
             self.armed_node[u.idx()] = node.0 as u8;
             entries += 1;
+            if up > 1 && !mem.is_thp(u) {
+                // A split THP: its 512 PTEs, no huge PMD.
+                split_entries += 1;
+            }
             self.schedule(load, mem, ctx.rng, u, t);
         }
         let pages = entries * up;
@@ -918,10 +921,13 @@ impl Scanner {
             ctx.acct.count("numa_pte_updates", pages);
             // change_pmd_range(): a huge PMD adds HPAGE_PMD_NR pages to the PTE count and one
             // to numa_huge_pte_updates.
-            if up > 1 {
-                ctx.acct.count("numa_huge_pte_updates", entries);
+            // A split THP is 512 PTEs, each its own update.
+            let huge = if up > 1 { entries - split_entries } else { 0 };
+            if huge > 0 {
+                ctx.acct.count("numa_huge_pte_updates", huge);
             }
-            ctx.charge_app(pi, entries as f64 * PTE_UPDATE_COST_NS);
+            let ptes = (entries - huge) * if up > 1 { up } else { 1 } + huge;
+            ctx.charge_app(pi, ptes as f64 * PTE_UPDATE_COST_NS);
         }
         pages
     }
@@ -1386,17 +1392,18 @@ impl Numab {
                 if tiering {
                     self.wake_kswapd(ctx, this);
                 }
-            } else if ctx.migrate(u, this).is_ok() {
+            } else if ctx.migrate_misplaced(u, this).is_ok() {
+                // One fault moves the whole folio: a THP's 512 pages at once (mm/memory.c
+                // do_huge_pmd_numa_page() -> migrate_misplaced_folio()); `thp_migration_success`
+                // is counted by `Ctx`. A THP split earlier by another path moves as base pages.
                 migrated = true;
                 self.tally.add(T_NUMA_PAGES_MIGRATED, nr);
                 self.tally.add(T_PGMIGRATE_SUCCESS, nr);
-                if nr > 1 {
-                    self.tally.add(T_THP_MIGRATION_SUCCESS, 1);
-                }
                 if tiering && !cur_top && this_top {
                     self.tally.add(T_PGPROMOTE_SUCCESS, nr);
                 }
-                ctx.charge_app(f.process, migrate_cost_ns(nr));
+                let folio = ctx.mem.folio_pages(u);
+                ctx.charge_app(f.process, (nr / folio) as f64 * migrate_cost_ns(folio));
                 // folio_migrate_flags(): crossing tiers in tiering mode resets last_cpupid.
                 if tiering && cur_top != this_top {
                     self.set_last_cpupid(u, None, ctx.mem.units() as usize);

@@ -15,6 +15,9 @@ pub const TABLE_COUNTERS: &[&str] = &[
     "pgpromote_success",
     "pgdemote_kswapd",
     "pgdemote_success",
+    "thp_migration_success",
+    "thp_migration_fail",
+    "thp_migration_split",
     "hwhint_total_events",
     "damos_sz_applied",
     "damos_qt_exceeds",
@@ -147,8 +150,8 @@ pub fn table(r: &CompareResult) -> String {
     let _ = writeln!(out, "{}: {}", r.scenario, r.description);
     let _ = writeln!(
         out,
-        "seed {}, scale {}, {} s simulated; placement of the reported memory on {}; (published)",
-        r.seed, r.scale, r.duration_s, r.fast_node
+        "seed {}, scale {}, {} s simulated, THP {}; placement of the reported memory on {}; (published)",
+        r.seed, r.scale, r.duration_s, r.thp, r.fast_node
     );
     let (headers, rows) = table_cells(r);
     let widths: Vec<usize> = (0..headers.len())

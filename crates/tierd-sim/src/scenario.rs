@@ -166,9 +166,13 @@ pub struct RegionToml {
     pub name: String,
     /// Size, GiB.
     pub size_gib: f64,
-    /// Backed by 2 MiB huge pages.
+    /// Backed by 2 MiB huge pages: the same as `thp = "always"` (kept for older scenarios).
     #[serde(default)]
     pub huge: bool,
+    /// Share of the region's bytes in 2 MiB transparent huge pages: `"always"` (1),
+    /// `"never"` (0) or a number in 0..=1. Unset: 1 with `huge = true`, else 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thp: Option<Thp>,
     /// Memory policy (default: local allocation).
     #[serde(default)]
     pub policy: Option<PolicyToml>,
@@ -182,6 +186,68 @@ pub struct RegionToml {
     /// Spread over the whole region when it has no hot subset.
     #[serde(default)]
     pub spread: SpreadToml,
+}
+
+/// A region's THP share (`thp = "always" | "never" | <share>`): the share of its bytes in
+/// 2 MiB folios. Written back as the word for 0 and 1, else as the number.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Thp(pub f64);
+
+impl Thp {
+    /// Every byte in 2 MiB folios (`/sys/kernel/mm/transparent_hugepage/enabled` = always).
+    pub const ALWAYS: Thp = Thp(1.0);
+    /// No THP (`never`).
+    pub const NEVER: Thp = Thp(0.0);
+}
+
+impl Serialize for Thp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0 == 1.0 {
+            s.serialize_str("always")
+        } else if self.0 == 0.0 {
+            s.serialize_str("never")
+        } else {
+            s.serialize_f64(self.0)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Thp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Thp, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Thp;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("\"always\", \"never\" or a share of the region in 0..=1")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Thp, E> {
+                match v {
+                    "always" => Ok(Thp::ALWAYS),
+                    "never" => Ok(Thp::NEVER),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+            // The range is checked by `Scenario::validate`, which names the key and line.
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Thp, E> {
+                Ok(Thp(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Thp, E> {
+                Ok(Thp(v as f64))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Thp, E> {
+                Ok(Thp(v as f64))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl RegionToml {
+    /// The share of the region's bytes in 2 MiB folios (`thp`, else 1 for `huge = true`).
+    #[must_use]
+    pub fn thp_share(&self) -> f64 {
+        self.thp.map_or(if self.huge { 1.0 } else { 0.0 }, |t| t.0)
+    }
 }
 
 /// A share of a process's accesses to one class.
@@ -470,6 +536,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "memcached-preferred-many",
         include_str!("../../../scenarios/e-memcached-preferred-many.toml"),
     ),
+    (
+        "pointer-chase-thp",
+        include_str!("../../../scenarios/a-pointer-chase-thp.toml"),
+    ),
 ];
 
 /// Longest simulated time: 10^7 s (115 days), far beyond any scenario, so that the step count
@@ -756,6 +826,26 @@ impl Scenario {
                         "the zipf exponent s must be a number at least 0".into(),
                     ));
                 }
+                if let Some(t) = r.thp {
+                    // NaN is outside every range, so `contains` refuses it too.
+                    if !(0.0..=1.0).contains(&t.0) {
+                        return Err(err(
+                            format!("process[{pi}].region[{ri}].thp"),
+                            "thp",
+                            format!(
+                                "{} must be \"always\", \"never\" or a share within 0..=1",
+                                t.0
+                            ),
+                        ));
+                    }
+                    if r.huge && t.0 != 1.0 {
+                        return Err(err(
+                            format!("process[{pi}].region[{ri}].thp"),
+                            "thp",
+                            format!("huge = true means thp = 1, not {}: set one of them", t.0),
+                        ));
+                    }
+                }
                 if let Some(h) = &r.hot {
                     if !(0.0..=1.0).contains(&h.fraction) || !pos(h.chunk_mib) {
                         return Err(err(
@@ -998,6 +1088,18 @@ impl Scenario {
         Ok(())
     }
 
+    /// The scenario with every region's THP share set to `share` (`tierd compare --thp`):
+    /// 1 backs every region with 2 MiB folios (`always`), 0 with base pages (`never`).
+    #[must_use]
+    pub fn with_thp(&self, share: Thp) -> Scenario {
+        let mut s = self.clone();
+        for r in s.process.iter_mut().flat_map(|p| p.region.iter_mut()) {
+            r.huge = false;
+            r.thp = Some(share);
+        }
+        s
+    }
+
     /// Shrinks the scenario by `scale` (0 < scale <= 1) for quick runs: memory sizes,
     /// capacities and thread counts shrink together, so per-page access rates, and with them
     /// the dynamics, stay about the same; rate limits and quotas in bytes shrink too.
@@ -1111,6 +1213,15 @@ mod range_tests {
             ("\"1\" = 340", "\"1\" = -340", "machine.node[2].latency_ns"),
             ("bandwidth_gbps = 64", "bandwidth_gbps = 0", "bandwidth_gbps"),
             ("size_gib = 64", "size_gib = inf", "size_gib"),
+            ("size_gib = 64,", "size_gib = 64, thp = nan,", "process[0].region[0].thp"),
+            ("size_gib = 64,", "size_gib = 64, thp = 1.5,", "process[0].region[0].thp"),
+            ("size_gib = 64,", "size_gib = 64, thp = -0.5,", "process[0].region[0].thp"),
+            ("size_gib = 64,", "size_gib = 64, thp = \"sometimes\",", "process[0].region[0].thp"),
+            (
+                "size_gib = 64,",
+                "size_gib = 64, huge = true, thp = 0.5,",
+                "process[0].region[0].thp",
+            ),
             ("chunk_mib = 64", "chunk_mib = nan", "process[0].region[0].hot"),
             ("fraction = 0.25", "fraction = nan", "process[0].region[0].hot"),
             ("share = 1.0", "share = nan", "process[0].access[0].share"),
@@ -1144,6 +1255,36 @@ mod range_tests {
             let m = refused(&A.replacen(from, to, 1));
             assert!(m.contains(key), "{to}: {m}");
             assert!(!m.contains('\n'), "{m}");
+        }
+    }
+
+    #[test]
+    fn thp_takes_a_word_or_a_share() {
+        let region = |thp: &str| {
+            let text = A.replacen("size_gib = 64,", &format!("size_gib = 64, {thp}"), 1);
+            let sc = Scenario::parse(&text, Path::new("s.toml")).unwrap_or_else(|e| panic!("{e}"));
+            sc.process[0].region[0].clone()
+        };
+        assert_eq!(region("").thp_share(), 0.0);
+        assert_eq!(region("huge = true,").thp_share(), 1.0);
+        assert_eq!(region("thp = \"always\",").thp_share(), 1.0);
+        assert_eq!(region("thp = \"never\",").thp_share(), 0.0);
+        assert_eq!(region("thp = 0.25,").thp_share(), 0.25);
+        assert_eq!(region("thp = 1,").thp_share(), 1.0);
+        assert_eq!(region("huge = true, thp = \"always\",").thp_share(), 1.0);
+        // Written back as it reads.
+        for (thp, out) in [
+            (Thp::ALWAYS, "\"always\""),
+            (Thp::NEVER, "\"never\""),
+            (Thp(0.5), "0.5"),
+        ] {
+            let sc = Scenario::parse(A, Path::new("s.toml"))
+                .unwrap()
+                .with_thp(thp);
+            let text = toml::to_string(&sc).unwrap();
+            assert!(text.contains(&format!("thp = {out}")), "{text}");
+            let back = Scenario::parse(&text, Path::new("s.toml")).unwrap();
+            assert_eq!(back.process[0].region[0].thp_share(), thp.0);
         }
     }
 

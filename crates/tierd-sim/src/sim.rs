@@ -169,6 +169,9 @@ pub struct CompareResult {
     pub duration_s: f64,
     /// The node whose placement is reported.
     pub fast_node: NodeId,
+    /// How much of the processes' memory is in 2 MiB THPs: `never`, `always`, or the share
+    /// (`--thp`, the regions' `thp`).
+    pub thp: String,
     /// tierd's version.
     pub version: String,
     /// Rows.
@@ -188,7 +191,8 @@ pub struct World {
     lows: CgroupLows,
     highs: BTreeMap<CgroupId, Bytes>,
     knobs: KernelKnobs,
-    hot_class: ClassId,
+    /// The hot class, and its base-page twin when the region is partly THP.
+    hot_classes: Vec<ClassId>,
     report_regions: Vec<RegionId>,
     fast_node: NodeId,
     next_vpn: BTreeMap<usize, u64>,
@@ -196,6 +200,43 @@ pub struct World {
 
 fn gib(x: f64) -> Bytes {
     Bytes((x * Bytes::GIB as f64) as u64)
+}
+
+/// What is appended to a region's name for its base-page part when only a share of it is in
+/// THP (`thp = 0.5`): `chase.buffer` holds the 2 MiB folios, `chase.buffer~4k` the rest.
+pub const TWIN_SUFFIX: &str = "~4k";
+
+fn twin_name(region: &str) -> String {
+    format!("{region}{TWIN_SUFFIX}")
+}
+
+/// How a region of `bytes` with THP share `share` is mapped: (page size, bytes, is the
+/// base-page twin) per part. The THP part is the first `share` of the region in whole 2 MiB
+/// folios (rounded to the nearest folio; all of it, rounded up, at share 1, as `huge = true`
+/// always did), the rest base pages. The kernel would scatter the THPs over the range (where
+/// a fault found an aligned 2 MiB free); one THP part then one base part keeps each region
+/// of one page size, which every mechanism here assumes.
+#[must_use]
+pub fn thp_parts(bytes: Bytes, share: f64) -> Vec<(PageSize, Bytes, bool)> {
+    let huge = PageSize::Huge2M.bytes().0;
+    if share >= 1.0 {
+        return vec![(PageSize::Huge2M, bytes, false)];
+    }
+    let folios = if share > 0.0 {
+        (share * bytes.0 as f64 / huge as f64).round() as u64
+    } else {
+        0
+    };
+    let huge_bytes = (folios * huge).min(bytes.0 / huge * huge);
+    let base = bytes.0 - huge_bytes;
+    match (huge_bytes > 0, base > 0) {
+        (true, true) => vec![
+            (PageSize::Huge2M, Bytes(huge_bytes), false),
+            (PageSize::Base, Bytes(base), true),
+        ],
+        (true, false) => vec![(PageSize::Huge2M, Bytes(huge_bytes), false)],
+        _ => vec![(PageSize::Base, bytes, false)],
+    }
 }
 
 impl World {
@@ -271,7 +312,7 @@ impl World {
             lows,
             highs,
             knobs,
-            hot_class: ClassId(0),
+            hot_classes: vec![ClassId(0)],
             report_regions: Vec::new(),
             fast_node,
             next_vpn: BTreeMap::new(),
@@ -318,9 +359,26 @@ impl World {
             .map(|i| ClassId(i as u16))
     }
 
+    /// Class `c` and, if its region is partly THP, the same class of the base-page part.
+    fn class_group(&self, c: ClassId) -> Vec<ClassId> {
+        let class = self.mem.class(c);
+        let region = &self.mem.regions()[class.region.0 as usize].name;
+        let rest = class.name.strip_prefix(region.as_str()).unwrap_or("");
+        let twin = format!("{}{rest}", twin_name(region));
+        let mut out = vec![c];
+        out.extend(self.class_by_name(&twin));
+        out
+    }
+
+    /// Base pages of class `c`.
+    fn class_pages(&self, c: ClassId) -> f64 {
+        let class = self.mem.class(c);
+        f64::from(class.len) * self.mem.regions()[class.region.0 as usize].unit_pages() as f64
+    }
+
     fn resolve_report(&mut self) {
         if let Some(c) = self.class_by_name(&self.scenario.report.hot) {
-            self.hot_class = c;
+            self.hot_classes = self.class_group(c);
         }
         self.report_regions = self
             .mem
@@ -330,6 +388,9 @@ impl World {
             .filter(|(_, r)| {
                 self.scenario.report.regions.is_empty()
                     || self.scenario.report.regions.contains(&r.name)
+                    || r.name
+                        .strip_suffix(TWIN_SUFFIX)
+                        .is_some_and(|n| self.scenario.report.regions.iter().any(|x| x == n))
             })
             .map(|(i, _)| RegionId(i as u32))
             .collect();
@@ -347,18 +408,34 @@ impl World {
         let cgroup = self.procs[pi].cgroup;
         let first_node = spec.threads.first().map_or(NodeId(0), |t| NodeId(t.node));
         let seed = self.scenario.seed;
-        for (ri, r) in spec.region.iter().enumerate() {
-            let size = if r.huge {
-                PageSize::Huge2M
-            } else {
-                PageSize::Base
-            };
-            let units = units_for(gib(r.size_gib), size);
+        type Part<'a> = (
+            usize,
+            &'a crate::scenario::RegionToml,
+            PageSize,
+            Bytes,
+            String,
+            bool,
+        );
+        let parts: Vec<Part<'_>> = spec
+            .region
+            .iter()
+            .enumerate()
+            .flat_map(|(ri, r)| {
+                let name = format!("{}.{}", spec.name, r.name);
+                thp_parts(gib(r.size_gib), r.thp_share()).into_iter().map(
+                    move |(size, bytes, twin)| {
+                        let n = if twin { twin_name(&name) } else { name.clone() };
+                        (ri, r, size, bytes, n, twin)
+                    },
+                )
+            })
+            .collect();
+        for (ri, r, size, bytes, name, twin) in parts {
+            let units = units_for(bytes, size);
             let units = u32::try_from(units).map_err(|_| SimError::Alloc {
                 scenario: self.scenario.name.clone(),
                 source: crate::memory::AllocError::TooManyUnits,
             })?;
-            let name = format!("{}.{}", spec.name, r.name);
             let policy = r.policy.as_ref().map_or(MemPolicy::DEFAULT, |p| MemPolicy {
                 mode: p.mode,
                 nodes: NodeMask::from_nodes(p.nodes.iter().map(|n| NodeId(*n))),
@@ -374,7 +451,9 @@ impl World {
                 let chunk = ((h.chunk_mib / unit_mib).round() as u32).max(1);
                 let nchunks = units.div_ceil(chunk);
                 let nhot = ((f64::from(nchunks) * h.fraction).round() as u32).min(nchunks);
-                let mut rng = SimRng::seed_from_u64(seed ^ (pi as u64) << 32 ^ ri as u64);
+                // The base-page part of a mixed region draws its own chunks (a seed of its own).
+                let part = u64::from(twin) << 16;
+                let mut rng = SimRng::seed_from_u64(seed ^ (pi as u64) << 32 ^ ri as u64 ^ part);
                 let mut hot: Vec<u32> = sample(&mut rng, nchunks as usize, nhot as usize)
                     .into_iter()
                     .map(|i| i as u32)
@@ -497,10 +576,20 @@ impl World {
                 .class_by_name(&own)
                 .or_else(|| self.class_by_name(&a.class))
             {
-                streams.push(Stream {
-                    class: c,
-                    share: a.share,
-                });
+                // A region partly in THP is two regions (see `thp_parts`): the stream goes to
+                // both halves of the class in proportion to their bytes, so every byte of the
+                // class is accessed alike, whatever its page size.
+                let group = self.class_group(c);
+                let pages: Vec<f64> = group.iter().map(|&g| self.class_pages(g)).collect();
+                let total: f64 = pages.iter().sum();
+                for (&g, p) in group.iter().zip(&pages) {
+                    let share = if group.len() == 1 || total <= 0.0 {
+                        a.share
+                    } else {
+                        a.share * p / total
+                    };
+                    streams.push(Stream { class: g, share });
+                }
             }
         }
         self.procs[pi].streams = streams;
@@ -580,6 +669,23 @@ impl World {
         })
     }
 
+    /// The share of the hot set's bytes on `node` (units weighed by their pages; with one
+    /// class, the share of its units).
+    fn hot_share_on(&self, node: NodeId) -> f64 {
+        let (mut on, mut all) = (0u64, 0u64);
+        for &c in &self.hot_classes {
+            let class = self.mem.class(c);
+            let pages = self.mem.regions()[class.region.0 as usize].unit_pages();
+            on += class.units_on.get(&node).copied().unwrap_or(0) * pages;
+            all += u64::from(class.len) * pages;
+        }
+        if all > 0 {
+            on as f64 / all as f64
+        } else {
+            0.0
+        }
+    }
+
     fn report_gib(&self, mem: &Memory) -> BTreeMap<NodeId, f64> {
         let mut out: BTreeMap<NodeId, f64> =
             self.topo.nodes().iter().map(|n| (n.id, 0.0)).collect();
@@ -634,7 +740,7 @@ impl World {
             lows: self.lows.clone(),
             highs: self.highs.clone(),
             knobs: self.knobs,
-            hot_class: self.hot_class,
+            hot_classes: self.hot_classes.clone(),
             report_regions: self.report_regions.clone(),
             fast_node: self.fast_node,
             next_vpn: self.next_vpn.clone(),
@@ -716,11 +822,8 @@ impl World {
             .iter()
             .map(|p| sc.report.process.as_ref().is_none_or(|n| *n == p.name))
             .collect();
-        let hot_len = f64::from(w.mem.class(w.hot_class).len);
-        let hot_gib = hot_len
-            * w.mem.regions()[w.mem.class(w.hot_class).region.0 as usize].unit_pages() as f64
-            * 4096.0
-            / Bytes::GIB as f64;
+        let hot_pages: f64 = w.hot_classes.iter().map(|&c| w.class_pages(c)).sum();
+        let hot_gib = hot_pages * 4096.0 / Bytes::GIB as f64;
         let mut series = Vec::new();
         let (mut lat_acc, mut rate_acc) = (0.0, 0.0);
         let mut time_to_hot: BTreeMap<String, Option<f64>> = ["50", "90", "95"]
@@ -801,12 +904,7 @@ impl World {
                     rate_acc += r;
                 }
             }
-            let hot = w.mem.class(w.hot_class);
-            let hot_fast = if hot.len > 0 {
-                hot.units_on.get(&w.fast_node).copied().unwrap_or(0) as f64 / f64::from(hot.len)
-            } else {
-                0.0
-            };
+            let hot_fast = w.hot_share_on(w.fast_node);
             for (k, thr) in [("50", 0.5), ("90", 0.9), ("95", 0.95)] {
                 if hot_fast >= thr {
                     time_to_hot.entry(k.to_string()).and_modify(|v| {
@@ -862,12 +960,7 @@ impl World {
             tail.iter().map(|s| s.accesses_per_s).sum::<f64>() / tail.len().max(1) as f64;
         let node_gib = w.report_gib(&w.mem);
         let fast_gib = node_gib.get(&w.fast_node).copied().unwrap_or(0.0);
-        let hot = w.mem.class(w.hot_class);
-        let hot_on_fast = if hot.len > 0 {
-            hot.units_on.get(&w.fast_node).copied().unwrap_or(0) as f64 / f64::from(hot.len)
-        } else {
-            0.0
-        };
+        let hot_on_fast = w.hot_share_on(w.fast_node);
         let counters = acct.vmstat.clone();
         let mut wrong_pages = 0u64;
         for p in &w.procs {
@@ -956,6 +1049,24 @@ impl World {
     }
 }
 
+/// The scenario's THP share over all its regions' bytes, in words: `never`, `always`, or
+/// e.g. `37 % of bytes`.
+#[must_use]
+pub fn thp_label(sc: &Scenario) -> String {
+    let (mut huge, mut all) = (0.0, 0.0);
+    for r in sc.process.iter().flat_map(|p| &p.region) {
+        huge += r.thp_share() * r.size_gib;
+        all += r.size_gib;
+    }
+    if huge <= 0.0 {
+        "never".into()
+    } else if huge >= all {
+        "always".into()
+    } else {
+        format!("{:.0} % of bytes", huge / all * 100.0)
+    }
+}
+
 /// Runs every configuration of `sc` (or those whose id is in `only`).
 ///
 /// # Errors
@@ -982,7 +1093,107 @@ pub fn compare(
         scale,
         duration_s: sc.duration_s,
         fast_node: world.fast_node,
+        thp: thp_label(sc),
         version: env!("CARGO_PKG_VERSION").to_string(),
         configs,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const MIB2: u64 = 2 << 20;
+
+    proptest! {
+        /// A region's parts keep its bytes, the THP part is whole 2 MiB folios within one
+        /// folio of the share, and a base-page twin exists only beside a THP part.
+        #[test]
+        fn thp_parts_conserve_bytes_and_align(pages in 1u64..(64 << 18), share in 0.0f64..=1.0) {
+            let bytes = Bytes(pages * 4096);
+            let parts = thp_parts(bytes, share);
+            let huge: u64 = parts.iter().filter(|p| p.0 == PageSize::Huge2M).map(|p| p.1 .0).sum();
+            let base: u64 = parts.iter().filter(|p| p.0 == PageSize::Base).map(|p| p.1 .0).sum();
+            prop_assert!(parts.len() <= 2);
+            if share >= 1.0 {
+                // All of it, rounded up to whole folios when mapped (as `huge = true`).
+                prop_assert_eq!(parts, vec![(PageSize::Huge2M, bytes, false)]);
+                prop_assert_eq!(units_for(bytes, PageSize::Huge2M), pages.div_ceil(512));
+            } else {
+                prop_assert_eq!(huge + base, bytes.0);
+                prop_assert_eq!(huge % MIB2, 0);
+                let want = share * bytes.0 as f64;
+                prop_assert!((huge as f64 - want).abs() <= MIB2 as f64, "{huge} for {want}");
+                prop_assert_eq!(parts.iter().any(|p| p.2), huge > 0 && base > 0);
+                if share == 0.0 {
+                    prop_assert_eq!(parts, vec![(PageSize::Base, bytes, false)]);
+                }
+            }
+        }
+    }
+
+    fn a(scale: f64) -> Scenario {
+        let mut sc = Scenario::find("pointer-chase").unwrap().scaled(scale);
+        sc.duration_s = 30.0;
+        sc
+    }
+
+    #[test]
+    fn a_half_thp_region_is_a_thp_part_and_a_base_twin_accessed_alike() {
+        let sc = a(1.0 / 64.0).with_thp(crate::scenario::Thp(0.5));
+        let w = World::build(&sc).unwrap();
+        let regions = w.memory().regions();
+        assert_eq!(regions.len(), 2);
+        assert_eq!(
+            (regions[0].name.as_str(), regions[0].page_size),
+            ("chase.buffer", PageSize::Huge2M)
+        );
+        assert_eq!(
+            (regions[1].name.as_str(), regions[1].page_size),
+            ("chase.buffer~4k", PageSize::Base)
+        );
+        let pages = |r: &crate::memory::Region| u64::from(r.units) * r.unit_pages();
+        assert_eq!(pages(&regions[0]) + pages(&regions[1]), (1u64 << 30) / 4096);
+        assert_eq!(pages(&regions[0]), pages(&regions[1]));
+        // Both hot classes are the hot set, each with the share of its bytes.
+        assert_eq!(w.hot_classes.len(), 2);
+        let hot: f64 = w.hot_classes.iter().map(|&c| w.class_pages(c)).sum();
+        assert!(
+            (hot / ((1u64 << 30) / 4096) as f64 - 0.25).abs() < 0.02,
+            "{hot}"
+        );
+        let streams = &w.procs[0].streams;
+        assert_eq!(streams.len(), 2);
+        assert!((streams.iter().map(|s| s.share).sum::<f64>() - 1.0).abs() < 1e-12);
+        for s in streams {
+            let per_page = s.share / w.class_pages(s.class);
+            assert!(
+                (per_page * hot - 1.0).abs() < 1e-9,
+                "every hot byte alike: {per_page}"
+            );
+        }
+        assert_eq!(w.report_regions.len(), 2);
+        assert_eq!(thp_label(&sc), "50 % of bytes");
+    }
+
+    #[test]
+    fn numa_balancing_moves_half_thp_memory_a_folio_per_fault() {
+        let sc = a(1.0 / 64.0).with_thp(crate::scenario::Thp(0.5));
+        let r = compare(&sc, 1.0 / 64.0, &["N2".to_string()], |_, _, _| {}).unwrap();
+        let n2 = &r.configs[0];
+        let c = |k: &str| n2.counters.get(k).copied().unwrap_or(0);
+        assert!(n2.hot_on_fast > 0.9, "{}", n2.hot_on_fast);
+        // Each THP moved on one fault with its 512 pages; base pages one a fault.
+        let thps = c("thp_migration_success");
+        assert!(thps > 0);
+        let base_moved = c("numa_pages_migrated") - thps * 512;
+        assert!(base_moved > 0);
+        assert!(c("numa_hint_faults") >= thps + base_moved);
+        // PTE updates count a huge PMD as 512 PTEs, and once in numa_huge_pte_updates.
+        assert!(c("numa_huge_pte_updates") >= thps);
+        assert!(c("numa_pte_updates") >= c("numa_huge_pte_updates") * 512 + base_moved);
+        assert_eq!(r.thp, "50 % of bytes");
+    }
 }

@@ -148,6 +148,121 @@ echo "capture took $(cut -d' ' -f1 /proc/uptime) - $t0 s of guest time; $(find $
 tierd_export_tree $FX fixtures.tgz
 "#;
 
+/// Name under which the folio capture exports its tree.
+pub const FOLIO_TREE_NAME: &str = "folio-fixtures.tgz";
+
+/// Extra kernel arguments of the folio capture: as [`APPEND`], and one 1 GiB hugetlb page
+/// reserved at boot (mm/hugetlb.c `hugepages=`), when memory is not yet fragmented: the
+/// guest rarely finds a free aligned GiB later.
+pub const FOLIO_APPEND: &str = "norandmaps hugepagesz=1G hugepages=1";
+
+/// Guest path of the static `tierd-workload` in the folio capture's initramfs.
+pub const FOLIO_WORKLOAD: &str = "/bin/tierd-workload";
+
+/// The guest side of `tierd-vm capture-folio-fixtures` (runs as `/lab/run.sh`): THP
+/// `always`, khugepaged asleep (so nothing is collapsed back), 2 MiB hugetlb pages reserved
+/// (and the 1 GiB one of [`FOLIO_APPEND`]), then `tierd-workload folios` holding an 18 MiB
+/// anonymous `MADV_HUGEPAGE` buffer and files mapped from hugetlbfs mounts. It snapshots that
+/// process (`whole/`), splits two of the buffer's huge pages through debugfs
+/// (`split_huge_pages`, mm/huge_memory.c `split_huge_pages_write()`:
+/// `pid,0xstart,0xend[,new_order]`): the 2nd to base pages, the 4th to order-4 (64 KiB)
+/// folios, a size tierd does not track, and snapshots it again (`split/`). A snapshot holds
+/// the process's `smaps`, `maps`, `numa_maps`, the pagemap entries of each of its buffers, and
+/// the `/proc/kpageflags` entries tierd's folio reader needs for the frames they map (the 513
+/// entries from each 2 MiB-aligned frame block, and three entries per 1 GiB block), never the
+/// whole file (8 bytes per frame of the machine).
+pub const FOLIO_CAPTURE_SCRIPT: &str = r#"# tierd-vm capture-folio-fixtures
+FX=/tmp/fx
+mkdir -p $FX/meta
+uname -r > $FX/meta/uname-r
+mount -t debugfs none /sys/kernel/debug 2>/dev/null
+THP=/sys/kernel/mm/transparent_hugepage
+echo always > $THP/enabled
+echo 3600000 > $THP/khugepaged/scan_sleep_millisecs
+echo 3600000 > $THP/khugepaged/alloc_sleep_millisecs
+HP=/sys/kernel/mm/hugepages
+echo 8 > $HP/hugepages-2048kB/nr_hugepages
+mkdir -p /mnt/h2m /mnt/h1g
+mount -t hugetlbfs -o pagesize=2M none /mnt/h2m
+H="--hugetlb /mnt/h2m/fx:4"
+n1g=$(cat $HP/hugepages-1048576kB/nr_hugepages 2>/dev/null)
+if [ "${n1g:-0}" -ge 1 ] && mount -t hugetlbfs -o pagesize=1G none /mnt/h1g; then
+  H="$H --hugetlb /mnt/h1g/fx:1024"
+fi
+/bin/tierd-workload folios --thp-mib 16 $H --secs 100000 > /tmp/folios.out 2>&1 &
+for i in $(seq 1 1200); do grep -q ready /tmp/folios.out && break; sleep 0.1; done
+cat /tmp/folios.out
+line=$(grep ready /tmp/folios.out)
+[ -n "$line" ] || { echo "folios workload not ready"; exit 1; }
+P=${line#*pid=}; P=${P%% *}
+T=${line#*thp=}; T=${T%% *}; TS=$((${T%+*}))
+M=$((2 << 20))
+# snap DIR: the process's smaps, maps, numa_maps, the pagemap of each buffer's VMA (a 1 GiB
+# hugetlb VMA: its first 1024 entries only) and the kpageflags entries of the frames they map
+# (each 2 MiB block and the next frame; each 1 GiB block's first, last and next frame)
+snap() {
+  D=$FX/$1
+  mkdir -p $D/proc/$P $D/meta
+  for f in smaps maps numa_maps; do cat /proc/$P/$f > $D/proc/$P/$f; done
+  : > $D/meta/pagemap-slices.txt
+  for b in $(echo "$line" | tr ' ' '\n' | sed -n 's/^[a-z]*=\(0x[0-9a-f]*\)+.*/\1/p'); do
+    while read r rest; do
+      a=$((0x${r%-*})); e=$((0x${r#*-}))
+      if [ $a -le $((b)) ] && [ $((b)) -lt $e ]; then
+        n=$(( (e - a) / 4096 ))
+        [ $((e - a)) -ge $((1 << 30)) ] && n=1024
+        name=$(printf 'meta/pagemap-%x.bin' $a)
+        dd if=/proc/$P/pagemap of=$D/$name bs=8 skip=$((a / 4096)) count=$n 2>/dev/null
+        printf '0x%x %d %s\n' $a $n $name >> $D/meta/pagemap-slices.txt
+      fi
+    done < /proc/$P/maps
+  done
+  for f in $D/meta/pagemap-*.bin; do od -An -v -t x8 $f; done | tr ' ' '\n' | grep -v '^$' > /tmp/entries
+  : > /tmp/blocks
+  while read e; do
+    case $e in [89ab]*) ;; *) continue ;; esac
+    pfn=$(( 0x${e#??} & 0x7fffffffffffff ))
+    echo "$((pfn / 512 * 512)) 513" >> /tmp/blocks
+    g=$((pfn / 262144 * 262144))
+    echo "$g 1" >> /tmp/blocks
+    echo "$((g + 262143)) 2" >> /tmp/blocks
+  done < /tmp/entries
+  # unique by both fields: a 1 GiB block's first frame is also a 2 MiB block's
+  sort -u -k1,1n -k2,2n /tmp/blocks > /tmp/blocks.u
+  : > $D/meta/kpageflags.bin
+  : > $D/meta/kpageflags.idx
+  while read pfn n; do
+    off=$(wc -c < $D/meta/kpageflags.bin)
+    dd if=/proc/kpageflags bs=8 skip=$pfn count=$n 2>/dev/null >> $D/meta/kpageflags.bin
+    echo "$pfn $n $off" >> $D/meta/kpageflags.idx
+  done < /tmp/blocks.u
+  echo "snap $1: $(wc -l < /tmp/entries) pagemap entries, $(wc -l < $D/meta/kpageflags.idx) kpageflags slices"
+}
+snap whole
+printf '%d,0x%x,0x%x\n' $P $((TS + M)) $((TS + 2 * M)) > /sys/kernel/debug/split_huge_pages || echo "split to base pages refused"
+printf '%d,0x%x,0x%x,4\n' $P $((TS + 3 * M)) $((TS + 4 * M)) > /sys/kernel/debug/split_huge_pages || echo "split to order 4 refused"
+sleep 1
+snap split
+cat > $FX/meta/folios.env <<ENVEOF
+# the tierd-workload folios process (proc/<PID> of whole/ and split/) and its buffers
+PID=$P
+# the workload's line: thp=START+BYTES (from the buffer's first 2 MiB boundary), hugetlb=START+BYTES per file
+LINE='$line'
+# huge pages split through debugfs between whole/ and split/: the 2nd to base pages, the 4th to order-4 folios
+SPLIT_BASE=$(printf '0x%x' $((TS + M)))
+SPLIT_ORDER4=$(printf '0x%x' $((TS + 3 * M)))
+ENVEOF
+mkdir -p $FX$THP
+for f in enabled hpage_pmd_size; do cat $THP/$f > $FX$THP/$f; done
+for d in $HP/hugepages-*; do
+  mkdir -p $FX$d; for f in nr_hugepages free_hugepages; do cat $d/$f > $FX$d/$f; done
+done
+mkdir -p $FX/proc; cat /proc/meminfo > $FX/proc/meminfo
+cat /proc/cmdline > $FX/meta/cmdline
+dmesg > $FX/meta/dmesg.txt
+tierd_export_tree $FX folio-fixtures.tgz
+"#;
+
 /// What [`capture`] wrote.
 #[derive(Debug, Clone)]
 pub struct Capture {
@@ -320,6 +435,122 @@ pub fn capture(
     let readme = out.join("README.md");
     std::fs::write(&readme, readme_text(kernel, &cap)).map_err(io(&readme))?;
     Ok(cap)
+}
+
+/// Boots the two-node guest with the static `tierd-workload` (`workload`, put at
+/// [`FOLIO_WORKLOAD`]), runs [`FOLIO_CAPTURE_SCRIPT`] and writes the tree plus a README into
+/// `out`.
+///
+/// # Errors
+/// Everything [`run`] returns, [`Error::Guest`] when the script fails or exports nothing,
+/// [`Error::Io`].
+pub fn capture_folios(
+    kernel: &Kernel,
+    workload: &Path,
+    out: &Path,
+    work: &Path,
+    timeout: Duration,
+) -> Result<Capture, Error> {
+    let spec = GuestSpec::two_node();
+    std::fs::create_dir_all(work).map_err(io(work))?;
+    let t = Instant::now();
+    let mut fs = Initramfs::standard(Path::new(DEFAULT_BUSYBOX), FOLIO_CAPTURE_SCRIPT)?;
+    fs.add_host_file(workload, FOLIO_WORKLOAD, Some(0o755))?;
+    let initrd = fs.write_gz(&work.join("folio-capture-initramfs.cpio.gz"))?;
+    let initramfs_build = t.elapsed();
+    let append = format!("{} {FOLIO_APPEND}", crate::guest::BASE_APPEND);
+    let args = spec.qemu_args(
+        crate::guest::detect_accel(),
+        Path::new("vmlinux"),
+        Path::new("initramfs.cpio.gz"),
+        &append,
+    )?;
+    let qemu_command = format!("{} {}", crate::guest::QEMU, shell_join(&args));
+    let output = run(&spec, &kernel.vmlinux, &initrd, FOLIO_APPEND, timeout)?;
+    let tail = || {
+        let lines: Vec<&str> = output.console.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    };
+    if output.rc != Some(0) {
+        return Err(Error::Guest {
+            reason: format!("folio capture script ended with rc {:?}", output.rc),
+            tail: tail(),
+        });
+    }
+    let tree = output.file(FOLIO_TREE_NAME).ok_or_else(|| Error::Guest {
+        reason: format!("guest exported no {FOLIO_TREE_NAME}"),
+        tail: tail(),
+    })?;
+    for d in ["whole", "split"] {
+        let p = out.join(d);
+        if p.exists() {
+            std::fs::remove_dir_all(&p).map_err(io(&p))?;
+        }
+    }
+    let Unpacked {
+        files,
+        symlinks,
+        dropped_symlinks,
+    } = unpack_tree(&tree.data, out)?;
+    let cap = Capture {
+        out: out.to_path_buf(),
+        files,
+        symlinks,
+        dropped_symlinks,
+        output,
+        qemu_command,
+        initramfs_build,
+    };
+    let readme = out.join("README.md");
+    std::fs::write(&readme, folio_readme_text(kernel, &cap)).map_err(io(&readme))?;
+    Ok(cap)
+}
+
+fn folio_readme_text(kernel: &Kernel, cap: &Capture) -> String {
+    let read = |p: &str| std::fs::read_to_string(cap.out.join(p)).unwrap_or_default();
+    let env = read("meta/folios.env");
+    let slices = format!(
+        "whole/:\n{}split/:\n{}",
+        read("whole/meta/pagemap-slices.txt"),
+        read("split/meta/pagemap-slices.txt")
+    );
+    format!(
+        "# Folio fixtures: THP and hugetlb pages of one process, from a Linux {ver} guest\n\n\
+Captured {date} by `tierd-vm capture-folio-fixtures` (crates/tierd-vm/src/fixtures.rs, guest script\n\
+`FOLIO_CAPTURE_SCRIPT`). Regenerate with:\n\n\
+```sh\ncargo run -p tierd-vm --release -- capture-folio-fixtures --out crates/tierd-linux/tests/fixtures/guest-6.12-folios\n```\n\n\
+Used by crates/tierd-linux/tests/folio_fixture.rs. PIDs, addresses and frames change from run to run:\n\
+tests derive them from `meta/`.\n\n\
+## Guest\n\n\
+Kernel `{ver}`, QEMU {accel}, two nodes (as guest-6.12), kernel arguments `{append}`. THP `enabled` =\n\
+`always`, khugepaged asleep (`scan_sleep_millisecs` = 1 h). 8 hugetlb pages of 2 MiB reserved at run\n\
+time, one of 1 GiB at boot (`sys/kernel/mm/hugepages/*/nr_hugepages` says what the kernel found).\n\n\
+QEMU command:\n\n```sh\n{qemu}\n```\n\n\
+## The process (`meta/folios.env`)\n\n```sh\n{env}```\n\n\
+`tierd-workload folios --thp-mib 16 --hugetlb /mnt/h2m/fx:4 [--hugetlb /mnt/h1g/fx:1024]`: an 18 MiB\n\
+anonymous mapping with `MADV_HUGEPAGE`, every page written; files on hugetlbfs mounts (`pagesize=2M`,\n\
+`pagesize=1G`, the latter when a 1 GiB page was reserved) mapped shared and read. Snapshot `whole/`\n\
+is taken then; after it, through `/sys/kernel/debug/split_huge_pages`, the huge page at `SPLIT_BASE`\n\
+is split to base pages and the one at `SPLIT_ORDER4` to order-4 (64 KiB) folios, and snapshot\n\
+`split/` is taken.\n\n\
+## Files\n\n\
+| path | what |\n|---|---|\n\
+| `{{whole,split}}/proc/<pid>/{{smaps,maps,numa_maps}}` | the process's files, read with `cat` |\n\
+| `{{whole,split}}/meta/pagemap-<start>.bin` | raw `/proc/<pid>/pagemap` entries (8 bytes each, native endian) of the VMA starting at virtual address `<start>` (hex); `meta/pagemap-slices.txt` lists `start entries file` (a 1 GiB hugetlb VMA: its first 1024 entries only) |\n\
+| `{{whole,split}}/meta/kpageflags.{{bin,idx}}` | raw `/proc/kpageflags` entries (8 bytes each): the index lists `pfn count byte_offset` per slice, the slices concatenated in the `.bin` in that order. Slices: the 513 entries from each 2 MiB-aligned block (frame & !511) of every frame the pagemap slices map, and per 1 GiB block its first entry and the two from its last frame: what tierd's folio reader reads |\n\
+| `sys/kernel/mm/transparent_hugepage/{{enabled,hpage_pmd_size}}`, `sys/kernel/mm/hugepages/*/{{nr,free}}_hugepages`, `proc/meminfo` | settings and counters at capture time |\n\
+| `meta/uname-r`, `meta/cmdline`, `meta/dmesg.txt` | context |\n\n\
+A test rebuilds a `/proc` root from a snapshot: sparse `<pid>/pagemap` and `kpageflags` files with\n\
+the slices written at `vpn * 8` and `pfn * 8`.\n\n\
+Pagemap slices:\n\n```\n{slices}```\n",
+        ver = kernel.version,
+        date = utc_now(),
+        accel = cap.output.accel,
+        append = FOLIO_APPEND,
+        qemu = cap.qemu_command,
+        env = env,
+        slices = slices,
+    )
 }
 
 fn shell_join(args: &[String]) -> String {

@@ -4,6 +4,8 @@
 //! * `tierd-vm run --script run.sh [--file HOST:GUEST]... [--three-node] [--timeout S]`
 //!   boots a guest, prints its console and writes exported files to `--out`.
 //! * `tierd-vm capture-fixtures --out DIR` captures real `/proc` and `/sys` files.
+//! * `tierd-vm capture-folio-fixtures --out DIR` captures a THP and hugetlb process's smaps,
+//!   pagemap and kpageflags slices (crates/tierd-vm/src/fixtures.rs).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -62,6 +64,19 @@ enum Cmd {
         out: PathBuf,
         /// Seconds before qemu is killed.
         #[arg(long, default_value_t = 300)]
+        timeout: u64,
+    },
+    /// Capture THP and hugetlb folio fixtures (smaps, pagemap and kpageflags slices) of a
+    /// `tierd-workload folios` process into DIR.
+    CaptureFolioFixtures {
+        /// Output directory (its proc/, sys/ and meta/ are replaced).
+        #[arg(long)]
+        out: PathBuf,
+        /// A static tierd-workload (default: built with `cargo build` under target/guest).
+        #[arg(long)]
+        workload: Option<PathBuf>,
+        /// Seconds before qemu is killed.
+        #[arg(long, default_value_t = 400)]
         timeout: u64,
     },
 }
@@ -159,6 +174,37 @@ fn real_main(cli: Cli) -> Result<ExitCode, tierd_vm::Error> {
                 Some(0) => ExitCode::SUCCESS,
                 _ => ExitCode::FAILURE,
             })
+        }
+        Cmd::CaptureFolioFixtures {
+            out,
+            workload,
+            timeout,
+        } => {
+            let workload = match workload {
+                Some(w) => w,
+                None => {
+                    let ws = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+                    tierd_vm::binaries::build_static(&ws, &["tierd-workload"])?
+                        .join("tierd-workload")
+                }
+            };
+            let cap = fixtures::capture_folios(
+                &kernel,
+                &workload,
+                &out,
+                &cache,
+                Duration::from_secs(timeout),
+            )?;
+            print!("{}", cap.output.console);
+            eprintln!(
+                "tierd-vm: {} files in {}; kernel {}, guest {:.1} s ({})",
+                cap.files.len(),
+                out.display(),
+                kernel.version,
+                cap.output.wall.as_secs_f64(),
+                cap.output.accel
+            );
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::CaptureFixtures { out, timeout } => {
             let cap = fixtures::capture(&kernel, &out, &cache, Duration::from_secs(timeout))?;

@@ -5,7 +5,8 @@
 //!
 //! - `chase --total-mib N --hot-mib H --secs S --node K [--interval-ms 500] [--seed 1]
 //!   [--tick-us T] [--policy default|preferred-many|preferred-many-balancing]
-//!   [--policy-nodes LIST] [--threads N] [--cpus LIST]`: map N MiB, `mbind(MPOL_BIND, K)`,
+//!   [--policy-nodes LIST] [--threads N] [--cpus LIST] [--thp off|follow]`: map N MiB,
+//!   `mbind(MPOL_BIND, K)`,
 //!   touch every page, then set the range's policy: `default` resets it to `MPOL_DEFAULT`
 //!   (with the BIND policy left in place NUMA balancing would not consider the pages
 //!   misplaced, so nothing would ever be promoted); `preferred-many` sets
@@ -30,14 +31,25 @@
 //! - `move --mib N --from A --to B [--chunk-pages 512]`: place N MiB on A, reset the policy, move
 //!   it to B with [`tierd_linux::mover::Mover`] and report the `move_pages` throughput
 //!   ([`report::MoveLine`]).
-//! - `integrity --mib N --node K --secs S [--interval-ms 1000] [--threads 1]`: fill N MiB on K
+//! - `--thp` (chase and integrity): `off` (the default) marks the hot part / the buffer
+//!   `MADV_NOHUGEPAGE`, so it stays in 4 KiB pages whatever the system's THP mode; `follow`
+//!   gives no THP advice (the system's mode decides) and marks it `MADV_DONTFORK` instead.
+//!   Either flag keeps it a VMA of its own, reported on its own `numa_maps` line.
+//! - `integrity --mib N --node K --secs S [--interval-ms 1000] [--threads 1] [--thp off|follow]
+//!   [--split-every-ms 0]`: fill N MiB on K
 //!   with per-word values of (address, generation) ([`integrity`]), reset the policy to
 //!   `MPOL_DEFAULT`, then verify every page over and over for S seconds, rewriting one
 //!   sixteenth of each thread's range per pass with the next generation, so pages are read and
 //!   written while they migrate. A wrong page is counted (a checksum failure), its first wrong
 //!   word printed (the first 8), and it is repaired so that one corruption counts once; the run
 //!   never stops on one and exits 0 ([`report::IntegrityLine`]; non-zero only if it could not
-//!   run). The checking threads make no system calls.
+//!   run). The checking threads make no system calls, except with `--split-every-ms T`: every
+//!   T ms each thread cuts its part of the buffer ([`integrity::SplitPlan`]), in turn a
+//!   `MADV_DONTNEED` of a 4 KiB page inside a 2 MiB block (it must read back as zeros, else a
+//!   checksum failure; it is rewritten with the next generation) and a `munmap` of a 4 KiB
+//!   page at a block's edge (it leaves the check and the location query). Under THP each cut
+//!   splits the THP there while it is checked and migrated; the lines then carry
+//!   `discarded_pages`, `unmapped_pages` and `cut_blocks`.
 //!
 //! - The chaos lab's actors (`tierd lab chaos`, see [`chaos`] and docs/lab.md "Chaos"):
 //!   `chaos-spawner` (processes in and out of tierd's scope, pid wraps), `hostile-names`

@@ -16,10 +16,11 @@ use tierd_linux::mover::{Mover, MoverConfig};
 use tierd_linux::read::meminfo::read_node_meminfo;
 use tierd_linux::read::{parse_list, parse_nodelist};
 use tierd_linux::sys::{
-    self, AnonMapping, MPOL_BIND, MPOL_DEFAULT, MPOL_F_NUMA_BALANCING, MPOL_PREFERRED_MANY,
+    self, AnonMapping, FileMapping, PageRun, SparseMapping, MPOL_BIND, MPOL_DEFAULT,
+    MPOL_F_NUMA_BALANCING, MPOL_PREFERRED_MANY,
 };
 use tierd_workload::chase::{build_cycle, chase, WORDS_PER_LINE};
-use tierd_workload::integrity::{check_page, fill_page, BadWord};
+use tierd_workload::integrity::{check_page, fill_page, BadWord, SplitAction, SplitPlan};
 mod chaos_cmd;
 
 use tierd_workload::report::{
@@ -40,6 +41,31 @@ const MAX_BAD: usize = 8;
 /// `hold --leave-free-mib` allocates in chunks of at most this many MiB, re-reading MemFree
 /// after each.
 const FILL_CHUNK_MIB: u64 = 256;
+
+/// What the workload does about transparent huge pages on its buffer (the chase's hot part,
+/// the integrity buffer). Either way the buffer gets a VMA flag its neighbours lack, so that
+/// `/proc/PID/numa_maps` reports it on its own line (mm/vma.c `is_mergeable_vma()` compares
+/// `vm_flags`), which is how the lab reads its placement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ThpAdvice {
+    /// `MADV_NOHUGEPAGE`: base pages whatever the system's THP mode (the default).
+    Off,
+    /// No THP advice: the system's mode (`/sys/kernel/mm/transparent_hugepage/enabled`)
+    /// decides; `MADV_DONTFORK`, which only matters to `fork(2)`, keeps the VMA apart.
+    Follow,
+}
+
+/// Give `m` its own VMA, opting it out of THP only for [`ThpAdvice::Off`].
+fn separate(m: &AnonMapping, thp: ThpAdvice, what: &str) -> Result<()> {
+    match thp {
+        ThpAdvice::Off => m
+            .advise_nohugepage()
+            .with_context(|| format!("marking the {what} MADV_NOHUGEPAGE")),
+        ThpAdvice::Follow => m
+            .advise_dontfork()
+            .with_context(|| format!("marking the {what} MADV_DONTFORK")),
+    }
+}
 
 /// A `--cpus` list (`0,1` or `0-3`).
 #[derive(Clone, Debug)]
@@ -108,6 +134,10 @@ enum Cmd {
         /// CPUs to pin the threads to, round-robin (a list: `0,1`; default: not pinned).
         #[arg(long, value_parser = cpu_list)]
         cpus: Option<CpuList>,
+        /// Transparent huge pages on the hot part: off (MADV_NOHUGEPAGE) or follow (the
+        /// system's THP mode decides).
+        #[arg(long, value_enum, default_value = "off")]
+        thp: ThpAdvice,
     },
     /// Allocate, touch and hold memory.
     Hold {
@@ -161,10 +191,34 @@ enum Cmd {
         /// Checking threads, each over its own slice of the buffer.
         #[arg(long, default_value_t = 1)]
         threads: usize,
+        /// Transparent huge pages on the buffer: off (MADV_NOHUGEPAGE) or follow (the
+        /// system's THP mode decides).
+        #[arg(long, value_enum, default_value = "off")]
+        thp: ThpAdvice,
+        /// Every this many ms, each thread cuts its part of the buffer (0: never): in turn a
+        /// MADV_DONTNEED of a 4 KiB page inside a 2 MiB block (read back as zeros, then
+        /// rewritten) and a munmap of a 4 KiB page at a block's edge (dropped from the
+        /// check). Under THP each cut splits the THP there while it is checked and moved.
+        #[arg(long, default_value_t = 0)]
+        split_every_ms: u64,
     },
     /// The chaos lab's actors (`tierd lab chaos`).
     #[command(flatten)]
     Chaos(chaos_cmd::ChaosCmd),
+    /// Map and hold a THP-backed anonymous buffer (MADV_HUGEPAGE) and hugetlbfs files, for
+    /// the folio fixtures (`tierd-vm capture-folio-fixtures`); prints where they are.
+    Folios {
+        /// Anonymous MiB to map with MADV_HUGEPAGE and write (2 MiB more are mapped, so the
+        /// MiB from the first 2 MiB boundary are whole huge pages).
+        #[arg(long, default_value_t = 16)]
+        thp_mib: usize,
+        /// `PATH:MIB`: a file on a mounted hugetlbfs to size, map shared and read (repeatable).
+        #[arg(long)]
+        hugetlb: Vec<String>,
+        /// Seconds to hold them.
+        #[arg(long)]
+        secs: f64,
+    },
     /// (internal) The --tick-us helper: pin to a CPU and wake every `us` until the parent exits.
     #[command(hide = true)]
     Ticker {
@@ -216,6 +270,7 @@ fn main() -> Result<()> {
             policy_nodes,
             threads,
             cpus,
+            thp,
         } => run_chase(&ChaseArgs {
             total_mib,
             hot_mib,
@@ -228,6 +283,7 @@ fn main() -> Result<()> {
             policy_nodes: policy_nodes.unwrap_or(NodeMask::EMPTY),
             threads,
             cpus: cpus.map(|c| c.0).unwrap_or_default(),
+            thp,
         }),
         Cmd::Hold {
             mib,
@@ -247,13 +303,22 @@ fn main() -> Result<()> {
             secs,
             interval_ms,
             threads,
+            thp,
+            split_every_ms,
         } => run_integrity(
             mib,
             node,
             secs,
             Duration::from_millis(interval_ms.max(1)),
             threads,
+            thp,
+            (split_every_ms > 0).then(|| Duration::from_millis(split_every_ms)),
         ),
+        Cmd::Folios {
+            thp_mib,
+            hugetlb,
+            secs,
+        } => run_folios(thp_mib, &hugetlb, secs),
         Cmd::Ticker { us, cpu, parent } => run_ticker(us, cpu, parent),
         Cmd::Chaos(c) => chaos_cmd::run(c),
     }
@@ -271,6 +336,7 @@ struct ChaseArgs {
     policy_nodes: NodeMask,
     threads: usize,
     cpus: Vec<u32>,
+    thp: ThpAdvice,
 }
 
 /// Map `mib` MiB, bind it to `node` (if >= 0) and touch every page so it is allocated there.
@@ -396,12 +462,12 @@ fn run_chase(a: &ChaseArgs) -> Result<()> {
     }
     let ps = sys::page_size();
     let words_per_page = ps / 8;
-    // Hot and cold parts are separate mappings, the hot one marked MADV_NOHUGEPAGE so the
-    // kernel cannot merge them: /proc/PID/numa_maps then reports each part on its own line,
-    // which is how the guest test reads placement independently of tierd.
+    // Hot and cold parts are separate mappings, the hot one marked (MADV_NOHUGEPAGE, or
+    // MADV_DONTFORK with --thp follow) so the kernel cannot merge them: /proc/PID/numa_maps
+    // then reports each part on its own line, which is how the guest test reads placement
+    // independently of tierd.
     let mut m = place(a.hot_mib, a.node)?;
-    m.advise_nohugepage()
-        .context("marking the hot part MADV_NOHUGEPAGE")?;
+    separate(&m, a.thp, "hot part")?;
     apply_policy(&m, a.policy, a.policy_nodes)?;
     let cold = if a.total_mib > a.hot_mib {
         let c = place(a.total_mib - a.hot_mib, a.node)?;
@@ -684,6 +750,45 @@ fn run_hold(mib: Option<usize>, leave_free_mib: Option<u64>, node: i32, secs: f6
     Ok(())
 }
 
+/// `folios`: one line `folios pid=P thp=START+LEN hugetlb=START+LEN ... ready` (hex
+/// addresses, byte lengths; `thp` from its first 2 MiB boundary), then hold.
+fn run_folios(thp_mib: usize, hugetlb: &[String], secs: f64) -> Result<()> {
+    ensure!(secs.is_finite() && secs >= 0.0, "--secs must be >= 0");
+    let mut thp = AnonMapping::new((thp_mib + 2) * MIB).context("mapping the THP buffer")?;
+    thp.advise_hugepage()
+        .context("MADV_HUGEPAGE on the THP buffer")?;
+    let ps = sys::page_size();
+    for (i, b) in thp.as_mut_slice().iter_mut().enumerate().step_by(ps) {
+        *b = u8::try_from(i / ps % 251 + 1).unwrap_or(1);
+    }
+    let start = thp.addr().next_multiple_of(2 * MIB);
+    let mut line = format!("folios pid={} thp={start:#x}+{}", pid(), thp_mib * MIB);
+    let mut files = Vec::new();
+    for h in hugetlb {
+        let (path, mib) = h
+            .rsplit_once(':')
+            .and_then(|(p, m)| Some((p, m.parse::<usize>().ok()?)))
+            .ok_or_else(|| anyhow!("--hugetlb wants PATH:MIB, got {h:?}"))?;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .with_context(|| format!("opening {path}"))?;
+        f.set_len(as_u64(mib * MIB))
+            .with_context(|| format!("sizing {path}"))?;
+        let m = FileMapping::new(&f, mib * MIB).with_context(|| format!("mapping {path}"))?;
+        std::hint::black_box(m.touch());
+        line.push_str(&format!(" hugetlb={:#x}+{}", m.addr(), m.len()));
+        files.push((f, m));
+    }
+    emit(&format_args!("{line} ready"))?;
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    std::hint::black_box(&thp);
+    Ok(())
+}
+
 fn run_move(mib: usize, from: u16, to: u16, chunk_pages: usize) -> Result<()> {
     let m = place(mib, i32::from(from))?;
     reset_policy(&m)?;
@@ -716,40 +821,80 @@ struct IntegrityCounters {
     verified: AtomicU64,
     failures: AtomicU64,
     rewritten: AtomicU64,
+    discarded: AtomicU64,
+    unmapped: AtomicU64,
+    cut_blocks: AtomicU64,
     bad: Mutex<Vec<BadWord>>,
+    /// Per page of the buffer: unmapped by a cut (the location query skips it).
+    gone: Vec<AtomicBool>,
 }
 
-/// One integrity thread: verify every page of `words` (starting at virtual address `base`)
-/// pass after pass, rewriting one slice per pass with the next generation, until `stop`.
-/// A failing page is counted, its first wrong word kept (the first [`MAX_BAD`]), and it is
-/// rewritten with its expected contents so that one corruption counts once.
+impl IntegrityCounters {
+    fn new(pages: usize) -> Self {
+        IntegrityCounters {
+            gone: (0..pages).map(|_| AtomicBool::new(false)).collect(),
+            ..IntegrityCounters::default()
+        }
+    }
+
+    fn failed(&self, bad: BadWord) {
+        self.failures.fetch_add(1, Relaxed);
+        if let Ok(mut v) = self.bad.lock() {
+            if v.len() < MAX_BAD {
+                v.push(bad);
+            }
+        }
+    }
+}
+
+/// A thread's cuts into its part of the buffer (`--split-every-ms`).
+struct Cutter {
+    plan: SplitPlan,
+    every: Duration,
+    next: Instant,
+    k: u64,
+    cut: Vec<bool>,
+}
+
+/// Pages between two looks at the clock while cutting (a clock read is no system call, but
+/// not free under TCG either).
+const CUT_CHECK_PAGES: usize = 64;
+
+/// One integrity thread: verify every page of its run pass after pass, rewriting one slice
+/// per pass with the next generation, until `stop`. A failing page is counted, its first
+/// wrong word kept (the first [`MAX_BAD`]), and it is rewritten with its expected contents so
+/// that one corruption counts once. With a [`Cutter`], it also cuts its run every so often
+/// (see [`cut`]); unmapped pages leave the checked set.
 fn integrity_worker(
-    words: &mut [u64],
-    base: u64,
+    run: &mut PageRun<'_>,
     stop: &AtomicBool,
     c: &IntegrityCounters,
     passes: &AtomicU64,
-) {
-    let ps = sys::page_size();
-    let pages = words.len() / (ps / 8);
+    mut cutter: Option<Cutter>,
+) -> Result<()> {
+    let pages = run.pages();
     let mut generation = vec![0u32; pages];
     let slices = split(pages, REWRITE_SLICES.min(pages).max(1));
     let mut pass = 0usize;
-    // The hot loop: loads, stores and relaxed atomics; the mutex only on a failure.
+    // The hot loop: loads, stores and relaxed atomics; the mutex only on a failure, system
+    // calls only for the cuts.
     loop {
         let rewrite = &slices[pass % slices.len()];
-        for (j, page) in words.chunks_mut(ps / 8).enumerate() {
+        for j in 0..pages {
             if stop.load(Relaxed) {
-                return;
+                return Ok(());
             }
-            let pbase = base + as_u64(j * ps);
-            if let Some(bad) = check_page(page, pbase, generation[j]) {
-                c.failures.fetch_add(1, Relaxed);
-                if let Ok(mut v) = c.bad.lock() {
-                    if v.len() < MAX_BAD {
-                        v.push(bad);
-                    }
+            if let Some(ct) = cutter.as_mut() {
+                if j % CUT_CHECK_PAGES == 0 && Instant::now() >= ct.next {
+                    cut(run, ct, &mut generation, c)?;
                 }
+            }
+            let pbase = as_u64(run.page_addr(j));
+            let Some(page) = run.page_mut(j) else {
+                continue;
+            };
+            if let Some(bad) = check_page(page, pbase, generation[j]) {
+                c.failed(bad);
                 fill_page(page, pbase, generation[j]);
             }
             c.verified.fetch_add(1, Relaxed);
@@ -764,6 +909,63 @@ fn integrity_worker(
     }
 }
 
+/// The next cut of the plan: `MADV_DONTNEED` of a page (which must then read back as zeros:
+/// a word that does not is a checksum failure; it is rewritten for its next generation) or
+/// `munmap` of one (it leaves the checked set).
+fn cut(
+    run: &mut PageRun<'_>,
+    ct: &mut Cutter,
+    generation: &mut [u32],
+    c: &IntegrityCounters,
+) -> Result<()> {
+    ct.next += ct.every;
+    let Some(action) = ct.plan.action(ct.k) else {
+        return Ok(());
+    };
+    ct.k += 1;
+    let page = match action {
+        SplitAction::Discard(p) | SplitAction::Unmap(p) => p,
+    };
+    if !run.is_mapped(page) {
+        return Ok(());
+    }
+    match action {
+        SplitAction::Discard(p) => {
+            run.discard(p)
+                .with_context(|| format!("discarding page {p} (MADV_DONTNEED)"))?;
+            c.discarded.fetch_add(1, Relaxed);
+            let pbase = as_u64(run.page_addr(p));
+            if let Some(words) = run.page_mut(p) {
+                if let Some((i, w)) = words.iter().enumerate().find(|(_, w)| **w != 0) {
+                    c.failed(BadWord {
+                        addr: pbase + as_u64(i * 8),
+                        got: *w,
+                        want: 0,
+                    });
+                }
+                generation[p] = generation[p].wrapping_add(1);
+                fill_page(words, pbase, generation[p]);
+                c.rewritten.fetch_add(1, Relaxed);
+            }
+        }
+        SplitAction::Unmap(p) => {
+            run.unmap(p)
+                .with_context(|| format!("unmapping page {p} (munmap)"))?;
+            c.unmapped.fetch_add(1, Relaxed);
+            if let Some(g) = c.gone.get(run.first_page() + p) {
+                g.store(true, Relaxed);
+            }
+        }
+    }
+    if let Some(b) = ct.plan.block_of(page) {
+        if !ct.cut[b] {
+            ct.cut[b] = true;
+            c.cut_blocks.fetch_add(1, Relaxed);
+        }
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_lines)]
 fn run_integrity(
     mib: usize,
@@ -771,13 +973,14 @@ fn run_integrity(
     secs: f64,
     interval: Duration,
     threads: usize,
+    thp: ThpAdvice,
+    split_every: Option<Duration>,
 ) -> Result<()> {
     ensure!(secs.is_finite() && secs >= 0.0, "--secs must be >= 0");
     ensure!(threads >= 1, "--threads must be at least 1");
     let mut m = place(mib, node)?;
     // Its own VMA (a flag no neighbour has), so numa_maps reports exactly this buffer.
-    m.advise_nohugepage()
-        .context("marking the buffer MADV_NOHUGEPAGE")?;
+    separate(&m, thp, "buffer")?;
     let ps = sys::page_size();
     let words_per_page = ps / 8;
     let base = as_u64(m.addr());
@@ -802,20 +1005,29 @@ fn run_integrity(
         placement: Placement::of(&mover.query(0, &addrs)?),
     })?;
     let stop = AtomicBool::new(false);
-    let counters = IntegrityCounters::default();
+    let counters = IntegrityCounters::new(pages);
     let passes: Vec<AtomicU64> = (0..threads).map(|_| AtomicU64::new(0)).collect();
-    let slices = split(pages, threads);
     let t0 = Instant::now();
     let total = Duration::from_secs_f64(secs);
     let mut printed = 0usize;
     let sample = |t: Duration, mover: &mut Mover| -> Result<IntegritySample> {
+        // Unmapped pages are no longer the buffer's: only the others are located.
+        let live: Vec<usize> = addrs
+            .iter()
+            .zip(&counters.gone)
+            .filter(|(_, g)| !g.load(Relaxed))
+            .map(|(a, _)| *a)
+            .collect();
         Ok(IntegritySample {
             t: t.as_secs_f64(),
             verified_pages: counters.verified.load(Relaxed),
             failures: counters.failures.load(Relaxed),
             passes: passes.iter().map(|p| p.load(Relaxed)).min().unwrap_or(0),
             rewritten_pages: counters.rewritten.load(Relaxed),
-            placement: Placement::of(&mover.query(0, &addrs)?),
+            discarded_pages: counters.discarded.load(Relaxed),
+            unmapped_pages: counters.unmapped.load(Relaxed),
+            cut_blocks: counters.cut_blocks.load(Relaxed),
+            placement: Placement::of(&mover.query(0, &live)?),
         })
     };
     let print_bad = |printed: &mut usize| -> Result<()> {
@@ -834,19 +1046,39 @@ fn run_integrity(
         }
         Ok(())
     };
-    let words = m.as_mut_u64_slice();
+    // Pages are reached one at a time from here on, so that a cut (munmap) never leaves a
+    // slice over a hole.
+    let mut sparse = SparseMapping::from_anon(m);
+    let runs = sparse.runs_mut(threads);
     std::thread::scope(|s| -> Result<()> {
-        let mut rest = words;
         let mut handles = Vec::new();
-        for (i, r) in slices.iter().enumerate() {
-            let (mine, tail) = rest.split_at_mut(r.len() * words_per_page);
-            rest = tail;
+        for (i, mut run) in runs.into_iter().enumerate() {
             let (stop, c, p) = (&stop, &counters, &passes[i]);
-            let b = base + as_u64(r.start * ps);
-            handles.push(s.spawn(move || integrity_worker(mine, b, stop, c, p)));
+            let cutter = split_every.map(|every| {
+                let plan = SplitPlan::new(as_u64(run.page_addr(0)), run.pages(), ps);
+                Cutter {
+                    plan,
+                    every,
+                    next: t0 + every,
+                    k: 0,
+                    cut: vec![false; plan.blocks()],
+                }
+            });
+            handles.push(s.spawn(move || {
+                let r = integrity_worker(&mut run, stop, c, p, cutter);
+                if r.is_err() {
+                    // The others stop too: the run cannot go on as asked.
+                    stop.store(true, Relaxed);
+                }
+                r
+            }));
         }
         let mut next = interval;
         let looped = loop {
+            if stop.load(Relaxed) {
+                // A thread failed (a cut the kernel refused): its error is returned below.
+                break Ok(());
+            }
             let now = t0.elapsed();
             if now >= next {
                 let r = print_bad(&mut printed)
@@ -867,7 +1099,7 @@ fn run_integrity(
         stop.store(true, Relaxed);
         for h in handles {
             h.join()
-                .map_err(|_| anyhow!("an integrity thread panicked"))?;
+                .map_err(|_| anyhow!("an integrity thread panicked"))??;
         }
         looped
     })?;

@@ -320,7 +320,16 @@ pub struct IntegritySample {
     pub passes: u64,
     /// Pages rewritten with a new generation so far.
     pub rewritten_pages: u64,
-    /// Where the buffer's pages are (`move_pages(2)` location query; keys `n0` .. `other`).
+    /// Pages given back with `MADV_DONTNEED` (each then read back as zeros and rewritten) by
+    /// `--split-every-ms` so far (0 and absent from lines without it).
+    pub discarded_pages: u64,
+    /// Pages unmapped (and dropped from the checked set) by `--split-every-ms` so far.
+    pub unmapped_pages: u64,
+    /// 2 MiB-aligned blocks cut into so far (the first discard or unmap there): each split a
+    /// THP if one backed the block, as the kernel's `thp_split_pmd` tells.
+    pub cut_blocks: u64,
+    /// Where the buffer's pages are (`move_pages(2)` location query of the pages still
+    /// mapped; keys `n0` .. `other`).
     pub placement: Placement,
 }
 
@@ -583,6 +592,9 @@ impl IntegrityLine {
             failures: x.get("failures")?,
             passes: x.get("passes")?,
             rewritten_pages: x.get("rewritten_pages")?,
+            discarded_pages: x.get_or("discarded_pages", 0)?,
+            unmapped_pages: x.get_or("unmapped_pages", 0)?,
+            cut_blocks: x.get_or("cut_blocks", 0)?,
             placement,
         };
         Ok(if x.has("done") {
@@ -601,6 +613,14 @@ impl fmt::Display for IntegrityLine {
                 "t={:.3} verified_pages={} failures={} passes={} rewritten_pages={} ",
                 s.t, s.verified_pages, s.failures, s.passes, s.rewritten_pages
             )?;
+            // Only a run that cuts its buffer has these (older lines parse without them).
+            if s.discarded_pages + s.unmapped_pages + s.cut_blocks > 0 {
+                write!(
+                    f,
+                    "discarded_pages={} unmapped_pages={} cut_blocks={} ",
+                    s.discarded_pages, s.unmapped_pages, s.cut_blocks
+                )?;
+            }
             s.placement.write(f, "")
         };
         match self {
@@ -952,12 +972,28 @@ mod tests {
             failures: 2,
             passes: 3,
             rewritten_pages: 7,
+            discarded_pages: 0,
+            unmapped_pages: 0,
+            cut_blocks: 0,
             placement: Placement {
                 nodes: [1, 2, 3, 4],
                 other: 5,
             },
         };
+        // A run that cuts its buffer (--split-every-ms) reports its cuts.
+        let cut = IntegritySample {
+            discarded_pages: 9,
+            unmapped_pages: 4,
+            cut_blocks: 6,
+            ..s
+        };
+        assert!(IntegrityLine::Sample(cut)
+            .to_string()
+            .contains(" discarded_pages=9 unmapped_pages=4 cut_blocks=6 "));
+        assert!(!IntegrityLine::Sample(s).to_string().contains("discarded"));
         for l in [
+            IntegrityLine::Sample(cut),
+            IntegrityLine::Done(cut),
             IntegrityLine::Ready {
                 pid: 3,
                 addr: 0x7000,

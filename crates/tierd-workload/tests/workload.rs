@@ -461,3 +461,111 @@ fn integrity_counts_a_word_corrupted_behind_its_back_once() {
     assert_eq!(done.failures, 1, "{rest}");
     assert!(done.passes >= 2, "{done:?}");
 }
+
+#[test]
+fn integrity_cuts_its_buffer_and_checks_what_is_left_without_failures() {
+    // 8 MiB: with 2 threads, each run has at least one whole 2 MiB block to cut.
+    let out = run(&[
+        "integrity",
+        "--mib",
+        "8",
+        "--node",
+        "0",
+        "--secs",
+        "1.5",
+        "--interval-ms",
+        "300",
+        "--threads",
+        "2",
+        "--thp",
+        "follow",
+        "--split-every-ms",
+        "20",
+    ]);
+    let lines: Vec<IntegrityLine> = stdout_lines(&out)
+        .iter()
+        .map(|l| IntegrityLine::parse(l).expect("every stdout line parses"))
+        .collect();
+    let Some(IntegrityLine::Done(done)) = lines.last() else {
+        panic!("last line: {lines:?}")
+    };
+    // Each discarded page read back as zeros (or it would be a failure) and was rewritten;
+    // each unmapped page left the check and the location query.
+    assert_eq!(done.failures, 0, "{lines:?}");
+    assert!(
+        done.discarded_pages > 0 && done.unmapped_pages > 0,
+        "{done:?}"
+    );
+    assert!(done.cut_blocks >= 2, "both threads cut: {done:?}");
+    assert!(done.rewritten_pages >= done.discarded_pages, "{done:?}");
+    assert_eq!(
+        done.placement,
+        all_on_node0(2048 - done.unmapped_pages),
+        "{done:?}"
+    );
+    // Samples count up.
+    let cuts: Vec<u64> = lines
+        .iter()
+        .filter_map(|l| match l {
+            IntegrityLine::Sample(s) => Some(s.discarded_pages + s.unmapped_pages),
+            _ => None,
+        })
+        .collect();
+    assert!(cuts.windows(2).all(|w| w[1] >= w[0]), "{cuts:?}");
+}
+
+/// The `VmFlags` of the VMA of `pid` that starts at `addr`, from /proc/PID/smaps.
+fn vm_flags(pid: u32, addr: u64) -> Vec<String> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).expect("smaps");
+    let start = format!("{addr:x}-");
+    let mut inside = false;
+    for l in smaps.lines() {
+        // A VMA's header starts with its range (`start-end`); its fields with `Name:`.
+        let header = l
+            .split_whitespace()
+            .next()
+            .is_some_and(|w| w.contains('-') && !w.ends_with(':'));
+        if header {
+            inside = l.starts_with(&start);
+        }
+        if inside {
+            if let Some(f) = l.strip_prefix("VmFlags:") {
+                return f.split_whitespace().map(str::to_owned).collect();
+            }
+        }
+    }
+    panic!("no VMA starts at {addr:#x}:\n{smaps}")
+}
+
+#[test]
+fn chase_thp_follow_keeps_the_hot_part_apart_without_opting_out_of_thp() {
+    for (thp, want, not) in [("follow", "dc", "nh"), ("off", "nh", "dc")] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tierd-workload"))
+            .args([
+                "chase",
+                "--total-mib",
+                "8",
+                "--hot-mib",
+                "4",
+                "--secs",
+                "30",
+            ])
+            .args(["--node", "0", "--interval-ms", "5000", "--thp", thp])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut first = String::new();
+        out.read_line(&mut first).expect("ready line");
+        let ChaseLine::Ready(ready) = ChaseLine::parse(&first).expect("ready") else {
+            panic!("{first}")
+        };
+        // The hot part is a VMA of its own (it starts at the hot address), marked
+        // MADV_DONTFORK ("dc") with --thp follow, MADV_NOHUGEPAGE ("nh") with --thp off.
+        let flags = vm_flags(child.id(), ready.addr);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(flags.iter().any(|f| f == want), "--thp {thp}: {flags:?}");
+        assert!(!flags.iter().any(|f| f == not), "--thp {thp}: {flags:?}");
+    }
+}

@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tierd_daemon::config::DaemonConfig;
-use tierd_daemon::daemon::{run, Preflight, RunOptions, EXIT_CONFIG, EXIT_UNAVAILABLE};
+use tierd_daemon::daemon::{
+    describe_folio_method, probe_folio_method, run, Preflight, RunOptions, EXIT_CONFIG,
+    EXIT_UNAVAILABLE,
+};
 use tierd_daemon::feeds::start_feeds;
 use tierd_daemon::metrics::{Heartbeat, MetricsServer, ServerOptions, SharedSnapshot, Snapshot};
 use tierd_linux::status::{fetch_status, printable};
@@ -105,6 +108,14 @@ pub fn run_daemon(
     for s in &statuses {
         eprintln!("source {:<16} {}: {}", s.name, s.state(), s.reason);
     }
+    // How observed pages are mapped to their folios (docs/daemon.md, "Huge pages").
+    let method = probe_folio_method(&cfg.system.proc_root);
+    eprintln!(
+        "folios {:<16} {}; hugetlb pages: {}",
+        method.name(),
+        describe_folio_method(method),
+        tierd_daemon::config::hugetlb_name(cfg.daemon.hugetlb)
+    );
     let shared: SharedSnapshot = tierd_daemon::metrics::shared_snapshot(Snapshot::default());
     // Made before the first pass: the loop has the whole liveness timeout for it.
     let heartbeat = Heartbeat::new();
@@ -234,6 +245,19 @@ pub fn render_status(s: &Snapshot) -> String {
     for src in &s.sources {
         let _ = writeln!(o, "  {:<16} {}: {}", src.name, src.state(), src.reason);
     }
+    if !s.folios.method.is_empty() {
+        let f = &s.folios;
+        let _ = writeln!(
+            o,
+            "\nfolios: {} ({} huge folios observed; pages not observed: {} unknown, {} \
+             hugetlb left; not moved: {} hugetlb without a free huge page)",
+            f.method,
+            f.huge_folios_observed,
+            f.unknown_pages,
+            f.hugetlb_left_pages,
+            f.hugetlb_no_free_pages
+        );
+    }
     let _ = writeln!(o, "\nengine counters (non-zero):");
     for (k, v) in s.engine.iter().filter(|(_, v)| **v > 0) {
         let _ = writeln!(o, "  {k:<32} {v}");
@@ -355,6 +379,22 @@ mod tests {
             "zero counters are left out: {text}"
         );
         assert!(!text.contains("faults survived"), "none: no section");
+        assert!(!text.contains("folios:"), "an older daemon: no folio line");
+        s.folios = tierd_linux::status::FolioSnapshot {
+            method: "smaps".into(),
+            huge_folios_observed: 2,
+            unknown_pages: 7,
+            hugetlb_left_pages: 512,
+            hugetlb_no_free_pages: 0,
+        };
+        let text = render_status(&s);
+        assert!(
+            text.contains(
+                "folios: smaps (2 huge folios observed; pages not observed: 7 unknown, 512 \
+                 hugetlb left; not moved: 0 hugetlb without a free huge page)"
+            ),
+            "{text}"
+        );
         s.faults.insert("damon_targets_einval".into(), 3);
         let text = render_status(&s);
         assert!(text.contains("faults survived (by reason):"), "{text}");

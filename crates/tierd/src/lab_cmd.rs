@@ -3,13 +3,37 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use tierd_lab::{experiment, run_experiment, summary, LabEnv, EXPERIMENTS};
+use tierd_lab::{experiment_thp, run_experiment, summary, LabEnv, Thp, EXPERIMENTS};
 
-/// `tierd lab [EXPERIMENT...]`.
+/// `tierd lab --thp`: the guest's THP modes to run each experiment in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ThpChoice {
+    /// `never` only.
+    Never,
+    /// `always` only.
+    Always,
+    /// `never`, then `always`.
+    Both,
+}
+
+impl ThpChoice {
+    /// The modes, in the order they run.
+    #[must_use]
+    pub fn modes(self) -> &'static [Thp] {
+        match self {
+            ThpChoice::Never => &[Thp::Never],
+            ThpChoice::Always => &[Thp::Always],
+            ThpChoice::Both => &Thp::BOTH,
+        }
+    }
+}
+
+/// `tierd lab [EXPERIMENT...]`: each experiment once per THP mode in `thp` (rows marked).
 #[allow(clippy::too_many_arguments)]
 pub fn lab(
     experiments: &[String],
     quick: bool,
+    thp: &[Thp],
     repeat: u32,
     only: &[String],
     json: Option<&Path>,
@@ -25,7 +49,7 @@ pub fn lab(
     };
     let exps = ids
         .iter()
-        .map(|id| experiment(id, quick))
+        .flat_map(|id| thp.iter().map(move |t| experiment_thp(id, quick, *t)))
         .collect::<Result<Vec<_>, _>>()?;
     eprintln!("tierd lab: fetching the guest kernel and building static guest binaries ...");
     let env = LabEnv::prepare(workspace).context("preparing the guest")?;
@@ -35,8 +59,9 @@ pub fn lab(
         let mut repeats = Vec::new();
         for i in 0..repeat.max(1) {
             eprintln!(
-                "tierd lab: {} (run {} of {})",
+                "tierd lab: {} [THP {}] (run {} of {})",
                 exp.title,
+                exp.thp,
                 i + 1,
                 repeat.max(1)
             );
@@ -49,8 +74,9 @@ pub fn lab(
             })
             .with_context(|| format!("experiment {}", exp.id))?;
             print_out(&format!(
-                "{}\n{}\n",
+                "{}\n[THP {}] {}\n",
                 res.host.line(),
+                res.experiment.thp,
                 summary::table(&res.experiment, &res.rows)
             ));
             let c = summary::csv(&res.experiment, &res.runs);

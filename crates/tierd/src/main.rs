@@ -65,6 +65,19 @@ struct RunArgs {
     /// Write a self-contained HTML report (table, plots, parameters) to this file.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Back every region with 2 MiB transparent huge pages (`always`) or with base pages only
+    /// (`never`), whatever the scenario's regions say (their `thp` / `huge`).
+    #[arg(long, value_enum)]
+    thp: Option<ThpArg>,
+}
+
+/// `--thp`: the THP share every region of the scenario gets.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ThpArg {
+    /// Every region in 2 MiB folios.
+    Always,
+    /// No THP.
+    Never,
 }
 
 impl RunArgs {
@@ -153,6 +166,10 @@ enum Command {
         /// this file (SVG or PNG by its extension; repeatable).
         #[arg(long)]
         plot: Vec<PathBuf>,
+        /// The guest's transparent huge pages: never, always, or both (each experiment runs
+        /// once per mode, rows marked in the THP column). Not for `chaos` (always).
+        #[arg(long, value_enum, default_value = "both")]
+        thp: lab_cmd::ThpChoice,
         /// `chaos` only: seconds the chaos actors run (default 300; 60 with --quick).
         #[arg(long, value_parser = clap::value_parser!(u32).range(10..=86_400))]
         duration: Option<u32>,
@@ -211,6 +228,12 @@ fn run(sc: &Scenario, only: &[String], args: &RunArgs) -> Result<()> {
     args.validate()?;
     report_cmd::check_plot_paths(&args.plot)?;
     let mut sc = sc.scaled(args.scale);
+    if let Some(thp) = args.thp {
+        sc = sc.with_thp(match thp {
+            ThpArg::Always => tierd_sim::scenario::Thp::ALWAYS,
+            ThpArg::Never => tierd_sim::scenario::Thp::NEVER,
+        });
+    }
     if let Some(seed) = args.seed {
         sc.seed = seed;
     }
@@ -320,10 +343,12 @@ fn real_main() -> Result<()> {
             csv,
             plot,
             workspace,
+            thp,
             duration: _,
         } => lab_cmd::lab(
             &experiments,
             quick,
+            thp.modes(),
             repeat,
             &only,
             json.as_deref(),

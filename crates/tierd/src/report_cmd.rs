@@ -177,7 +177,10 @@ pub fn lab_figures(results: &[ExperimentResult]) -> Vec<Figure> {
         };
         let hot = exp.parts.first().map_or("hot", |p| p.name.as_str());
         figs.push(Figure {
-            title: format!("lab {}: {} part on the fast nodes", exp.id, hot),
+            title: format!(
+                "lab {} (THP {}): {} part on the fast nodes",
+                exp.id, exp.thp, hot
+            ),
             x_label: "time since the mechanism started, s".into(),
             y_label: format!("{hot} part on fast nodes, %"),
             y_range: Some((0.0, 100.0)),
@@ -201,7 +204,7 @@ pub fn lab_figures(results: &[ExperimentResult]) -> Vec<Figure> {
             .collect();
         if lat.iter().any(|s| !s.points.is_empty()) {
             figs.push(Figure {
-                title: format!("lab {}: chase latency per step", exp.id),
+                title: format!("lab {} (THP {}): chase latency per step", exp.id, exp.thp),
                 x_label: "time since the chase started, s".into(),
                 y_label: "latency per step (mean over threads), ns".into(),
                 y_range: None,

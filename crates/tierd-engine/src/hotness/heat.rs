@@ -90,6 +90,22 @@ impl Entry {
     }
 }
 
+/// `e`'s heat cooled to `epoch`.
+fn cooled(e: Entry, epoch: u32) -> u32 {
+    e.heat.checked_shr(epoch.wrapping_sub(e.epoch)).unwrap_or(0)
+}
+
+/// Adds or takes `size`'s base pages to or from `tier`'s `bin`.
+fn count(hist: &mut [[u64; HEAT_BINS]; 2], tier: Tier, bin: u8, size: PageSize, add: bool) {
+    let slot = &mut hist[tier.idx()][usize::from(bin)];
+    let n = size.nr_pages().0;
+    if add {
+        *slot += n;
+    } else {
+        *slot = slot.saturating_sub(n);
+    }
+}
+
 /// Per-page heat and its histogram per tier. See the module docs.
 #[derive(Debug)]
 pub struct HeatMap {
@@ -143,49 +159,60 @@ impl HeatMap {
 
     /// `e`'s heat cooled to the current epoch.
     fn current(&self, e: Entry) -> u32 {
-        e.heat
-            .checked_shr(self.epoch.wrapping_sub(e.epoch))
-            .unwrap_or(0)
+        cooled(e, self.epoch)
     }
 
     fn count(&mut self, tier: Tier, bin: u8, size: PageSize, add: bool) {
-        let slot = &mut self.hist[tier.idx()][usize::from(bin)];
-        let n = size.nr_pages().0;
-        if add {
-            *slot += n;
-        } else {
-            *slot = slot.saturating_sub(n);
-        }
+        count(&mut self.hist, tier, bin, size, add);
     }
 
-    /// Adds `weight` accesses (at least 1) to `key`, counted in `tier`; returns its new bin.
-    /// Call [`HeatMap::cool_until`] first so that the heat is current.
+    /// Adds `weight` accesses (at least 1) to the folio `(key, size)` (`key` its head),
+    /// counted in `tier`; returns its new bin. Call [`HeatMap::cool_until`] first so that the
+    /// heat is current.
+    ///
+    /// The heat of any other folio over the same pages (the THP this base page was split
+    /// from, the base pages a THP was collapsed from, a remapped 1 GiB page) is dropped: that
+    /// folio is gone, and its pages must not count twice in the histogram.
     pub fn add(&mut self, key: PageKey, size: PageSize, tier: Tier, weight: u32) -> u8 {
         let epoch = self.epoch;
         let mut fresh = false;
-        let e = *self.map.get_or_insert_with(key, size, || {
-            fresh = true;
-            Entry {
-                heat: 0,
-                epoch,
-                fast: tier == Tier::Fast,
-                size,
-            }
-        });
-        let old = self.current(e);
-        if !fresh {
-            self.count(e.tier(), heat_bin(old), e.size, false);
-        }
+        let hist = &mut self.hist;
+        let e = self.map.get_or_insert_with(
+            key,
+            size,
+            || {
+                fresh = true;
+                Entry {
+                    heat: 0,
+                    epoch,
+                    fast: tier == Tier::Fast,
+                    size,
+                }
+            },
+            |_, _, gone| {
+                count(
+                    hist,
+                    gone.tier(),
+                    heat_bin(cooled(gone, epoch)),
+                    gone.size,
+                    false,
+                )
+            },
+        );
+        let before = *e;
+        let old = cooled(before, epoch);
         let heat = old.saturating_add(weight.max(1).saturating_mul(HEAT_ONE));
         let bin = heat_bin(heat);
-        let ne = Entry {
+        *e = Entry {
             heat,
             epoch,
             fast: tier == Tier::Fast,
             size,
         };
+        if !fresh {
+            self.count(before.tier(), heat_bin(old), before.size, false);
+        }
         self.count(tier, bin, size, true);
-        self.map.insert(key, size, ne);
         bin
     }
 
@@ -207,6 +234,7 @@ impl HeatMap {
         let bin = heat_bin(self.current(e));
         self.count(e.tier(), bin, e.size, false);
         self.count(tier, bin, e.size, true);
+        // The same folio: nothing to evict.
         self.map.insert(
             key,
             e.size,
@@ -214,6 +242,7 @@ impl HeatMap {
                 fast: tier == Tier::Fast,
                 ..e
             },
+            |_, _, _| {},
         );
     }
 
@@ -228,7 +257,7 @@ impl HeatMap {
     /// Forgets every page of `space`.
     pub fn forget_space(&mut self, space: SpaceId) {
         let mut gone = Vec::new();
-        for (k, e) in self.map.iter() {
+        for (k, _, e) in self.map.iter() {
             if k.space == space {
                 gone.push((k, *e));
             }
@@ -266,6 +295,12 @@ impl HeatMap {
     #[must_use]
     pub fn tracked_pages(&self) -> u64 {
         self.hist.iter().flatten().sum()
+    }
+
+    /// Every folio with an entry, from the entries themselves (not the histogram).
+    #[cfg(test)]
+    pub(crate) fn folios(&self) -> Vec<(PageKey, PageSize)> {
+        self.map.iter().map(|(k, s, _)| (k, s)).collect()
     }
 
     /// Memory held, as allocated.
@@ -401,27 +436,38 @@ mod tests {
 
     proptest! {
         /// The histogram always equals the one recomputed from the entries, through adds,
-        /// coolings, tier moves, removals and prunes.
+        /// coolings, tier moves, removals and prunes, with 4 KiB, 2 MiB and 1 GiB folios over
+        /// the same pages (splits and collapses drop the old folio's heat).
         #[test]
         fn histogram_matches_the_entries(
-            ops in proptest::collection::vec((0u8..5, 0u64..40, 1u32..100, 0u64..3000), 1..200)
+            ops in proptest::collection::vec(
+                (0u8..5, 0u64..40, 1u32..100, 0u64..3000, 0u8..10), 1..200)
         ) {
             let mut m = HeatMap::new(500);
             let mut now = Nanos::ZERO;
             m.cool_until(now);
-            for (op, vpn, w, dt) in ops {
+            for (op, vpn, w, dt, sz) in ops {
                 now = now.saturating_add(Nanos::from_millis(dt / 10));
                 m.cool_until(now);
                 let tier = if w % 2 == 0 { Tier::Fast } else { Tier::Slow };
+                let size = match sz {
+                    0..=6 => PageSize::Base,
+                    7 | 8 => PageSize::Huge2M,
+                    _ => PageSize::Huge1G,
+                };
+                // Pages spread over two 2 MiB ranges of a 1 GiB one.
+                let key = k(size.head(Vpn((vpn % 2) * 512 + vpn)).0);
                 match op {
-                    0 | 1 => { m.add(k(vpn), PageSize::Base, tier, w); }
-                    2 => m.set_tier(k(vpn), tier),
-                    3 => m.remove(k(vpn)),
+                    0 | 1 => { m.add(key, size, tier, w); }
+                    2 => m.set_tier(key, tier),
+                    3 => m.remove(key),
                     _ => m.prune(),
                 }
                 let mut want = [[0u64; HEAT_BINS]; 2];
-                for (_, e) in m.map.iter() {
-                    want[e.tier().idx()][usize::from(heat_bin(m.current(*e)))] += 1;
+                for (_, s, e) in m.map.iter() {
+                    prop_assert_eq!(s, e.size);
+                    want[e.tier().idx()][usize::from(heat_bin(m.current(*e)))] +=
+                        e.size.nr_pages().0;
                 }
                 prop_assert_eq!(&want, &m.hist);
             }

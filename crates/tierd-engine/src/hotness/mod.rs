@@ -36,7 +36,8 @@
 //!
 //! Records live in chunks of 512 consecutive virtual pages (one PMD, so a 2 MiB huge page is
 //! exactly one chunk), allocated on the first access to the chunk, so memory grows with the
-//! pages that are tracked, not with machine RAM. Measured with
+//! pages that are tracked, not with machine RAM. A huge folio (2 MiB, or 1 GiB in the chunk
+//! of its head) costs one chunk for one record. Measured with
 //! [`HotnessStore::memory_bytes`] (record arena + chunk metadata + hash index, as allocated;
 //! `benches/hotness.rs` prints the table):
 //!
@@ -65,10 +66,15 @@
 //!   per chunk rather than per section. Chunks are freed when their last record is consumed
 //!   or removed, when their address space is forgotten, or by [`HotnessStore::sweep`] when
 //!   idle (the kernel never frees records).
-//! * **Huge pages.** A THP is tracked by the record at slot 0 of its chunk, as the kernel
-//!   uses the folio's first PFN. A base-page access inside a huge chunk (split) or a
-//!   huge-page access in a chunk of base pages (collapse) resets the chunk: the folio the
-//!   records described is gone. The kernel keeps per-PFN records across a split.
+//! * **Huge pages.** One record per folio: a 2 MiB or 1 GiB folio is tracked by the record at
+//!   slot 0 of its head's chunk (the chunk holds the folio size), as the kernel uses the
+//!   folio's first PFN, and drained with its size. Records never overlap: a base-page access
+//!   inside a tracked THP (split), a THP access over base records (collapse), or any other
+//!   size inside or over a tracked 1 GiB page (an unmap and remap: hugetlb pages are not split
+//!   while mapped, mm/hugetlb.c) drops the old records, whose folio is gone
+//!   ([`store`]'s docs). The kernel keeps per-PFN records across a split.
+//!   [`HotnessStore::tracked_pages`] counts records (folios),
+//!   [`HotnessStore::tracked_base_pages`] their base pages.
 //! * **No filtering.** The kernel drops accesses to toptier pages, non-LRU pages, and
 //!   accesses from the page's own node; the caller does that here (a store is per slow node).
 //! * **Single-threaded.** Records are reached through `&mut`, so the kernel's `try_cmpxchg`

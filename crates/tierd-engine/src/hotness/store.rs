@@ -6,14 +6,38 @@
 //!  index: FxHashMap<(space, vpn >> 9), slot>      one-entry cache of the last lookup
 //!                         │
 //!                         ▼
-//!  metas: [ChunkMeta; n]  key, hot, huge, ready count, non-zero count, last touch (ms)
+//!  metas: [ChunkMeta; n]  key, hot, folio size, ready count, non-zero count, last touch (ms)
 //!  records: [R; n * 512]  slot s owns records[s*512 .. s*512+512]   (R = u8 or u32 record)
 //!  free:  [slot]          freed slots, reused before the arena grows
 //!  hot:   [slot]          chunks flagged hot since the last drain (may hold stale slots)
 //! ```
 //!
 //! A chunk is one PMD's worth of virtual pages (512), so a 2 MiB huge page is exactly one
-//! chunk, tracked by its record at slot 0 with the chunk's `huge` flag set. A chunk exists
+//! chunk, tracked by its record at slot 0 with the chunk's size set to [`PageSize::Huge2M`].
+//! A 1 GiB page spans 512 chunks; it is tracked by slot 0 of the chunk of its head (size
+//! [`PageSize::Huge1G`]), and no other chunk of its range exists while it is tracked.
+//!
+//! # Folios never overlap
+//!
+//! The store holds one record per folio and never two records whose folios overlap: an access
+//! names a folio (its size and head), and any record of another folio over the same virtual
+//! pages is dropped first, because that folio no longer exists.
+//!
+//! * A base access inside a chunk tracked as a 2 MiB folio: the THP was split (the kernel
+//!   splits under memory pressure, on partial unmap or mprotect, mm/huge_memory.c
+//!   `split_huge_page_to_list_to_order()`). The huge record is dropped.
+//! * A 2 MiB access at a head whose chunk holds base records: khugepaged (or
+//!   `MADV_COLLAPSE`) collapsed them into a THP (mm/khugepaged.c `collapse_huge_page()`); the
+//!   base records are dropped and the new folio starts from a clean record.
+//! * A base or 2 MiB access inside a tracked 1 GiB page, or a 1 GiB access over smaller
+//!   records: hugetlb pages are never split while mapped (mm/hugetlb.c has no split path for a
+//!   mapped folio), so this can only follow an unmap and a new mapping. Handled the same way:
+//!   the old records go.
+//!
+//! The kernel keeps per-PFN records across a split (the head's record keeps the folio's
+//! history, the tail PFNs start at zero); tierd keys by virtual page and drops it, so a split
+//! folio's pages start afresh. Checking for an enclosing 1 GiB page costs one more lookup per
+//! access, made only while the store tracks one. A chunk exists
 //! while at least one of its records is non-zero; it is freed when the last one is consumed
 //! or removed, when its space is forgotten, or by [`HotnessStore::sweep`]. When more than
 //! half the arena is free after a bulk operation (drain, sweep, forget), live chunks are
@@ -28,7 +52,7 @@ use serde::{Deserialize, Serialize};
 use super::record::{
     default_mode, precise_mode, DefaultRecord, PreciseRecord, Record, PGHOT_FREQ_THRESHOLD_DEFAULT,
 };
-use crate::types::{Nanos, NodeId, PageKey, PageSize, SpaceId, Vpn, HPAGE_PMD_NR};
+use crate::types::{Nanos, NodeId, PageKey, PageSize, SpaceId, Vpn, HPAGE_PMD_NR, HPAGE_PUD_NR};
 
 /// `log2(CHUNK_PAGES)`.
 pub const CHUNK_SHIFT: u32 = 9;
@@ -177,9 +201,9 @@ impl HotnessParams {
 /// A page whose record was ready and has been consumed by [`HotnessStore::drain_ready`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ReadyPage {
-    /// The page; for a huge page, its head (aligned to [`HPAGE_PMD_NR`]).
+    /// The page; for a huge page, its head (aligned to its size).
     pub key: PageKey,
-    /// Base page or huge page.
+    /// The folio's size: base page, 2 MiB or 1 GiB.
     pub size: PageSize,
     /// Where it should go: the stored accessing node (precise mode) or the target node
     /// (default mode, as `pghot_get_record()` reports `pghot_target_nid`).
@@ -222,8 +246,9 @@ struct ChunkMeta {
     /// Flagged for the next drain (`PGHOT_SECTION_HOT_BIT`); set when an update returns
     /// ready, cleared when a drain walks the chunk.
     hot: bool,
-    /// Tracks one 2 MiB page at slot 0.
-    huge: bool,
+    /// The size of the folios the chunk tracks: base pages at their own slots, or one huge
+    /// folio (2 MiB, or 1 GiB in the chunk of its head) at slot 0.
+    size: PageSize,
     /// In use (not on the free list).
     live: bool,
 }
@@ -238,7 +263,7 @@ impl ChunkMeta {
         ready: 0,
         nonzero: 0,
         hot: false,
-        huge: false,
+        size: PageSize::Base,
         live: false,
     };
 }
@@ -260,8 +285,16 @@ struct Table<R: Record> {
     free: Vec<usize>,
     hot: Vec<usize>,
     cache: Option<(ChunkKey, usize)>,
+    /// Non-zero records (one per folio).
     tracked: u64,
+    /// Ready records.
     ready: u64,
+    /// Base pages of the folios with a non-zero record.
+    tracked_base: u64,
+    /// Base pages of the folios with a ready record.
+    ready_base: u64,
+    /// Live chunks tracking a 1 GiB page: while 0, no access needs the enclosing-page check.
+    giants: u64,
 }
 
 impl<R: Record> Table<R> {
@@ -275,6 +308,9 @@ impl<R: Record> Table<R> {
             cache: None,
             tracked: 0,
             ready: 0,
+            tracked_base: 0,
+            ready_base: 0,
+            giants: 0,
         }
     }
 
@@ -333,9 +369,12 @@ impl<R: Record> Table<R> {
     /// Zeroes every record of a live chunk, keeping the chunk.
     fn reset_chunk(&mut self, slot: usize) {
         let m = self.metas[slot];
+        let nr = m.size.nr_pages().0;
         self.tracked -= u64::from(m.nonzero);
         self.ready -= u64::from(m.ready);
-        if m.huge {
+        self.tracked_base -= u64::from(m.nonzero) * nr;
+        self.ready_base -= u64::from(m.ready) * nr;
+        if m.size.is_huge() {
             self.records[slot * CHUNK_PAGES] = R::ZERO;
         } else {
             self.chunk_records(slot).fill(R::ZERO);
@@ -345,9 +384,82 @@ impl<R: Record> Table<R> {
         m.ready = 0;
     }
 
+    /// Sets the folio size a live chunk tracks (its records must be zero).
+    fn set_size(&mut self, slot: usize, size: PageSize) {
+        let m = &mut self.metas[slot];
+        debug_assert_eq!(m.nonzero, 0);
+        if m.size == PageSize::Huge1G {
+            self.giants -= 1;
+        }
+        if size == PageSize::Huge1G {
+            self.giants += 1;
+        }
+        m.size = size;
+    }
+
+    /// Makes `slot` track folios of `size`, dropping the records of the folio(s) it tracked
+    /// at another size (a split, a collapse, or an unmap and remap; see the module docs).
+    #[inline]
+    fn settle(&mut self, slot: usize, size: PageSize) {
+        if self.metas[slot].size != size {
+            if self.metas[slot].nonzero != 0 {
+                self.reset_chunk(slot);
+            }
+            self.set_size(slot, size);
+        }
+    }
+
+    /// The chunk of the 1 GiB head enclosing `vpn` of `space`, when it tracks a 1 GiB page.
+    #[inline]
+    fn giant_of(&self, space: SpaceId, vpn: Vpn) -> Option<usize> {
+        if self.giants == 0 {
+            return None;
+        }
+        let ck = ChunkKey::of(PageKey {
+            space,
+            vpn: PageSize::Huge1G.head(vpn),
+        });
+        self.find(ck)
+            .filter(|&s| self.metas[s].size == PageSize::Huge1G)
+    }
+
+    /// Frees every live chunk of `[first, first + n)` chunk indices of `space` except `keep`.
+    fn free_range(&mut self, space: SpaceId, first: u64, n: u64, keep: Option<usize>) {
+        for index in first..first + n {
+            if let Some(s) = self.find(ChunkKey { space, index }) {
+                if Some(s) != keep {
+                    self.free_chunk(s);
+                }
+            }
+        }
+    }
+
+    /// Drops every record of a folio overlapping the folio of `size` containing `key`.
+    fn remove_overlapping(&mut self, key: PageKey, size: PageSize) {
+        if let Some(g) = self.giant_of(key.space, key.vpn) {
+            // Nothing else of its range exists.
+            self.free_chunk(g);
+            return;
+        }
+        match size {
+            PageSize::Base => self.remove(key),
+            PageSize::Huge2M => {
+                if let Some(s) = self.find(ChunkKey::of(key)) {
+                    self.free_chunk(s);
+                }
+            }
+            PageSize::Huge1G => {
+                let first = PageSize::Huge1G.head(key.vpn).0 >> CHUNK_SHIFT;
+                self.free_range(key.space, first, HPAGE_PUD_NR >> CHUNK_SHIFT, None);
+            }
+        }
+        self.maybe_compact();
+    }
+
     /// Drops a live chunk: records zeroed, slot on the free list.
     fn free_chunk(&mut self, slot: usize) {
         self.reset_chunk(slot);
+        self.set_size(slot, PageSize::Base);
         let key = self.metas[slot].key;
         self.index.remove(&key);
         self.metas[slot] = ChunkMeta::FREE;
@@ -366,29 +478,42 @@ impl<R: Record> Table<R> {
         now: Nanos,
         p: &HotnessParams,
     ) -> bool {
-        let slot = self.find_or_alloc(ChunkKey::of(key));
-        let off = match size {
-            PageSize::Base => {
-                if self.metas[slot].huge {
-                    // A base-page access inside a huge chunk: the THP was split. The huge
-                    // record described a folio that no longer exists.
-                    self.reset_chunk(slot);
-                    self.metas[slot].huge = false;
-                }
-                offset_in_chunk(key.vpn)
-            }
-            PageSize::Huge2M | PageSize::Huge1G => {
-                if !self.metas[slot].huge {
-                    // Base pages collapsed into a THP (or a fresh chunk): the new folio
-                    // starts with a clean record at its head.
-                    if self.metas[slot].nonzero != 0 {
-                        self.reset_chunk(slot);
-                    }
-                    self.metas[slot].huge = true;
-                }
-                0
-            }
+        let head = PageKey {
+            space: key.space,
+            vpn: size.head(key.vpn),
         };
+        let ck = ChunkKey::of(head);
+        if size != PageSize::Huge1G {
+            // A base or 2 MiB access inside a tracked 1 GiB page whose head is in another
+            // chunk: the gigantic page was unmapped (see the module docs). Its head chunk is
+            // settled below.
+            if let Some(g) = self.giant_of(key.space, key.vpn) {
+                if self.metas[g].key != ck {
+                    self.free_chunk(g);
+                }
+            }
+        }
+        let slot = self.find_or_alloc(ck);
+        if self.metas[slot].size != size {
+            // A split, a collapse, an unmap and remap, or a fresh chunk: the folio(s) the
+            // chunk tracked are gone and the new one starts from a clean record.
+            self.settle(slot, size);
+            if size == PageSize::Huge1G {
+                // Smaller folios in the rest of the gigantic page's range are gone too.
+                self.free_range(
+                    key.space,
+                    ck.index + 1,
+                    (HPAGE_PUD_NR >> CHUNK_SHIFT) - 1,
+                    Some(slot),
+                );
+            }
+        }
+        let off = if size.is_huge() {
+            0
+        } else {
+            offset_in_chunk(key.vpn)
+        };
+        let nr = size.nr_pages().0;
         let rec = &mut self.records[slot * CHUNK_PAGES + off];
         let was_zero = rec.is_zero();
         let was_ready = rec.is_ready();
@@ -397,10 +522,12 @@ impl<R: Record> Table<R> {
         if was_zero {
             m.nonzero += 1;
             self.tracked += 1;
+            self.tracked_base += nr;
         }
         if ready && !was_ready {
             m.ready += 1;
             self.ready += 1;
+            self.ready_base += nr;
         }
         m.last_touch_ms = m.last_touch_ms.max(now.as_millis());
         if ready && !m.hot {
@@ -438,11 +565,7 @@ impl<R: Record> Table<R> {
             let mut left = m.ready;
             let mut taken: u16 = 0;
             let base_vpn = m.key.index << CHUNK_SHIFT;
-            let size = if m.huge {
-                PageSize::Huge2M
-            } else {
-                PageSize::Base
-            };
+            let size = m.size;
             let recs = &mut self.records[slot * CHUNK_PAGES..(slot + 1) * CHUNK_PAGES];
             for (i, r) in recs.iter_mut().enumerate() {
                 if left == 0 {
@@ -468,6 +591,8 @@ impl<R: Record> Table<R> {
             mm.nonzero -= taken;
             self.ready -= u64::from(taken);
             self.tracked -= u64::from(taken);
+            self.ready_base -= u64::from(taken) * size.nr_pages().0;
+            self.tracked_base -= u64::from(taken) * size.nr_pages().0;
             if mm.nonzero == 0 {
                 self.free_chunk(slot);
             }
@@ -478,11 +603,15 @@ impl<R: Record> Table<R> {
     }
 
     fn remove(&mut self, key: PageKey) {
-        let Some(slot) = self.find(ChunkKey::of(key)) else {
+        // A huge page moves as one unit: any of its vpns names it.
+        let Some(slot) = self
+            .giant_of(key.space, key.vpn)
+            .or_else(|| self.find(ChunkKey::of(key)))
+        else {
             return;
         };
-        // A huge page moves as one unit: any of its vpns names it.
-        let off = if self.metas[slot].huge {
+        let size = self.metas[slot].size;
+        let off = if size.is_huge() {
             0
         } else {
             offset_in_chunk(key.vpn)
@@ -496,9 +625,11 @@ impl<R: Record> Table<R> {
         let m = &mut self.metas[slot];
         m.nonzero -= 1;
         self.tracked -= 1;
+        self.tracked_base -= size.nr_pages().0;
         if was_ready {
             m.ready -= 1;
             self.ready -= 1;
+            self.ready_base -= size.nr_pages().0;
         }
         if m.nonzero == 0 {
             self.free_chunk(slot);
@@ -559,6 +690,28 @@ impl<R: Record> Table<R> {
         self.index.shrink_to_fit();
         self.cache = None;
         self.hot = (0..live).filter(|&s| self.metas[s].hot).collect();
+    }
+
+    /// Every non-zero record, recounted from the arena: (folio head, size, ready).
+    #[cfg(test)]
+    fn recount(&self) -> Vec<(PageKey, PageSize, bool)> {
+        let mut out = Vec::new();
+        for (slot, m) in self.metas.iter().enumerate() {
+            if !m.live {
+                continue;
+            }
+            let recs = &self.records[slot * CHUNK_PAGES..(slot + 1) * CHUNK_PAGES];
+            for (i, r) in recs.iter().enumerate() {
+                if !r.is_zero() {
+                    let key = PageKey {
+                        space: m.key.space,
+                        vpn: Vpn((m.key.index << CHUNK_SHIFT) | i as u64),
+                    };
+                    out.push((key, m.size, r.is_ready()));
+                }
+            }
+        }
+        out
     }
 
     fn memory_bytes(&self) -> usize {
@@ -660,10 +813,10 @@ impl HotnessStore {
     /// target_nid (precise mode stores it; default mode stores no nid). Returns whether the
     /// record is ready.
     ///
-    /// For [`PageSize::Huge2M`] the whole 2 MiB page (any vpn inside it) shares the record
-    /// of its head. A base-page access in a chunk that held a huge page means the THP was
-    /// split: the chunk is reset before the access is recorded; a huge-page access in a
-    /// chunk of base pages (a collapse) resets it likewise.
+    /// A huge folio (2 MiB or 1 GiB: any vpn inside it) shares the record of its head. Any
+    /// record of another folio overlapping this one is dropped first (a split, a collapse, or
+    /// an unmap and remap: see the module docs), so no virtual page is ever counted in two
+    /// records.
     pub fn record(
         &mut self,
         key: PageKey,
@@ -693,6 +846,13 @@ impl HotnessStore {
         with_table!(&mut self.tables, t => t.remove(key));
     }
 
+    /// The folio of `size` containing `key` is elsewhere (seen on another node): drop every
+    /// record overlapping it, whatever size this store knew it at. A 1 GiB folio costs up to
+    /// 512 chunk lookups.
+    pub fn remove_overlapping(&mut self, key: PageKey, size: PageSize) {
+        with_table!(&mut self.tables, t => t.remove_overlapping(key, size));
+    }
+
     /// The address space is gone (process exited): drop all its records.
     pub fn forget_space(&mut self, space: SpaceId) {
         with_table!(&mut self.tables, t => t.forget_space(space));
@@ -705,17 +865,29 @@ impl HotnessStore {
         with_table!(&mut self.tables, t => t.sweep(now, idle));
     }
 
-    /// Records that are non-zero (pages, or huge pages, with a recorded access that was not
-    /// yet consumed or removed).
+    /// Records that are non-zero (folios, base or huge, with a recorded access that was not
+    /// yet consumed or removed): one per folio, a 2 MiB page counts 1.
     #[must_use]
     pub fn tracked_pages(&self) -> u64 {
         with_table!(&self.tables, t => t.tracked)
     }
 
-    /// Records with the ready bit.
+    /// Records with the ready bit (one per folio).
     #[must_use]
     pub fn ready_pages(&self) -> u64 {
         with_table!(&self.tables, t => t.ready)
+    }
+
+    /// Base pages of the folios with a non-zero record (a 2 MiB page counts 512).
+    #[must_use]
+    pub fn tracked_base_pages(&self) -> u64 {
+        with_table!(&self.tables, t => t.tracked_base)
+    }
+
+    /// Base pages of the folios with a ready record.
+    #[must_use]
+    pub fn ready_base_pages(&self) -> u64 {
+        with_table!(&self.tables, t => t.ready_base)
     }
 
     /// Chunks (512-page groups) currently allocated.
@@ -729,6 +901,13 @@ impl HotnessStore {
     #[must_use]
     pub fn memory_bytes(&self) -> usize {
         std::mem::size_of::<Self>() + with_table!(&self.tables, t => t.memory_bytes())
+    }
+
+    /// Every folio with a non-zero record, recounted from the records themselves (not the
+    /// counters): (head, size, ready).
+    #[cfg(test)]
+    pub(crate) fn recount(&self) -> Vec<(PageKey, PageSize, bool)> {
+        with_table!(&self.tables, t => t.recount())
     }
 
     /// Bytes of one record in `mode`: 1 (default) or 4 (precise), `PGHOT_RECORD_SIZE`.
@@ -882,6 +1061,58 @@ mod tests {
             assert!(!s.record(key(1, 512), PageSize::Huge2M, None, t));
             assert_eq!(s.tracked_pages(), 1);
         }
+    }
+
+    #[test]
+    fn a_gigantic_page_is_one_record_drained_with_its_size() {
+        for mode in [HotnessMode::Default, HotnessMode::Precise] {
+            let mut s = HotnessStore::new(params(mode));
+            let t = Nanos::from_millis(1000);
+            let g = 3 * HPAGE_PUD_NR;
+            // Base pages in two chunks of the range, then the 1 GiB page mapped over them.
+            base(&mut s, 1, g + 5, None, 900);
+            base(&mut s, 1, g + 7000, None, 900);
+            s.record(key(1, g + 1024 + 100), PageSize::Huge2M, None, t);
+            assert_eq!(s.chunks(), 3);
+            assert!(!s.record(key(1, g + 9999), PageSize::Huge1G, None, t));
+            assert_eq!((s.tracked_pages(), s.chunks()), (1, 1), "{mode:?}");
+            assert_eq!(s.tracked_base_pages(), HPAGE_PUD_NR);
+            // Any page of it names it; the second access makes it ready.
+            assert!(s.record(key(1, g + HPAGE_PUD_NR - 1), PageSize::Huge1G, None, t));
+            assert_eq!(s.ready_base_pages(), HPAGE_PUD_NR);
+            let out = drain(&mut s, 1000);
+            assert_eq!(out.len(), 1);
+            assert_eq!((out[0].key, out[0].size), (key(1, g), PageSize::Huge1G));
+            assert_eq!((s.tracked_pages(), s.tracked_base_pages()), (0, 0));
+            // Removed by any of its pages.
+            s.record(key(1, g), PageSize::Huge1G, None, t);
+            s.remove(key(1, g + 200_000));
+            assert_eq!((s.tracked_pages(), s.chunks()), (0, 0));
+        }
+    }
+
+    #[test]
+    fn an_access_inside_a_gigantic_page_drops_it() {
+        let mut s = HotnessStore::new(params(HotnessMode::Precise));
+        let t = Nanos::from_millis(1000);
+        let g = HPAGE_PUD_NR;
+        s.record(key(1, g), PageSize::Huge1G, None, t);
+        s.record(key(1, g), PageSize::Huge1G, None, t);
+        assert_eq!(s.ready_pages(), 1);
+        // Unmapped and remapped as 4 KiB pages (hugetlb never splits a mapped page): the
+        // gigantic record goes, in another chunk than the new page's.
+        assert!(!s.record(key(1, g + 5 * 512 + 3), PageSize::Base, None, t));
+        assert_eq!((s.tracked_pages(), s.ready_pages(), s.chunks()), (1, 0, 1));
+        assert_eq!(s.tracked_base_pages(), 1);
+        // A 2 MiB page at the gigantic head replaces it too.
+        s.record(key(1, g), PageSize::Huge1G, None, t);
+        assert_eq!((s.tracked_pages(), s.chunks()), (1, 1));
+        s.record(key(1, g + 1), PageSize::Huge2M, None, t);
+        assert_eq!((s.tracked_pages(), s.tracked_base_pages()), (1, 512));
+        // Seen on another node: every overlapping record goes.
+        s.record(key(1, g + 512), PageSize::Base, None, t);
+        s.remove_overlapping(key(1, g + 77), PageSize::Huge1G);
+        assert_eq!((s.tracked_pages(), s.chunks()), (0, 0));
     }
 
     #[test]
@@ -1155,6 +1386,7 @@ mod tests {
     /// One page as the oracle keeps it: full jiffies, no packing.
     #[derive(Clone, Copy, Debug)]
     struct OracleEntry {
+        size: PageSize,
         freq: u8,
         last_jiffies: u64,
         ready: bool,
@@ -1176,7 +1408,20 @@ mod tests {
             }
         }
 
-        fn record(&mut self, k: PageKey, node: Option<u16>, now: u64) -> bool {
+        /// The folio of `size` at `k`'s head: every other folio overlapping it is gone
+        /// (split, collapse, remap), then the update rule.
+        fn record(&mut self, k: PageKey, size: PageSize, node: Option<u16>, now: u64) -> bool {
+            let k = PageKey {
+                space: k.space,
+                vpn: size.head(k.vpn),
+            };
+            let range = k.vpn.0..k.vpn.0 + size.nr_pages().0;
+            self.pages.retain(|h, e| {
+                let overlaps = h.space == k.space
+                    && h.vpn.0 < range.end
+                    && range.start < h.vpn.0 + e.size.nr_pages().0;
+                !overlaps || (*h == k && e.size == size)
+            });
             let max = if self.p.mode == HotnessMode::Default {
                 3
             } else {
@@ -1184,6 +1429,7 @@ mod tests {
             };
             // A never-seen page is the zero word: freq 0, time 0.
             let e = self.pages.get(&k).copied().unwrap_or(OracleEntry {
+                size,
                 freq: 0,
                 last_jiffies: 0,
                 ready: false,
@@ -1201,6 +1447,7 @@ mod tests {
             self.pages.insert(
                 k,
                 OracleEntry {
+                    size,
                     freq,
                     last_jiffies: now,
                     ready,
@@ -1216,7 +1463,7 @@ mod tests {
                 if e.ready {
                     out.push(ReadyPage {
                         key: *k,
-                        size: PageSize::Base,
+                        size: e.size,
                         nid: match self.p.mode {
                             HotnessMode::Default => self.p.target_nid,
                             HotnessMode::Precise => NodeId(e.nid),
@@ -1234,6 +1481,26 @@ mod tests {
             self.pages.values().filter(|e| e.ready).count() as u64
         }
 
+        fn base_pages(&self, ready_only: bool) -> u64 {
+            self.pages
+                .values()
+                .filter(|e| e.ready || !ready_only)
+                .map(|e| e.size.nr_pages().0)
+                .sum()
+        }
+
+        /// The folio containing `k`, if any.
+        fn folio_of(&self, k: PageKey) -> Option<PageKey> {
+            self.pages
+                .iter()
+                .find(|(h, e)| {
+                    h.space == k.space
+                        && k.vpn.0 >= h.vpn.0
+                        && k.vpn.0 < h.vpn.0 + e.size.nr_pages().0
+                })
+                .map(|(h, _)| *h)
+        }
+
         fn chunks(&self) -> usize {
             self.pages
                 .keys()
@@ -1248,6 +1515,7 @@ mod tests {
         Record {
             space: u32,
             vpn: u64,
+            size: PageSize,
             dt: Dt,
             node: Option<u16>,
         },
@@ -1257,6 +1525,12 @@ mod tests {
         Remove {
             space: u32,
             vpn: u64,
+        },
+        /// The folio was seen on another node.
+        Elsewhere {
+            space: u32,
+            vpn: u64,
+            size: PageSize,
         },
         Forget {
             space: u32,
@@ -1296,12 +1570,35 @@ mod tests {
         ]
     }
 
-    fn op_strategy() -> impl Strategy<Value = Op> {
+    /// Pages in two 1 GiB ranges, three chunks of each: base pages, 2 MiB pages and 1 GiB
+    /// pages overlap, split and collapse.
+    fn mixed_vpn_strategy() -> impl Strategy<Value = u64> {
+        (0u64..2, 0u64..3, 0u64..6).prop_map(|(g, c, o)| g * HPAGE_PUD_NR + c * 512 + o * 100)
+    }
+
+    fn size_strategy() -> impl Strategy<Value = PageSize> {
         prop_oneof![
-            10 => (0u32..3, vpn_strategy(), dt_strategy(), proptest::option::of(0u16..4))
-                .prop_map(|(space, vpn, dt, node)| Op::Record { space, vpn, dt, node }),
+            6 => Just(PageSize::Base),
+            3 => Just(PageSize::Huge2M),
+            1 => Just(PageSize::Huge1G),
+        ]
+    }
+
+    fn op_strategy() -> impl Strategy<Value = Op> {
+        ops(vpn_strategy().boxed(), Just(PageSize::Base).boxed())
+    }
+
+    fn mixed_op_strategy() -> impl Strategy<Value = Op> {
+        ops(mixed_vpn_strategy().boxed(), size_strategy().boxed())
+    }
+
+    fn ops(vpn: BoxedStrategy<u64>, size: BoxedStrategy<PageSize>) -> impl Strategy<Value = Op> {
+        prop_oneof![
+            10 => (0u32..3, vpn.clone(), size.clone(), dt_strategy(), proptest::option::of(0u16..4))
+                .prop_map(|(space, vpn, size, dt, node)| Op::Record { space, vpn, size, dt, node }),
             1 => dt_strategy().prop_map(|dt| Op::Drain { dt }),
-            1 => (0u32..3, vpn_strategy()).prop_map(|(space, vpn)| Op::Remove { space, vpn }),
+            1 => (0u32..3, vpn.clone()).prop_map(|(space, vpn)| Op::Remove { space, vpn }),
+            1 => (0u32..3, vpn, size).prop_map(|(space, vpn, size)| Op::Elsewhere { space, vpn, size }),
             1 => (0u32..3).prop_map(|space| Op::Forget { space }),
         ]
     }
@@ -1340,13 +1637,14 @@ mod tests {
                 Op::Record {
                     space,
                     vpn,
+                    size,
                     dt,
                     node,
                 } => {
                     now += dt.ns(&p);
                     let k = key(space, vpn);
-                    let got = store.record(k, PageSize::Base, node.map(NodeId), Nanos(now));
-                    let want = oracle.record(k, node, Nanos(now).jiffies());
+                    let got = store.record(k, size, node.map(NodeId), Nanos(now));
+                    let want = oracle.record(k, size, node, Nanos(now).jiffies());
                     assert_eq!(got, want, "op {i} {op:?}: ready");
                 }
                 Op::Drain { dt } => {
@@ -1355,9 +1653,21 @@ mod tests {
                     store.drain_ready(Nanos(now), &mut out);
                     assert_eq!(out, oracle.drain(Nanos(now).jiffies()), "op {i}: drain");
                 }
+                Op::Elsewhere { space, vpn, size } => {
+                    store.remove_overlapping(key(space, vpn), size);
+                    let head = size.head(Vpn(vpn)).0;
+                    let range = head..head + size.nr_pages().0;
+                    oracle.pages.retain(|h, e| {
+                        h.space != SpaceId(space)
+                            || h.vpn.0 >= range.end
+                            || range.start >= h.vpn.0 + e.size.nr_pages().0
+                    });
+                }
                 Op::Remove { space, vpn } => {
                     store.remove(key(space, vpn));
-                    oracle.pages.remove(&key(space, vpn));
+                    if let Some(h) = oracle.folio_of(key(space, vpn)) {
+                        oracle.pages.remove(&h);
+                    }
                 }
                 Op::Forget { space } => {
                     store.forget_space(SpaceId(space));
@@ -1370,6 +1680,16 @@ mod tests {
                 "op {i}: tracked"
             );
             assert_eq!(store.ready_pages(), oracle.ready(), "op {i}: ready");
+            assert_eq!(
+                store.tracked_base_pages(),
+                oracle.base_pages(false),
+                "op {i}: tracked base pages"
+            );
+            assert_eq!(
+                store.ready_base_pages(),
+                oracle.base_pages(true),
+                "op {i}: ready base pages"
+            );
             assert_eq!(store.chunks(), oracle.chunks(), "op {i}: chunks");
         }
         out.clear();
@@ -1384,6 +1704,16 @@ mod tests {
         fn store_matches_naive_oracle(
             p in params_strategy(),
             ops in proptest::collection::vec(op_strategy(), 1..200),
+        ) {
+            run_against_oracle(p, &ops);
+        }
+
+        /// The same with 4 KiB, 2 MiB and 1 GiB folios over the same pages: one record per
+        /// folio, overlapping folios dropped (splits, collapses, remaps), counts exact.
+        #[test]
+        fn mixed_sizes_match_the_oracle(
+            p in params_strategy(),
+            ops in proptest::collection::vec(mixed_op_strategy(), 1..200),
         ) {
             run_against_oracle(p, &ops);
         }

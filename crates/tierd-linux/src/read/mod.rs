@@ -23,6 +23,8 @@
 //! | [`cgroup`] | cgroup v2 `memory.*`, `cgroup.procs`, `/proc/PID/cgroup` |
 //! | [`meminfo`] | `/proc/meminfo`, `nodeN/meminfo` |
 //! | [`proc`] | `/proc` pid list, `/proc/PID/status`, `/proc/PID/stat` |
+//! | [`smaps`] | `/proc/PID/smaps` |
+//! | [`kpageflags`] | `/proc/kpageflags` (binary, by frame) |
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -30,9 +32,11 @@ use std::path::{Path, PathBuf};
 use tierd_engine::types::{NodeId, NodeMask, MAX_NODES};
 
 pub mod cgroup;
+pub mod kpageflags;
 pub mod meminfo;
 pub mod numa_maps;
 pub mod proc;
+pub mod smaps;
 pub mod topology;
 pub mod vmstat;
 

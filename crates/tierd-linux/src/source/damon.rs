@@ -34,6 +34,12 @@
 //! when the configured ones are all off); it never stops someone else's kdamond. On stop or
 //! drop it turns its kdamond off and gives `nr_kdamonds` back its old value.
 //!
+//! Huge pages: DAMON's regions split at any page, also inside a THP or hugetlb page. The
+//! regions are reported as they are; [`super::locate::locate`] maps their pages to folios, so
+//! a region covering part of a huge page makes the whole folio observed once, at its head,
+//! with the hottest covering region's `nr_accesses`: hot THP-backed memory is never split
+//! below the folio size.
+//!
 //! All I/O goes through [`DamonFs`], so tests run against a fake that emulates the kernel's
 //! side effects in a temporary directory.
 //!

@@ -1,21 +1,30 @@
 //! From accessed ranges to engine observations: the one path every source's facts take.
 //!
 //! ```text
-//!  AccessedRange* ──▶ budget (hottest first, at most `max_pages` pages a pass)
-//!                 ──▶ node of each page (one Locator call per process)
+//!  AccessedRange* ──▶ folio of each page (FolioMap: THP, hugetlb, base, or unknown)
+//!                 ──▶ budget (hottest first, at most `max_pages` folios a pass)
+//!                 ──▶ node of each folio, at its head (one Locator call per process)
 //!                 ──▶ slow-part filter (regions whose fast pages explain their heat)
-//!                 ──▶ Observation*
+//!                 ──▶ Observation* (one per folio, of the folio's size)
 //! ```
 //!
+//! The folio map is a [`FolioMap`]: the daemon's is [`super::folio::ProcFolios`]
+//! (kpageflags, else smaps, else every page unknown), the tests' [`super::folio::BaseFolios`]
+//! or a table. A THP or hugetlb page is observed once, at its head, whatever part of it the
+//! sources saw: a DAMON region that covers part of a THP makes the whole folio observed, with
+//! the hottest covering region's count, so hot THP-backed memory is never split below the
+//! folio size. Pages whose folio cannot be told are never observed (`folio_unknown`).
+//!
 //! The node lookup is a [`Locator`]: the daemon's is `move_pages(2)` with no target nodes
-//! (`tierd_linux::mover::Mover`), the tests' a table. Pages the lookup finds absent are
+//! (`tierd_linux::mover::Mover`), the tests' a table. Folios the lookup finds absent are
 //! dropped, and count against the budget, which bounds the lookups (they are syscalls).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use tierd_engine::types::{NodeId, PageRef, SpaceId, Vpn};
+use tierd_engine::types::{NodeId, PageRef, PageSize, Pfn, SpaceId, Vpn};
 use tierd_engine::Observation;
 
+use super::folio::{FolioMap, HugetlbPolicy};
 use super::AccessedRange;
 
 /// Finds the node of pages of one process.
@@ -41,21 +50,30 @@ pub struct LocateParams {
     /// The floor relative to the pass's hottest region, per mille (see
     /// [`relative_min_nr_accesses`]).
     pub min_relative_permille: u32,
+    /// Whether hugetlb folios are observed (and so moved).
+    pub hugetlb: HugetlbPolicy,
 }
 
 /// What one [`locate`] did, for the daemon's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LocateStats {
-    /// Pages looked up.
+    /// Folios looked up (one node lookup each, at the folio's head).
     pub looked_up: u64,
-    /// Pages found absent (not present, unmapped, or their process gone).
+    /// Base pages found absent (their folio's head not present or unmapped, or their process
+    /// gone).
     pub absent: u64,
     /// Pages of ranges dropped because their process is not in scope (never looked up).
     pub out_of_scope: u64,
-    /// Pages beyond the pass's budget (never looked up).
+    /// Base pages beyond the pass's budget (never looked up).
     pub over_budget: u64,
-    /// Slow-tier pages of regions whose fast-tier pages explain their heat.
+    /// Slow-tier base pages of regions whose fast-tier pages explain their heat.
     pub slow_explained: u64,
+    /// Huge folios (2 MiB or 1 GiB) observed.
+    pub huge_folios: u64,
+    /// Base pages of hugetlb folios not observed because of [`HugetlbPolicy::Leave`].
+    pub hugetlb_left: u64,
+    /// Base pages whose folio could not be told (never observed).
+    pub folio_unknown: u64,
 }
 
 /// The heat to credit each fast-tier page of a region with, in [`slow_part_is_hot`]: the
@@ -124,119 +142,201 @@ pub fn relative_min_nr_accesses(hottest: u32, floor: u32, permille: u32) -> u32 
 }
 
 /// Turns one pass's `ranges` (hottest first, as sources order them) into observations in
-/// `out`: at most `params.max_pages` pages, each process asked once through `locator`, pages
-/// of processes `in_scope` refuses never looked up, absent pages dropped, and the slow-tier
-/// pages of regions whose heat their fast-tier pages explain dropped (see
-/// [`slow_part_is_hot`]). Returns the processes whose lookup failed as a whole, with why;
-/// their ranges are dropped.
+/// `out`, one per folio: each page is mapped to its folio through `folios` and the folio is
+/// observed once, as a [`PageRef`] of its size at its head, with the frame of its head where
+/// the source named one, and weight the highest `nr_accesses` of the ranges covering any of
+/// its pages. This is how a region-based source (DAMON) stops splitting hot THP-backed regions
+/// below the folio size: a region that covers part of a THP makes the whole folio observed,
+/// once, with the hottest covering region's count (`move_pages(2)` would move the whole folio
+/// anyway: mm/migrate.c `add_folio_for_migration()` isolates the folio of the page it is
+/// given).
+///
+/// At most `params.max_pages` folios are looked up (the budget counts lookups, which are
+/// syscalls), each process asked once through `locator`, at its folios' heads; pages of
+/// processes `in_scope` refuses are never resolved nor looked up; pages whose folio cannot be
+/// told are never observed (`folio_unknown`); hugetlb folios are dropped under
+/// [`HugetlbPolicy::Leave`] (`hugetlb_left`); absent folios are dropped; and the slow-tier
+/// pages of regions whose heat their fast-tier pages explain are dropped (see
+/// [`slow_part_is_hot`]; its counts are in base pages, each page taking its folio's node). A
+/// slow-tier folio covered by several regions is kept if any of them keeps its slow part.
+/// Returns the processes whose lookup failed as a whole, with why; their ranges are dropped.
+#[allow(clippy::too_many_arguments)]
 pub fn locate<L: Locator>(
     ranges: &[AccessedRange],
     params: LocateParams,
     fast_nodes: &[NodeId],
     mut in_scope: impl FnMut(u32) -> bool,
     locator: &mut L,
+    folios: &mut impl FolioMap,
     stats: &mut LocateStats,
     out: &mut Vec<Observation>,
 ) -> Vec<(u32, L::Error)> {
-    let mut by_pid: BTreeMap<u32, Vec<AccessedRange>> = BTreeMap::new();
+    /// One folio to look up and, maybe, observe.
+    struct Folio {
+        head: Vpn,
+        size: PageSize,
+        weight: u32,
+        pfn: Option<Pfn>,
+        range: AccessedRange,
+        keep: bool,
+    }
+    /// One range's pages, by folio: `(index into its process's folios, pages)`.
+    struct Covered {
+        range: AccessedRange,
+        parts: Vec<(usize, u64)>,
+    }
+    folios.begin_pass();
     let mut budget = params.max_pages;
     let hottest = ranges.iter().map(|r| r.nr_accesses).max().unwrap_or(0);
+    let mut folios_of: BTreeMap<u32, (Vec<Folio>, HashMap<u64, usize>)> = BTreeMap::new();
+    let mut covered: Vec<Covered> = Vec::new();
+    let mut vpns = Vec::new();
+    let mut found = Vec::new();
     for r in ranges {
         if !in_scope(r.pid) {
             stats.out_of_scope += r.nr_pages;
             continue;
         }
-        let take = r.nr_pages.min(budget);
-        stats.over_budget += r.nr_pages - take;
-        budget -= take;
-        if take > 0 {
-            by_pid.entry(r.pid).or_default().push(AccessedRange {
-                nr_pages: take,
-                ..*r
-            });
+        if budget == 0 {
+            stats.over_budget += r.nr_pages;
+            continue;
         }
+        let (list, index) = folios_of.entry(r.pid).or_default();
+        let mut parts: Vec<(usize, u64)> = Vec::new();
+        let mut done = 0;
+        'range: while done < r.nr_pages {
+            // Resolve in chunks of about what the budget can still take (at least one huge
+            // page's worth): a huge range does not read the folios of pages it cannot look up.
+            let n = (r.nr_pages - done).min(budget.max(PageSize::Huge2M.nr_pages().0));
+            vpns.clear();
+            vpns.extend((done..done + n).map(|i| Vpn(r.start.0 + i)));
+            found.clear();
+            folios.resolve(r.pid, &vpns, &mut found);
+            for (i, vpn) in vpns.iter().enumerate() {
+                let Some(Some(f)) = found.get(i).copied() else {
+                    stats.folio_unknown += 1;
+                    continue;
+                };
+                if f.hugetlb && params.hugetlb == HugetlbPolicy::Leave {
+                    stats.hugetlb_left += 1;
+                    continue;
+                }
+                let at = if let Some(&at) = index.get(&f.head.0) {
+                    let folio: &mut Folio = &mut list[at];
+                    folio.weight = folio.weight.max(r.nr_accesses);
+                    at
+                } else {
+                    if budget == 0 {
+                        stats.over_budget += r.nr_pages - (done + i as u64);
+                        break 'range;
+                    }
+                    budget -= 1;
+                    // The frame names the page the source saw: a single-page range; the head's
+                    // frame follows, a folio being physically contiguous and mapped at its
+                    // natural alignment (what FolioOf promises).
+                    let pfn = r
+                        .pfn
+                        .filter(|_| r.nr_pages == 1)
+                        .and_then(|p| p.0.checked_sub(vpn.0 - f.head.0))
+                        .map(Pfn);
+                    list.push(Folio {
+                        head: f.head,
+                        size: f.size,
+                        weight: r.nr_accesses,
+                        pfn,
+                        range: *r,
+                        keep: false,
+                    });
+                    index.insert(f.head.0, list.len() - 1);
+                    list.len() - 1
+                };
+                match parts.last_mut() {
+                    Some((last, n)) if *last == at => *n += 1,
+                    _ => parts.push((at, 1)),
+                }
+            }
+            done += n;
+        }
+        covered.push(Covered { range: *r, parts });
     }
     let min_acc = relative_min_nr_accesses(
         hottest,
         params.min_nr_accesses,
         params.min_relative_permille,
     );
-    // Per range: its pages' places (a slice of its process's lookup) and how many of them are
-    // present and on the fast tier. First every process's lookup, then the filter: the heat
-    // credited to a region's fast pages is estimated from all the regions of this pass.
-    struct Located {
-        range: AccessedRange,
-        pages: std::ops::Range<usize>,
-        fast: u64,
-        present: u64,
-    }
-    let mut located = Vec::new();
-    let mut nodes_of = BTreeMap::new();
+    // Every process's lookup first, then the filter: the heat credited to a region's fast
+    // pages is estimated from all the regions of this pass.
+    let mut nodes_of: BTreeMap<u32, Vec<Result<NodeId, i32>>> = BTreeMap::new();
     let mut failed = Vec::new();
-    for (pid, ranges) in by_pid {
-        let addrs: Vec<u64> = ranges
-            .iter()
-            .flat_map(|r| (0..r.nr_pages).map(move |i| Vpn(r.start.0 + i).addr()))
-            .collect();
-        stats.looked_up += addrs.len() as u64;
-        let nodes = match locator.nodes(pid, &addrs) {
-            Ok(n) => n,
-            Err(e) => {
-                stats.absent += addrs.len() as u64;
-                failed.push((pid, e));
-                continue;
-            }
-        };
-        let mut at = 0;
-        for range in ranges {
-            let n = usize::try_from(range.nr_pages).unwrap_or(usize::MAX);
-            let pages = at.min(nodes.len())..(at + n).min(nodes.len());
-            at += n;
-            let here = &nodes[pages.clone()];
-            let fast = here
-                .iter()
-                .filter(|x| x.is_ok_and(|nd| fast_nodes.contains(&nd)))
-                .count() as u64;
-            let present = here.iter().filter(|x| x.is_ok()).count() as u64;
-            stats.absent += range.nr_pages - present;
-            located.push(Located {
-                range,
-                pages,
-                fast,
-                present,
-            });
+    for (&pid, (list, _)) in &folios_of {
+        if list.is_empty() {
+            continue;
         }
-        nodes_of.insert(pid, nodes);
+        let addrs: Vec<u64> = list.iter().map(|f| f.head.addr()).collect();
+        stats.looked_up += addrs.len() as u64;
+        match locator.nodes(pid, &addrs) {
+            Ok(n) => {
+                nodes_of.insert(pid, n);
+            }
+            Err(e) => failed.push((pid, e)),
+        }
     }
-    let counts: Vec<(u32, u64, u64)> = located
+    let node = |pid: u32, at: usize| -> Option<NodeId> { nodes_of.get(&pid)?.get(at)?.ok() };
+    // Per range: (nr_accesses, fast pages, present pages), in base pages.
+    let counts: Vec<(u32, u64, u64)> = covered
         .iter()
-        .map(|l| (l.range.nr_accesses, l.fast, l.present))
+        .map(|c| {
+            let (mut fast, mut present) = (0, 0);
+            for &(at, n) in &c.parts {
+                if let Some(nd) = node(c.range.pid, at) {
+                    present += n;
+                    if fast_nodes.contains(&nd) {
+                        fast += n;
+                    }
+                }
+            }
+            (c.range.nr_accesses, fast, present)
+        })
         .collect();
     let fast_heat = fast_heat_estimate(&counts, hottest);
-    for l in located {
-        let (r, fast, present) = (&l.range, l.fast, l.present);
-        let keep_slow = slow_part_is_hot(r.nr_accesses, fast_heat, fast, present - fast, min_acc);
+    for (c, &(nr, fast, present)) in covered.iter().zip(&counts) {
+        let pages: u64 = c.parts.iter().map(|p| p.1).sum();
+        stats.absent += pages - present;
+        let keep_slow = slow_part_is_hot(nr, fast_heat, fast, present - fast, min_acc);
         if !keep_slow {
             stats.slow_explained += present - fast;
         }
-        let here = nodes_of.get(&r.pid).map_or(&[][..], |n| &n[l.pages]);
-        for (i, node) in here.iter().enumerate() {
-            let Ok(node) = *node else { continue };
-            if !keep_slow && !fast_nodes.contains(&node) {
+        let Some((list, _)) = folios_of.get_mut(&c.range.pid) else {
+            continue;
+        };
+        for &(at, _) in &c.parts {
+            let is_fast = node(c.range.pid, at).is_some_and(|nd| fast_nodes.contains(&nd));
+            if keep_slow || is_fast {
+                list[at].keep = true;
+            }
+        }
+    }
+    for (pid, (list, _)) in folios_of {
+        for (at, f) in list.into_iter().enumerate() {
+            let Some(page_node) = node(pid, at) else {
+                continue;
+            };
+            if !f.keep {
                 continue;
             }
-            let vpn = Vpn(r.start.0 + i as u64);
+            if f.size.is_huge() {
+                stats.huge_folios += 1;
+            }
             out.push(Observation {
                 page: PageRef {
-                    // The frame only names the page the source saw: a single-page range.
-                    pfn: r.pfn.filter(|_| r.nr_pages == 1),
-                    ..PageRef::base(SpaceId(r.pid), vpn)
+                    pfn: f.pfn,
+                    ..PageRef::sized(SpaceId(pid), f.head, f.size)
                 },
-                page_node: node,
-                accessing_node: r.accessing_node,
-                source: r.kind,
-                time: r.time,
-                weight: r.nr_accesses,
+                page_node,
+                accessing_node: f.range.accessing_node,
+                source: f.range.kind,
+                time: f.range.time,
+                weight: f.weight,
             });
         }
     }
@@ -246,6 +346,7 @@ pub fn locate<L: Locator>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::folio::{BaseFolios, FolioMethod, FolioOf};
     use std::collections::HashMap;
     use tierd_engine::types::{Nanos, Pfn};
     use tierd_engine::SourceKind;
@@ -289,6 +390,7 @@ mod tests {
         max_pages: 1000,
         min_nr_accesses: 1,
         min_relative_permille: 0,
+        hugetlb: HugetlbPolicy::Leave,
     };
     const FAST: [NodeId; 1] = [NodeId(0)];
 
@@ -316,6 +418,7 @@ mod tests {
             &FAST,
             |pid| pid != 3,
             &mut loc,
+            &mut BaseFolios,
             &mut stats,
             &mut out,
         );
@@ -343,7 +446,7 @@ mod tests {
                 absent: 1,
                 out_of_scope: 9,
                 over_budget: 3,
-                slow_explained: 0
+                ..LocateStats::default()
             }
         );
     }
@@ -360,6 +463,7 @@ mod tests {
             &FAST,
             |_| true,
             &mut loc,
+            &mut BaseFolios,
             &mut stats,
             &mut out,
         );
@@ -394,6 +498,7 @@ mod tests {
             &FAST,
             |_| true,
             &mut loc,
+            &mut BaseFolios,
             &mut stats,
             &mut out,
         );
@@ -435,6 +540,7 @@ mod tests {
             &FAST,
             |_| true,
             &mut loc,
+            &mut BaseFolios,
             &mut LocateStats::default(),
             &mut out,
         );
@@ -501,5 +607,234 @@ mod tests {
         assert!(slow_part_is_hot(0, 6, 99, 1, 4));
         // All on the fast tier: nothing to decide.
         assert!(slow_part_is_hot(5, 6, 10, 0, 4));
+    }
+
+    /// `(pid, first page, end page, Some((size, hugetlb)))` for huge folios, `None` for pages
+    /// whose folio is unknown.
+    type Region = (u32, u64, u64, Option<(PageSize, bool)>);
+
+    /// Folios by virtual range ([`Region`]s); other pages are base pages.
+    #[derive(Default)]
+    struct FakeFolios {
+        regions: Vec<Region>,
+        passes: u32,
+    }
+
+    impl FolioMap for FakeFolios {
+        fn resolve(
+            &mut self,
+            pid: u32,
+            vpns: &[Vpn],
+            out: &mut Vec<Option<FolioOf>>,
+        ) -> FolioMethod {
+            for &v in vpns {
+                let r = self
+                    .regions
+                    .iter()
+                    .find(|(p, s, e, _)| *p == pid && (*s..*e).contains(&v.0));
+                out.push(match r {
+                    None => Some(FolioOf::base(v)),
+                    Some((_, _, _, Some((size, hugetlb)))) => {
+                        Some(FolioOf::sized(v, *size, *hugetlb))
+                    }
+                    Some((_, _, _, None)) => None,
+                });
+            }
+            FolioMethod::Kpageflags
+        }
+        fn begin_pass(&mut self) {
+            self.passes += 1;
+        }
+    }
+
+    fn run_folios(
+        ranges: &[AccessedRange],
+        params: LocateParams,
+        loc: &mut FakeLocator,
+        folios: &mut FakeFolios,
+    ) -> (Vec<Observation>, LocateStats) {
+        let mut stats = LocateStats::default();
+        let mut out = Vec::new();
+        let failed = locate(
+            ranges,
+            params,
+            &FAST,
+            |_| true,
+            loc,
+            folios,
+            &mut stats,
+            &mut out,
+        );
+        assert!(failed.is_empty());
+        (out, stats)
+    }
+
+    #[test]
+    fn a_thp_half_covered_by_a_hot_region_is_observed_once_at_its_head() {
+        // A THP at pages 512..1024 on the slow node; a hot region covers its second half and
+        // the base pages after it, a cooler one its first half.
+        let mut loc = FakeLocator::default();
+        for v in 512..1100 {
+            loc.pages.insert((1, v), NodeId(1));
+        }
+        let mut folios = FakeFolios {
+            regions: vec![(1, 512, 1024, Some((PageSize::Huge2M, false)))],
+            ..FakeFolios::default()
+        };
+        let (out, stats) = run_folios(
+            &[range(1, 768, 300, 9), range(1, 512, 256, 2)],
+            PARAMS,
+            &mut loc,
+            &mut folios,
+        );
+        assert_eq!(folios.passes, 1);
+        let thp: Vec<_> = out.iter().filter(|o| o.page.size.is_huge()).collect();
+        assert_eq!(thp.len(), 1, "{out:?}");
+        assert_eq!(thp[0].page.vpn, Vpn(512));
+        assert_eq!(thp[0].page.size, PageSize::Huge2M);
+        assert_eq!(thp[0].weight, 9, "the hottest covering region's count");
+        assert_eq!(thp[0].page_node, NodeId(1));
+        // The base pages after it, each once; one lookup for the THP and one per base page.
+        assert_eq!(out.len(), 1 + 44);
+        assert!(out[1..].iter().all(|o| o.page.size == PageSize::Base));
+        assert_eq!(loc.calls, vec![(1, 45)]);
+        assert_eq!(stats.looked_up, 45);
+        assert_eq!(stats.huge_folios, 1);
+        assert_eq!(stats.folio_unknown, 0);
+    }
+
+    #[test]
+    fn hugetlb_pages_are_left_or_moved_by_policy() {
+        // A 1 GiB hugetlb page at 1 << 18 and a 2 MiB THP at 0.
+        let gig = 1u64 << 18;
+        let mut loc = FakeLocator::default();
+        loc.pages.insert((1, gig), NodeId(1));
+        loc.pages.insert((1, 0), NodeId(1));
+        let regions = vec![
+            (1, gig, 2 * gig, Some((PageSize::Huge1G, true))),
+            (1, 0, 512, Some((PageSize::Huge2M, false))),
+        ];
+        let ranges = [range(1, gig + 1000, 3000, 5), range(1, 10, 20, 4)];
+        let mut folios = FakeFolios {
+            regions: regions.clone(),
+            ..FakeFolios::default()
+        };
+        let (out, stats) = run_folios(&ranges, PARAMS, &mut loc, &mut folios);
+        assert_eq!(out.len(), 1, "the THP only");
+        assert_eq!(out[0].page.vpn, Vpn(0));
+        assert_eq!(stats.hugetlb_left, 3000);
+        assert_eq!(stats.looked_up, 1);
+        let mut folios = FakeFolios {
+            regions,
+            ..FakeFolios::default()
+        };
+        let move_them = LocateParams {
+            hugetlb: HugetlbPolicy::Move,
+            ..PARAMS
+        };
+        let (out, stats) = run_folios(&ranges, move_them, &mut loc, &mut folios);
+        let got: Vec<(u64, PageSize, u32)> = out
+            .iter()
+            .map(|o| (o.page.vpn.0, o.page.size, o.weight))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(gig, PageSize::Huge1G, 5), (0, PageSize::Huge2M, 4)],
+            "folios in the order first seen (hottest range first)"
+        );
+        assert_eq!(stats.hugetlb_left, 0);
+        assert_eq!(stats.huge_folios, 2);
+        assert_eq!(stats.looked_up, 2);
+    }
+
+    #[test]
+    fn unknown_pages_are_dropped_and_counted() {
+        let mut loc = FakeLocator::default();
+        for v in 0..64 {
+            loc.pages.insert((1, v), NodeId(1));
+        }
+        let mut folios = FakeFolios {
+            regions: vec![(1, 16, 48, None)],
+            ..FakeFolios::default()
+        };
+        let (out, stats) = run_folios(&[range(1, 0, 64, 3)], PARAMS, &mut loc, &mut folios);
+        assert_eq!(out.len(), 32);
+        assert!(out.iter().all(|o| !(16..48).contains(&o.page.vpn.0)));
+        assert_eq!(stats.folio_unknown, 32);
+        assert_eq!(stats.looked_up, 32);
+        assert_eq!(stats.absent, 0);
+    }
+
+    #[test]
+    fn the_budget_counts_folio_lookups_not_pages() {
+        // Four THPs and a budget of 3: three looked up, the fourth's pages over budget.
+        let mut loc = FakeLocator::default();
+        for h in 0..4u64 {
+            loc.pages.insert((1, h * 512), NodeId(1));
+        }
+        let mut folios = FakeFolios {
+            regions: vec![(1, 0, 2048, Some((PageSize::Huge2M, false)))],
+            ..FakeFolios::default()
+        };
+        let (out, stats) = run_folios(
+            &[range(1, 0, 2048, 5)],
+            LocateParams {
+                max_pages: 3,
+                ..PARAMS
+            },
+            &mut loc,
+            &mut folios,
+        );
+        let heads: Vec<u64> = out.iter().map(|o| o.page.vpn.0).collect();
+        assert_eq!(heads, vec![0, 512, 1024]);
+        assert_eq!(loc.calls, vec![(1, 3)]);
+        assert_eq!(stats.over_budget, 512);
+        assert_eq!(stats.huge_folios, 3);
+    }
+
+    #[test]
+    fn a_slow_thp_explained_by_one_region_is_kept_by_another_that_keeps_its_slow_part() {
+        // The THP at 512 is on the slow node. A straddling region covers 12 fast base pages
+        // and 100 pages of the THP with a count its fast pages explain; a hot region covers
+        // the rest of the THP.
+        let mut loc = FakeLocator::default();
+        for v in 400..512 {
+            loc.pages.insert((1, v), NodeId(0));
+        }
+        loc.pages.insert((1, 512), NodeId(1));
+        let mut folios = FakeFolios {
+            regions: vec![(1, 512, 1024, Some((PageSize::Huge2M, false)))],
+            ..FakeFolios::default()
+        };
+        // A fully promoted hot region sets the fast heat at 6.
+        let promoted = range(1, 400, 100, 6);
+        let straddler = range(1, 500, 112, 1); // 12 fast pages, 100 slow: 1 cannot be left
+        let (out, stats) = run_folios(
+            &[promoted, straddler],
+            LocateParams {
+                min_nr_accesses: 2,
+                ..PARAMS
+            },
+            &mut loc,
+            &mut folios,
+        );
+        assert!(
+            out.iter().all(|o| o.page.vpn.0 != 512),
+            "explained: dropped"
+        );
+        assert_eq!(stats.slow_explained, 100, "in base pages");
+        let hot = range(1, 612, 412, 6);
+        let (out, _) = run_folios(
+            &[promoted, straddler, hot],
+            LocateParams {
+                min_nr_accesses: 2,
+                ..PARAMS
+            },
+            &mut loc,
+            &mut folios,
+        );
+        let thp: Vec<_> = out.iter().filter(|o| o.page.vpn.0 == 512).collect();
+        assert_eq!(thp.len(), 1, "kept through the hot region, once");
+        assert_eq!(thp[0].weight, 6);
     }
 }

@@ -27,6 +27,7 @@
 //! should run at most one of the two.
 
 pub mod damon;
+pub mod folio;
 pub mod idle;
 pub mod locate;
 pub mod perf;
