@@ -236,6 +236,11 @@ pub struct ProcFolios {
     method: FolioMethod,
     kpageflags: Option<Kpageflags>,
     smaps: HashMap<u32, SmapsCache>,
+    /// This pass's open pagemap per process (kpageflags method): a pass resolves each range
+    /// of a process on its own, and opening the file is a permission check each time.
+    pagemaps: HashMap<u32, Pagemap>,
+    /// This pass's kpageflags blocks (kpageflags method), shared by every process.
+    blocks: FlagBlocks,
     pass: u64,
     stats: FolioReadStats,
 }
@@ -273,6 +278,8 @@ impl ProcFolios {
             method,
             kpageflags,
             smaps: HashMap::new(),
+            pagemaps: HashMap::new(),
+            blocks: FlagBlocks::default(),
             pass: 0,
             stats: FolioReadStats::default(),
         }
@@ -339,17 +346,22 @@ impl ProcFolios {
     }
 
     fn try_kpageflags(
-        &self,
+        &mut self,
         pid: u32,
         vpns: &[Vpn],
         out: &mut Vec<Option<FolioOf>>,
     ) -> Result<(), ()> {
         let kpf = self.kpageflags.as_ref().ok_or(())?;
-        let pm = Pagemap::open(&self.proc_root, pid).map_err(|_| ())?;
+        let pm = match self.pagemaps.entry(pid) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(Pagemap::open(&self.proc_root, pid).map_err(|_| ())?)
+            }
+        };
+        let blocks = &mut self.blocks;
         // The folio found last, and its head frame: the next pages of the same folio need no
         // more reads.
         let mut last: Option<(FolioOf, u64)> = None;
-        let mut blocks = FlagBlocks::default();
         let mut i = 0;
         while i < vpns.len() {
             // One pagemap read per run of consecutive pages.
@@ -380,7 +392,7 @@ impl ProcFolios {
                         head,
                         size,
                         hugetlb,
-                    } => mapped_whole(&pm, vpn, pfn.0, head.0, size, hugetlb)?.map(|f| (f, head.0)),
+                    } => mapped_whole(pm, vpn, pfn.0, head.0, size, hugetlb)?.map(|f| (f, head.0)),
                     FrameFolio::Untracked | FrameFolio::NoPage => None,
                 };
                 last = found.filter(|(f, _)| f.size.is_huge());
@@ -392,12 +404,12 @@ impl ProcFolios {
     }
 }
 
-/// The kpageflags entries read during one `resolve`, in aligned blocks of 512 frames (4 KiB
-/// of the file): one `pread` serves every base page whose frame falls in a block already read,
+/// The kpageflags entries read during one pass, in aligned blocks of 512 frames (4 KiB of
+/// the file): one `pread` serves every base page whose frame falls in a block already read,
 /// where one read per page cost a syscall each (tens of microseconds under TCG, for tens of
-/// thousands of pages a pass). Kept for one call only: flags change as pages are freed,
-/// split and collapsed, and a pass's lookups are already a snapshot of that instant.
-#[derive(Default)]
+/// thousands of pages a pass). Kept for one pass only: flags change as pages are freed,
+/// split and collapsed, and a pass's lookups are a snapshot of one instant anyway.
+#[derive(Debug, Default)]
 struct FlagBlocks {
     blocks: HashMap<u64, Vec<PageFlags>>,
 }
@@ -494,10 +506,13 @@ impl FolioMap for ProcFolios {
 
     fn forget(&mut self, pid: u32) {
         self.smaps.remove(&pid);
+        self.pagemaps.remove(&pid);
     }
 
     fn begin_pass(&mut self) {
         self.pass += 1;
+        self.pagemaps.clear();
+        self.blocks.blocks.clear();
     }
 }
 
