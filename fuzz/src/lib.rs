@@ -117,7 +117,10 @@ pub fn topology(data: &[u8]) {
     check_line(&t, &read::parse_u64(&t));
     // A node's hugetlb pool count (`nodeN/hugepages/hugepages-<kB>kB/free_hugepages`).
     if let Ok(n) = tierd_daemon::hugepages::parse_count(&t) {
-        assert_eq!(tierd_daemon::hugepages::parse_count(&format!("{n}\n")), Ok(n));
+        assert_eq!(
+            tierd_daemon::hugepages::parse_count(&format!("{n}\n")),
+            Ok(n)
+        );
     }
     let _ = read::unescape_seq_path(&t, read::NUMA_MAPS_ESCAPED);
     let _ = read::unescape_octal(&t);
