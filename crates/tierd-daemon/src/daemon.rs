@@ -1176,14 +1176,16 @@ impl Backend for LinuxBackend {
             target: batch.target,
             cgroup: batch.cgroup,
         };
-        let done = if rest.pages.is_empty() {
-            Vec::new()
+        let (done, split_pages) = if rest.pages.is_empty() {
+            (Vec::new(), Vec::new())
         } else {
-            self.execute(&rest)
-                .results
-                .into_iter()
-                .map(|r| r.outcome)
-                .collect()
+            let mut results = self.execute(&rest).results;
+            // Beyond the batch's own results: the moved pages of folios the kernel split.
+            let split_pages = results.split_off(rest.pages.len().min(results.len()));
+            (
+                results.into_iter().map(|r| r.outcome).collect(),
+                split_pages,
+            )
         };
         let mut done = done.into_iter();
         let outcomes: Vec<MoveOutcome> = held
@@ -1195,7 +1197,9 @@ impl Backend for LinuxBackend {
                 })
             })
             .collect();
-        Ok(MigrationReport::for_batch(batch, outcomes))
+        let mut report = MigrationReport::for_batch(batch, outcomes);
+        report.results.extend(split_pages);
+        Ok(report)
     }
 }
 

@@ -114,6 +114,8 @@ pub fn step<B: Backend>(
             let n = r.page.size.nr_pages().0;
             match r.outcome {
                 MoveOutcome::Moved(_) => out.moved_pages += n,
+                // A split folio's pages that moved come as results of their own.
+                MoveOutcome::Failed(crate::plan::MoveError::Split) => {}
                 MoveOutcome::Failed(_) => out.failed_pages += n,
             }
         }

@@ -1141,6 +1141,16 @@ impl Engine {
                         h.demoted_at = Some(now);
                     }
                 }
+                (_, MoveOutcome::Failed(MoveError::Split)) => {
+                    // The folio as planned is gone: its records describe a unit that no
+                    // longer exists (the split rule), and its moved pages follow as base-page
+                    // results of their own, which count them.
+                    self.fast.remove(key);
+                    self.heat.remove(key);
+                    if let Some(s) = self.stores.get_mut(&r.from) {
+                        s.remove_overlapping(key, r.page.size);
+                    }
+                }
                 (kind, MoveOutcome::Failed(err)) => {
                     if kind == MigrationKind::Demote {
                         e.pgdemote_fail += nr;
@@ -1151,7 +1161,7 @@ impl Engine {
                             MoveError::Access => &mut e.pgpromote_fail_access,
                             MoveError::NoProcess => &mut e.pgpromote_fail_gone,
                             MoveError::Fault | MoveError::NotPresent => &mut e.pgpromote_fail_fault,
-                            MoveError::Other(_) => &mut e.pgpromote_fail_other,
+                            MoveError::Other(_) | MoveError::Split => &mut e.pgpromote_fail_other,
                         } += nr;
                     }
                     match err {

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::config::DemotionConfig;
-use crate::plan::NodeUsage;
+use crate::plan::{NodeUsage, PageResult};
 use crate::topology::{two_tier, NodeSpec};
 use crate::types::{SpaceId, Vpn, HPAGE_PUD_NR};
 
@@ -268,6 +268,48 @@ fn a_failed_huge_move_counts_one_thp_failure_and_its_base_pages() {
     assert_eq!(s.thp_migration_fail, 2);
     assert_eq!(s.thp_migration_success, 0);
     assert_eq!(s.pgpromote_fail_busy, 2 * 512 + 1);
+}
+
+/// A THP the kernel split while moving it, and moved in part: one THP failure, its moved
+/// pages counted one by one from their own results, nothing counted as a failed page, and no
+/// record left of a folio that no longer exists.
+#[test]
+fn a_thp_split_while_moving_counts_the_pages_that_moved_one_by_one() {
+    let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
+    let u = usage(&topo, Bytes::gib(16), Bytes(0));
+    let mut e = Engine::new(kcfg(), topo).unwrap();
+    e.observe(&[fobs(1, 1024, PageSize::Huge2M, N1, 0)]);
+    let now = Nanos::from_millis(100);
+    let plan = e.tick(now, &u);
+    assert_eq!(moves(&plan, MigrationKind::Promote).len(), 1);
+    let b = &plan.batches[0];
+    let mut r = MigrationReport::for_batch(b, [MoveOutcome::Failed(MoveError::Split)]);
+    // 300 of its 512 pages reached node 0.
+    r.results.extend((0..300).map(|i| PageResult {
+        page: PageRef::base(SpaceId(1), Vpn(1024 + i)),
+        from: N1,
+        outcome: MoveOutcome::Moved(N0),
+    }));
+    e.apply(now, &r);
+    let s = e.stats().engine.clone();
+    assert_eq!(s.thp_migration_fail, 1);
+    assert_eq!(s.thp_migration_success, 0);
+    assert_eq!(s.pgpromote_success, 300);
+    assert_eq!(
+        s.pgpromote_fail_busy
+            + s.pgpromote_fail_nomem
+            + s.pgpromote_fail_access
+            + s.pgpromote_fail_gone
+            + s.pgpromote_fail_fault
+            + s.pgpromote_fail_other,
+        0
+    );
+    // The next pass sees the state: the 300 moved pages are fast base pages, and nothing is
+    // left of the 2 MiB record.
+    let plan = e.tick(Nanos::from_millis(200), &u);
+    assert!(moves(&plan, MigrationKind::Promote).is_empty());
+    assert_eq!(e.stats().engine.fast_index_pages, 300);
+    assert_exact(&e);
 }
 
 #[test]

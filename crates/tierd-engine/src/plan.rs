@@ -116,6 +116,13 @@ pub enum MoveError {
     NotPresent,
     /// Any other errno.
     Other(i32),
+    /// Not an errno: the kernel split the huge folio while migrating it and moved only some of
+    /// its base pages (mm/migrate.c `migrate_pages_batch()` splits a THP it cannot migrate
+    /// whole, e.g. for want of a free huge page on the target, and retries its pages one by
+    /// one; a page that then fails is left behind). The folio as planned no longer exists;
+    /// the base pages that did move are reported as results of their own in the same report,
+    /// so its pages are not counted as failed here.
+    Split,
 }
 
 /// What happened to one page.
@@ -140,7 +147,9 @@ pub struct PageResult {
 }
 
 /// The backend's account of one executed batch. Expected races (a page busy, a process gone)
-/// are outcomes here, never errors.
+/// are outcomes here, never errors. After the batch's own results (one per planned page, in
+/// order) may come results for base pages that were not planned as such: the pages that moved
+/// of a folio the kernel split ([`MoveError::Split`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MigrationReport {
     /// The batch id.

@@ -45,8 +45,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
-use tierd_engine::plan::{MigrationBatch, MigrationReport, MoveError, MoveOutcome};
-use tierd_engine::types::{NodeId, SpaceId, PAGE_SIZE};
+use tierd_engine::plan::{MigrationBatch, MigrationReport, MoveError, MoveOutcome, PageResult};
+use tierd_engine::types::{NodeId, PageRef, SpaceId, Vpn, HPAGE_PMD_NR, PAGE_SIZE};
 
 use crate::sys::{self, SysError, MPOL_MF_MOVE, MPOL_MF_MOVE_ALL};
 
@@ -90,6 +90,10 @@ pub struct FailureCounts {
     pub not_present: u64,
     /// Any other errno.
     pub other: u64,
+    /// Base pages of huge folios the kernel split while moving them and moved only in part
+    /// ([`MoveError::Split`]): not failures as such (the pages that moved are counted as
+    /// moved, one by one), so not in [`FailureCounts::total`].
+    pub split: u64,
 }
 
 impl FailureCounts {
@@ -102,6 +106,7 @@ impl FailureCounts {
             MoveError::Fault => &mut self.fault,
             MoveError::NotPresent => &mut self.not_present,
             MoveError::Other(_) => &mut self.other,
+            MoveError::Split => &mut self.split,
         };
         *slot += pages;
     }
@@ -246,6 +251,8 @@ fn resolve_unset(status: &mut [i32], unset: &[usize], located: Option<&[i32]>, t
 struct Item {
     index: usize,
     addr: usize,
+    /// Base pages of the ref (512 for a 2 MiB folio).
+    pages: u64,
 }
 
 /// For each of `items` (one space's pages; `bytes[index]` the size of each), the index of the
@@ -314,6 +321,8 @@ impl Mover {
         mut pid_of: impl FnMut(SpaceId) -> Option<i32>,
     ) -> Result<MigrationReport, MoverError> {
         let mut outcomes = vec![MoveOutcome::Failed(MoveError::Other(0)); batch.pages.len()];
+        // (index of a split folio's ref, addresses of its base pages now on the target)
+        let mut split: Vec<(usize, Vec<usize>)> = Vec::new();
         let bytes: Vec<u64> = batch.pages.iter().map(|m| m.page.size.bytes().0).collect();
         // (duplicate, the index whose outcome it takes)
         let mut dups: Vec<(usize, usize)> = Vec::new();
@@ -323,10 +332,11 @@ impl Mover {
                 space: m.page.space,
                 vpn: m.page.vpn.0,
             })?;
-            by_space
-                .entry(m.page.space)
-                .or_default()
-                .push(Item { index, addr });
+            by_space.entry(m.page.space).or_default().push(Item {
+                index,
+                addr,
+                pages: m.page.size.nr_pages().0,
+            });
         }
         for (space, mut items) in by_space {
             let dup = overlapping(&items, &bytes);
@@ -342,7 +352,7 @@ impl Mover {
                 continue;
             };
             for chunk in items.chunks(self.cfg.chunk_pages) {
-                self.move_chunk(pid, chunk, batch.target, &mut outcomes)?;
+                self.move_chunk(pid, chunk, batch.target, &mut outcomes, &mut split)?;
             }
         }
         let mut is_dup = vec![false; batch.pages.len()];
@@ -356,7 +366,21 @@ impl Mover {
                 self.count(m.page.size.nr_pages().0, m.from, batch.target, *o);
             }
         }
-        Ok(MigrationReport::for_batch(batch, outcomes))
+        let mut report = MigrationReport::for_batch(batch, outcomes);
+        for (index, addrs) in split {
+            let m = batch.pages[index];
+            // Requested with their folio; counted as moved one by one.
+            self.stats.pages_moved += addrs.len() as u64;
+            self.stats.bytes_moved += addrs.len() as u64 * PAGE_SIZE;
+            for addr in addrs {
+                report.results.push(PageResult {
+                    page: PageRef::base(m.page.space, Vpn::from_addr(addr as u64)),
+                    from: m.from,
+                    outcome: MoveOutcome::Moved(batch.target),
+                });
+            }
+        }
+        Ok(report)
     }
 
     /// Move the pages at `addrs` (base pages) of process `pid` (0 = self) to `target`, and
@@ -376,11 +400,16 @@ impl Mover {
         let items: Vec<Item> = addrs
             .iter()
             .enumerate()
-            .map(|(index, &addr)| Item { index, addr })
+            .map(|(index, &addr)| Item {
+                index,
+                addr,
+                pages: 1,
+            })
             .collect();
         let mut outcomes = vec![MoveOutcome::Failed(MoveError::Other(0)); addrs.len()];
+        let mut split = Vec::new();
         for chunk in items.chunks(self.cfg.chunk_pages) {
-            self.move_chunk(pid, chunk, target, &mut outcomes)?;
+            self.move_chunk(pid, chunk, target, &mut outcomes, &mut split)?;
         }
         for o in &outcomes {
             self.count(1, from, target, *o);
@@ -407,6 +436,7 @@ impl Mover {
         chunk: &[Item],
         target: NodeId,
         outcomes: &mut [MoveOutcome],
+        split: &mut Vec<(usize, Vec<usize>)>,
     ) -> Result<(), MoverError> {
         let addrs: Vec<usize> = chunk.iter().map(|it| it.addr).collect();
         let nodes = vec![i32::from(target.0); chunk.len()];
@@ -420,8 +450,8 @@ impl Mover {
         let r = sys::move_pages(pid, &addrs, Some(&nodes), &mut status, flags);
         self.stats.move_time += t0.elapsed();
         self.stats.move_calls += 1;
-        match r {
-            Ok(_) => {}
+        let left_behind = match r {
+            Ok(n) => n,
             Err(e) => {
                 let errno = e.errno().unwrap_or(0);
                 if errno == libc::ENODEV {
@@ -435,7 +465,7 @@ impl Mover {
                 }
                 return Ok(());
             }
-        }
+        };
         let unset: Vec<usize> = (0..chunk.len()).filter(|&i| status[i] == UNSET).collect();
         if !unset.is_empty() {
             // The kernel returned early (positive result); find out where those pages are.
@@ -448,7 +478,53 @@ impl Mover {
         for (it, st) in chunk.iter().zip(&status) {
             outcomes[it.index] = status_outcome(*st);
         }
+        if left_behind > 0 {
+            self.find_split_folios(pid, chunk, target, outcomes, split);
+        }
         Ok(())
+    }
+
+    /// After a call that left pages behind: where each 2 MiB folio of `chunk` is now, page by
+    /// page. `migrate_pages_batch()` (mm/migrate.c) splits a THP it cannot migrate whole
+    /// (`-ENOMEM` on the target, among others) and retries its base pages one by one; when
+    /// some of them fail the call returns how many, and the head's status tells only where
+    /// the head went. A folio whose pages all ended on the target moved (whole or split, the
+    /// same bytes); one with none there did not move; one in between was split and moved in
+    /// part: [`MoveError::Split`], with the addresses of its pages on the target in `split`.
+    /// 1 GiB pages are hugetlb, which the kernel never splits, and are not asked (262 144
+    /// addresses). A failed query leaves the head's outcome.
+    fn find_split_folios(
+        &mut self,
+        pid: i32,
+        chunk: &[Item],
+        target: NodeId,
+        outcomes: &mut [MoveOutcome],
+        split: &mut Vec<(usize, Vec<usize>)>,
+    ) {
+        for it in chunk.iter().filter(|it| it.pages == HPAGE_PMD_NR) {
+            // 2 MiB of 4 KiB pages (PageSize::Huge2M, in usize).
+            let pages: Vec<usize> = (it.addr..it.addr.saturating_add(2 << 20))
+                .step_by(4096)
+                .collect();
+            let mut where_ = vec![UNSET; pages.len()];
+            self.stats.query_calls += 1;
+            if sys::move_pages(pid, &pages, None, &mut where_, 0).is_err() {
+                continue;
+            }
+            let here = i32::from(target.0);
+            let on_target: Vec<usize> = pages
+                .iter()
+                .zip(&where_)
+                .filter(|(_, &w)| w == here)
+                .map(|(&a, _)| a)
+                .collect();
+            if on_target.len() == pages.len() {
+                outcomes[it.index] = MoveOutcome::Moved(target);
+            } else if !on_target.is_empty() {
+                outcomes[it.index] = MoveOutcome::Failed(MoveError::Split);
+                split.push((it.index, on_target));
+            }
+        }
     }
 
     /// Where the pages at `addrs` of process `pid` (0 = self) are: a node, or the errno for that
@@ -816,7 +892,11 @@ mod tests {
             addrs
                 .iter()
                 .enumerate()
-                .map(|(index, &addr)| Item { index, addr })
+                .map(|(index, &addr)| Item {
+                    index,
+                    addr,
+                    pages: 1,
+                })
                 .collect()
         };
         // A base page inside a huge ref, listed first; the huge ref; a base page after it; the
