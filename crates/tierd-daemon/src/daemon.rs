@@ -552,10 +552,11 @@ impl LinuxBackend {
         } else {
             tracing::info!(folios = %method, "{}", describe_folio_method(method));
         }
+        let mover = Mover::new(MoverConfig::default()).with_split_counter(&cfg.system.proc_root);
         LinuxBackend {
             cfg,
             dry_run,
-            mover: Mover::new(MoverConfig::default()),
+            mover,
             feeds,
             feeds_stale,
             cgroups,

@@ -280,6 +280,9 @@ fn overlapping(items: &[Item], bytes: &[u64]) -> Vec<(usize, usize)> {
 pub struct Mover {
     cfg: MoverConfig,
     stats: MoverStats,
+    /// The `/proc` whose `vmstat` tells THP splits during migration
+    /// ([`Mover::with_split_counter`]).
+    split_counter: Option<std::path::PathBuf>,
 }
 
 impl Mover {
@@ -292,7 +295,30 @@ impl Mover {
                 ..cfg
             },
             stats: MoverStats::default(),
+            split_counter: None,
         }
+    }
+
+    /// Tells THPs the kernel split while moving them from those it moved whole, by the
+    /// kernel's `thp_migration_split` in `<proc_root>/vmstat` read around each call that
+    /// moves a 2 MiB folio; such a folio then goes to the kernel in a call of its own, so that
+    /// a split is its. A THP split and then moved completely leaves no other trace (the call
+    /// succeeds, every page is on the target), and the kernel counts it as a THP failure
+    /// (`thp_migration_fail`, mm/migrate.c `migrate_pages_batch()`), so tierd does too:
+    /// [`MoveError::Split`] and its 512 pages as moved base pages. The counter is global: a
+    /// split by another migrator (NUMA balancing, compaction) during the call is taken for
+    /// this folio's (its bytes still count right).
+    #[must_use]
+    pub fn with_split_counter(mut self, proc_root: &std::path::Path) -> Self {
+        self.split_counter = Some(proc_root.to_path_buf());
+        self
+    }
+
+    fn thp_migration_split(&self) -> Option<u64> {
+        let root = self.split_counter.as_ref()?;
+        crate::read::vmstat::read_vmstat(root)
+            .ok()?
+            .get("thp_migration_split")
     }
 
     /// The configuration.
@@ -351,8 +377,31 @@ impl Mover {
                 }
                 continue;
             };
-            for chunk in items.chunks(self.cfg.chunk_pages) {
+            // With the split counter, each 2 MiB folio goes alone (see with_split_counter).
+            let alone = |it: &Item| self.split_counter.is_some() && it.pages == HPAGE_PMD_NR;
+            let (thps, rest): (Vec<Item>, Vec<Item>) = items.into_iter().partition(alone);
+            for chunk in rest.chunks(self.cfg.chunk_pages) {
                 self.move_chunk(pid, chunk, batch.target, &mut outcomes, &mut split)?;
+            }
+            for it in &thps {
+                let before = self.thp_migration_split();
+                self.move_chunk(
+                    pid,
+                    std::slice::from_ref(it),
+                    batch.target,
+                    &mut outcomes,
+                    &mut split,
+                )?;
+                let after = self.thp_migration_split();
+                let was_split = matches!((before, after), (Some(b), Some(a)) if a > b);
+                let whole = outcomes[it.index] == MoveOutcome::Moved(batch.target);
+                if was_split && whole && !split.iter().any(|(i, _)| *i == it.index) {
+                    outcomes[it.index] = MoveOutcome::Failed(MoveError::Split);
+                    let pages = (it.addr..it.addr.saturating_add(2 << 20))
+                        .step_by(4096)
+                        .collect();
+                    split.push((it.index, pages));
+                }
             }
         }
         let mut is_dup = vec![false; batch.pages.len()];

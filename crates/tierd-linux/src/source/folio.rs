@@ -362,6 +362,8 @@ impl ProcFolios {
         // The folio found last, and its head frame: the next pages of the same folio need no
         // more reads.
         let mut last: Option<(FolioOf, u64)> = None;
+        // The frames `[head, head + n)` of the last huge folio found not mapped whole.
+        let mut not_whole: Option<(u64, u64)> = None;
         let mut i = 0;
         while i < vpns.len() {
             // One pagemap read per run of consecutive pages.
@@ -385,6 +387,15 @@ impl ProcFolios {
                         continue;
                     }
                 }
+                if let Some((head, n)) = not_whole {
+                    if pfn.0.wrapping_sub(head) < n {
+                        // A page of the huge folio just found mapped in part: unknown too,
+                        // without reading its mapping again (512 pagemap entries a page made
+                        // a split buffer cost 2 MiB of reads per folio a pass).
+                        out.push(None);
+                        continue;
+                    }
+                }
                 let folio = folio_of_frame(pfn.0, |s, n| blocks.read(kpf, s, n)).map_err(|_| ())?;
                 let found = match folio {
                     FrameFolio::Base => Some((FolioOf::base(vpn), pfn.0)),
@@ -392,7 +403,13 @@ impl ProcFolios {
                         head,
                         size,
                         hugetlb,
-                    } => mapped_whole(pm, vpn, pfn.0, head.0, size, hugetlb)?.map(|f| (f, head.0)),
+                    } => {
+                        let f = mapped_whole(pm, vpn, pfn.0, head.0, size, hugetlb)?;
+                        if f.is_none() {
+                            not_whole = Some((head.0, size.nr_pages().0));
+                        }
+                        f.map(|f| (f, head.0))
+                    }
                     FrameFolio::Untracked | FrameFolio::NoPage => None,
                 };
                 last = found.filter(|(f, _)| f.size.is_huge());
