@@ -275,6 +275,12 @@ fn overlapping(items: &[Item], bytes: &[u64]) -> Vec<(usize, usize)> {
     out
 }
 
+/// The addresses of the 512 base pages of the 2 MiB folio whose head is at `head`.
+fn thp_page_addrs(head: usize) -> Vec<usize> {
+    // PageSize::Huge2M in bytes, and the base page size, as usize.
+    (head..head.saturating_add(2 << 20)).step_by(4096).collect()
+}
+
 /// Executes migration batches with `move_pages(2)` and counts what happened.
 #[derive(Debug, Default)]
 pub struct Mover {
@@ -397,10 +403,7 @@ impl Mover {
                 let whole = outcomes[it.index] == MoveOutcome::Moved(batch.target);
                 if was_split && whole && !split.iter().any(|(i, _)| *i == it.index) {
                     outcomes[it.index] = MoveOutcome::Failed(MoveError::Split);
-                    let pages = (it.addr..it.addr.saturating_add(2 << 20))
-                        .step_by(4096)
-                        .collect();
-                    split.push((it.index, pages));
+                    split.push((it.index, thp_page_addrs(it.addr)));
                 }
             }
         }
@@ -551,10 +554,7 @@ impl Mover {
         split: &mut Vec<(usize, Vec<usize>)>,
     ) {
         for it in chunk.iter().filter(|it| it.pages == HPAGE_PMD_NR) {
-            // 2 MiB of 4 KiB pages (PageSize::Huge2M, in usize).
-            let pages: Vec<usize> = (it.addr..it.addr.saturating_add(2 << 20))
-                .step_by(4096)
-                .collect();
+            let pages = thp_page_addrs(it.addr);
             let mut where_ = vec![UNSET; pages.len()];
             self.stats.query_calls += 1;
             if sys::move_pages(pid, &pages, None, &mut where_, 0).is_err() {

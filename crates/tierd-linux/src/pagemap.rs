@@ -163,17 +163,42 @@ impl PagemapEntry {
 /// # Errors
 /// [`PagemapError::Misaligned`] when `bytes` is not a whole number of entries.
 pub fn decode_entries(bytes: &[u8]) -> Result<Vec<PagemapEntry>, PagemapError> {
-    if !bytes.len().is_multiple_of(8) {
-        return Err(PagemapError::Misaligned { len: bytes.len() });
-    }
-    Ok(bytes
-        .chunks_exact(8)
-        .map(|c| {
+    ne_words(bytes)
+        .map(|w| w.map(PagemapEntry).collect())
+        .ok_or(PagemapError::Misaligned { len: bytes.len() })
+}
+
+/// The native-endian 64-bit words of `bytes`, or `None` when it is not a whole number of
+/// them: the entry format of `/proc/PID/pagemap` and `/proc/kpageflags` alike.
+pub(crate) fn ne_words(bytes: &[u8]) -> Option<impl Iterator<Item = u64> + '_> {
+    bytes.len().is_multiple_of(8).then(|| {
+        bytes.chunks_exact(8).map(|c| {
             let mut w = [0u8; 8];
             w.copy_from_slice(c);
-            PagemapEntry(u64::from_ne_bytes(w))
+            u64::from_ne_bytes(w)
         })
-        .collect())
+    })
+}
+
+/// `pread` into `buf` from `offset` until it is full or the file ends, retrying on `EINTR`;
+/// the bytes read, or the offset that failed and why. Shared by the 8-byte-entry files
+/// (`pagemap`, `kpageflags`), whose reads may come back short.
+pub(crate) fn pread_full(
+    file: &File,
+    buf: &mut [u8],
+    offset: u64,
+) -> Result<usize, (u64, std::io::Error)> {
+    let mut done = 0;
+    while done < buf.len() {
+        let at = offset + done as u64;
+        match file.read_at(&mut buf[done..], at) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((at, e)),
+        }
+    }
+    Ok(done)
 }
 
 /// Whether pagemap shows PFNs to this reader.
@@ -312,23 +337,11 @@ impl Pagemap {
 
     /// `pread` until the buffer is full or the file ends; returns the bytes read.
     fn read_full_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, PagemapError> {
-        let mut done = 0;
-        while done < buf.len() {
-            let at = offset + done as u64;
-            match self.file.read_at(&mut buf[done..], at) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(source) => {
-                    return Err(PagemapError::Read {
-                        path: self.path.clone(),
-                        offset: at,
-                        source,
-                    })
-                }
-            }
-        }
-        Ok(done)
+        pread_full(&self.file, buf, offset).map_err(|(offset, source)| PagemapError::Read {
+            path: self.path.clone(),
+            offset,
+            source,
+        })
     }
 }
 

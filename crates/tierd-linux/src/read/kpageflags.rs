@@ -30,7 +30,6 @@
 //! reads as [`FrameFolio::Untracked`], never as a folio of a wrong size.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use tierd_engine::types::{PageSize, Pfn, HPAGE_PMD_NR, HPAGE_PUD_NR};
@@ -147,17 +146,9 @@ pub enum KpageflagsError {
 /// # Errors
 /// [`KpageflagsError::Misaligned`] when `bytes` is not a whole number of entries.
 pub fn decode_entries(bytes: &[u8]) -> Result<Vec<PageFlags>, KpageflagsError> {
-    if !bytes.len().is_multiple_of(8) {
-        return Err(KpageflagsError::Misaligned { len: bytes.len() });
-    }
-    Ok(bytes
-        .chunks_exact(8)
-        .map(|c| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            PageFlags(u64::from_ne_bytes(w))
-        })
-        .collect())
+    crate::pagemap::ne_words(bytes)
+        .map(|w| w.map(PageFlags).collect())
+        .ok_or(KpageflagsError::Misaligned { len: bytes.len() })
 }
 
 /// The most frames one [`Kpageflags::read`] takes (4 KiB of entries a frame block, and then
@@ -209,22 +200,13 @@ impl Kpageflags {
             .ok_or_else(range)?;
         let len = usize::try_from(count * ENTRY_BYTES).map_err(|_| range())?;
         let mut buf = vec![0u8; len];
-        let mut done = 0;
-        while done < len {
-            let at = offset + done as u64;
-            match self.file.read_at(&mut buf[done..], at) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(source) => {
-                    return Err(KpageflagsError::Read {
-                        path: self.path.clone(),
-                        offset: at,
-                        source,
-                    })
-                }
-            }
-        }
+        let done = crate::pagemap::pread_full(&self.file, &mut buf, offset).map_err(
+            |(offset, source)| KpageflagsError::Read {
+                path: self.path.clone(),
+                offset,
+                source,
+            },
+        )?;
         let whole = done - done % 8;
         let mut out = decode_entries(&buf[..whole])?;
         out.resize(
