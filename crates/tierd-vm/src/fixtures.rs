@@ -380,13 +380,50 @@ pub fn capture(
     work: &Path,
     timeout: Duration,
 ) -> Result<Capture, Error> {
+    capture_with(
+        kernel,
+        CaptureRun {
+            what: "capture script",
+            initramfs: "capture-initramfs.cpio.gz",
+            append: APPEND,
+            tree: TREE_NAME,
+            readme: readme_text,
+        },
+        || Initramfs::standard(Path::new(DEFAULT_BUSYBOX), CAPTURE_SCRIPT),
+        |_| Ok(()),
+        out,
+        work,
+        timeout,
+    )
+}
+
+/// What differs between the fixture captures: the script's name in errors, the initramfs
+/// file, the extra kernel arguments, the exported tree's name and the README.
+struct CaptureRun {
+    what: &'static str,
+    initramfs: &'static str,
+    append: &'static str,
+    tree: &'static str,
+    readme: fn(&Kernel, &Capture) -> String,
+}
+
+/// Builds the initramfs (`build`), boots the two-node guest with it, and unpacks the tree
+/// the script exports into `out` (after `prepare(out)`), with a README.
+fn capture_with(
+    kernel: &Kernel,
+    c: CaptureRun,
+    build: impl FnOnce() -> Result<Initramfs, Error>,
+    prepare: impl FnOnce(&Path) -> Result<(), Error>,
+    out: &Path,
+    work: &Path,
+    timeout: Duration,
+) -> Result<Capture, Error> {
     let spec = GuestSpec::two_node();
     std::fs::create_dir_all(work).map_err(io(work))?;
     let t = Instant::now();
-    let initrd = Initramfs::standard(Path::new(DEFAULT_BUSYBOX), CAPTURE_SCRIPT)?
-        .write_gz(&work.join("capture-initramfs.cpio.gz"))?;
+    let initrd = build()?.write_gz(&work.join(c.initramfs))?;
     let initramfs_build = t.elapsed();
-    let append = format!("{} {APPEND}", crate::guest::BASE_APPEND);
+    let append = format!("{} {}", crate::guest::BASE_APPEND, c.append);
     // The README shows file names, not this machine's cache paths.
     let args = spec.qemu_args(
         crate::guest::detect_accel(),
@@ -395,29 +432,22 @@ pub fn capture(
         &append,
     )?;
     let qemu_command = format!("{} {}", crate::guest::QEMU, shell_join(&args));
-    let output = run(&spec, &kernel.vmlinux, &initrd, APPEND, timeout)?;
+    let output = run(&spec, &kernel.vmlinux, &initrd, c.append, timeout)?;
     let tail = || {
-        output
-            .console
-            .lines()
-            .rev()
-            .take(40)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n")
+        let lines: Vec<&str> = output.console.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
     };
     if output.rc != Some(0) {
         return Err(Error::Guest {
-            reason: format!("capture script ended with rc {:?}", output.rc),
+            reason: format!("{} ended with rc {:?}", c.what, output.rc),
             tail: tail(),
         });
     }
-    let tree = output.file(TREE_NAME).ok_or_else(|| Error::Guest {
-        reason: format!("guest exported no {TREE_NAME}"),
+    let tree = output.file(c.tree).ok_or_else(|| Error::Guest {
+        reason: format!("guest exported no {}", c.tree),
         tail: tail(),
     })?;
+    prepare(out)?;
     let Unpacked {
         files,
         symlinks,
@@ -433,7 +463,7 @@ pub fn capture(
         initramfs_build,
     };
     let readme = out.join("README.md");
-    std::fs::write(&readme, readme_text(kernel, &cap)).map_err(io(&readme))?;
+    std::fs::write(&readme, (c.readme)(kernel, &cap)).map_err(io(&readme))?;
     Ok(cap)
 }
 
@@ -451,59 +481,34 @@ pub fn capture_folios(
     work: &Path,
     timeout: Duration,
 ) -> Result<Capture, Error> {
-    let spec = GuestSpec::two_node();
-    std::fs::create_dir_all(work).map_err(io(work))?;
-    let t = Instant::now();
-    let mut fs = Initramfs::standard(Path::new(DEFAULT_BUSYBOX), FOLIO_CAPTURE_SCRIPT)?;
-    fs.add_host_file(workload, FOLIO_WORKLOAD, Some(0o755))?;
-    let initrd = fs.write_gz(&work.join("folio-capture-initramfs.cpio.gz"))?;
-    let initramfs_build = t.elapsed();
-    let append = format!("{} {FOLIO_APPEND}", crate::guest::BASE_APPEND);
-    let args = spec.qemu_args(
-        crate::guest::detect_accel(),
-        Path::new("vmlinux"),
-        Path::new("initramfs.cpio.gz"),
-        &append,
-    )?;
-    let qemu_command = format!("{} {}", crate::guest::QEMU, shell_join(&args));
-    let output = run(&spec, &kernel.vmlinux, &initrd, FOLIO_APPEND, timeout)?;
-    let tail = || {
-        let lines: Vec<&str> = output.console.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
-    };
-    if output.rc != Some(0) {
-        return Err(Error::Guest {
-            reason: format!("folio capture script ended with rc {:?}", output.rc),
-            tail: tail(),
-        });
-    }
-    let tree = output.file(FOLIO_TREE_NAME).ok_or_else(|| Error::Guest {
-        reason: format!("guest exported no {FOLIO_TREE_NAME}"),
-        tail: tail(),
-    })?;
-    for d in ["whole", "split"] {
-        let p = out.join(d);
-        if p.exists() {
-            std::fs::remove_dir_all(&p).map_err(io(&p))?;
-        }
-    }
-    let Unpacked {
-        files,
-        symlinks,
-        dropped_symlinks,
-    } = unpack_tree(&tree.data, out)?;
-    let cap = Capture {
-        out: out.to_path_buf(),
-        files,
-        symlinks,
-        dropped_symlinks,
-        output,
-        qemu_command,
-        initramfs_build,
-    };
-    let readme = out.join("README.md");
-    std::fs::write(&readme, folio_readme_text(kernel, &cap)).map_err(io(&readme))?;
-    Ok(cap)
+    capture_with(
+        kernel,
+        CaptureRun {
+            what: "folio capture script",
+            initramfs: "folio-capture-initramfs.cpio.gz",
+            append: FOLIO_APPEND,
+            tree: FOLIO_TREE_NAME,
+            readme: folio_readme_text,
+        },
+        || {
+            let mut fs = Initramfs::standard(Path::new(DEFAULT_BUSYBOX), FOLIO_CAPTURE_SCRIPT)?;
+            fs.add_host_file(workload, FOLIO_WORKLOAD, Some(0o755))?;
+            Ok(fs)
+        },
+        // A capture replaces the previous snapshots whole.
+        |out| {
+            for d in ["whole", "split"] {
+                let p = out.join(d);
+                if p.exists() {
+                    std::fs::remove_dir_all(&p).map_err(io(&p))?;
+                }
+            }
+            Ok(())
+        },
+        out,
+        work,
+        timeout,
+    )
 }
 
 fn folio_readme_text(kernel: &Kernel, cap: &Capture) -> String {
