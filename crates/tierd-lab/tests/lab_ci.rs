@@ -82,6 +82,12 @@ fn experiment_a_short_tierd_places_the_hot_set_without_over_promoting() {
         }
     }
     assert!(t1.error.is_none(), "the run failed: {:?}", t1.error);
+    assert_placed_the_hot_set(t1);
+}
+
+/// Experiment A's placement bounds for tierd's row: >= 90 % of the hot set on node 0 and 90 %
+/// reached within the run, over-promotion <= 10 %, no hint faults, the chase ended normally.
+fn assert_placed_the_hot_set(t1: &summary::Summary) {
     assert!(
         t1.hot_on_fast_pct >= 90.0,
         "tierd placed {:.1} % of the hot set on node 0",
@@ -150,19 +156,7 @@ fn experiment_a_short_thp_always_places_the_hot_set_and_counts_what_the_kernel_c
         thp_start >= 256.0,
         "THPs backed only {thp_start:.0} MiB of the 512 MiB chase: not a THP run"
     );
-    assert!(
-        t1.hot_on_fast_pct >= 90.0,
-        "tierd placed {:.1} % of the hot set on node 0",
-        t1.hot_on_fast_pct
-    );
-    assert!(t1.t90_s.is_some(), "90 % reached within the run");
-    assert!(
-        t1.over_pct <= 10.0,
-        "over-promotion {:+.1} % (bound 10 %)",
-        t1.over_pct
-    );
-    assert_eq!(t1.hint_faults, 0, "numa_balancing was off: no hint faults");
-    assert!(t1.workload_finished, "the chase ended normally");
+    assert_placed_the_hot_set(t1);
     assert_eq!(
         t1.compact_isolated, 0,
         "compaction ran in the window: pgmigrate_success is not tierd's alone"
