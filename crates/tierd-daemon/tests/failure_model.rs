@@ -10,6 +10,8 @@
     clippy::expect_used
 )]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -21,22 +23,9 @@ use tierd_engine::{Backend, OwnerUpdate};
 use tierd_linux::source::damon::DamonError;
 use tierd_linux::source::{AccessedRange, Feed, SourceError};
 
-fn fixture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tierd-linux/tests/fixtures/guest-6.12")
-}
-
 /// A private copy of the guest tree (symlinks kept as links), to break.
 fn tree() -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    let ok = Command::new("cp")
-        .arg("-a")
-        .arg(fixture())
-        .arg(d.path().join("root"))
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "cp -a of the fixture");
-    d
+    common::copy_fixture()
 }
 
 fn config(root: &Path, scope: &str) -> DaemonConfig {
@@ -300,7 +289,7 @@ fn sleeper() -> std::process::Child {
 /// A backend over this machine's real /proc (pidfds) with the guest's topology, moving for
 /// real (not a dry run).
 fn live_backend(pid: u32) -> LinuxBackend {
-    let t = fixture();
+    let t = common::fixture();
     let text = format!(
         "[scope]\npids = [{pid}]\n[system]\nsys_root = \"{0}/sys\"\nproc_root = \"/proc\"\ncgroup_root = \"{0}/sys/fs/cgroup\"\n",
         t.display()

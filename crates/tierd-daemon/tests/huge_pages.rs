@@ -9,8 +9,9 @@
     clippy::expect_used
 )]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use std::path::Path;
 
 use tierd_daemon::config::DaemonConfig;
 use tierd_daemon::daemon::{LinuxBackend, Preflight};
@@ -29,10 +30,6 @@ const THP_START: u64 = 0x7ff0_0000_0000;
 /// A 4 MiB hugetlbfs mapping: two 2 MiB hugetlb pages.
 const HTLB_START: u64 = 0x7fe0_0000_0000;
 const MIB4: u64 = 4 << 20;
-
-fn fixture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tierd-linux/tests/fixtures/guest-6.12")
-}
 
 /// `text`'s entries with `extra` added, ordered by start address as the kernel lists VMAs.
 /// An entry is a line (`maps`, `numa_maps`) or, for `smaps`, a range line and its fields.
@@ -109,15 +106,7 @@ fn smaps_fields(
 
 /// A private copy of the guest tree with the two mappings added to pid 152.
 fn tree() -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    let ok = Command::new("cp")
-        .arg("-a")
-        .arg(fixture())
-        .arg(d.path().join("root"))
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "cp -a of the fixture");
+    let d = common::copy_fixture();
     let p = d.path().join("root/proc").join(PID.to_string());
     // The folio method is probed on `<proc>/self/smaps` (tierd's own): a directory, not the
     // kernel's symlink, so that the pid namespace check says it cannot tell rather than
