@@ -852,9 +852,11 @@ mod tests {
         assert!(q.iter().all(|r| *r == Ok(NodeId(0))), "{q:?}");
     }
 
-    #[test]
-    fn huge_page_is_one_address_of_512_pages() {
-        const HUGE: usize = 2 << 20;
+    const HUGE: usize = 2 << 20;
+
+    /// A 4 MiB anonymous mapping advised for THP, with the 2 MiB at its first aligned address
+    /// (returned) faulted in: a THP where the host gives one.
+    fn thp_mapping() -> (AnonMapping, usize) {
         let mut m = AnonMapping::new(2 * HUGE).expect("mmap");
         m.advise_hugepage().expect("madvise");
         let head = m.addr().next_multiple_of(HUGE);
@@ -862,6 +864,13 @@ mod tests {
         for p in m.as_mut_slice()[off..off + HUGE].chunks_mut(page_size()) {
             p[0] = 1;
         }
+        (m, head)
+    }
+
+    #[test]
+    fn huge_page_is_one_address_of_512_pages() {
+        // Held to the end: the mapping is unmapped on drop.
+        let (_m, head) = thp_mapping();
         let batch = MigrationBatch {
             id: 1,
             kind: MigrationKind::Promote,
@@ -966,14 +975,8 @@ mod tests {
 
     #[test]
     fn a_folio_named_twice_in_a_batch_reaches_the_kernel_once() {
-        const HUGE: usize = 2 << 20;
-        let mut m = AnonMapping::new(2 * HUGE).expect("mmap");
-        m.advise_hugepage().expect("madvise");
-        let head = m.addr().next_multiple_of(HUGE);
-        let off = head - m.addr();
-        for p in m.as_mut_slice()[off..off + HUGE].chunks_mut(page_size()) {
-            p[0] = 1;
-        }
+        // Held to the end: the mapping is unmapped on drop.
+        let (_m, head) = thp_mapping();
         let at = |addr: usize, size: PageSize| PlannedMove {
             page: PageRef::sized(SpaceId(3), Vpn::from_addr(addr as u64), size),
             from: NodeId(1),
