@@ -12,7 +12,9 @@
 use std::path::{Path, PathBuf};
 
 use tierd_engine::types::{Nanos, NodeId};
-use tierd_linux::read::{self, cgroup, meminfo, numa_maps, proc, topology, vmstat, ParseError};
+use tierd_linux::read::{
+    self, cgroup, meminfo, numa_maps, proc, task, topology, vmstat, ParseError,
+};
 use tierd_linux::source::damon;
 use tierd_linux::source::perf::{ibs::IbsOp, sample, spe, MemSample};
 
@@ -74,6 +76,17 @@ pub fn proc_files(data: &[u8]) {
     if let Ok(s) = stat {
         let _ = s.cpu_time(proc::USER_HZ);
         let _ = s.cpu_time(0);
+    }
+    // The same line as a thread's `task/TID/stat`, and the accessing-node rule over it.
+    let task = task::parse_task_stat(&t);
+    check_line(&t, &task);
+    if let Ok(ts) = task {
+        let p = task::home_node(&[ts], &std::collections::BTreeMap::new(), |c| {
+            (c < 4).then_some(NodeId(u16::try_from(c / 2).unwrap_or(0)))
+        });
+        if let task::Placement::Node(n) = p {
+            assert!(ts.processor < 4 && n.0 == u16::try_from(ts.processor / 2).unwrap_or(9));
+        }
     }
 }
 

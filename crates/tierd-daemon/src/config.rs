@@ -740,6 +740,30 @@ mod tests {
     }
 
     #[test]
+    fn accessing_node_and_preferred_many_keys() {
+        let d = parse("[scope]\nall = true\n")
+            .expect("valid")
+            .engine_config();
+        assert_eq!(d.accessing_node, tierd_engine::AccessingNode::Threads);
+        assert_eq!(d.preferred_many, tierd_engine::PreferredMany::Always);
+        let c = parse(
+            "[scope]\nall = true\n[engine]\naccessing_node = \"none\"\n\
+             preferred_many = \"follow-flag\"\n",
+        )
+        .expect("valid")
+        .engine_config();
+        assert_eq!(c.accessing_node, tierd_engine::AccessingNode::None);
+        assert_eq!(c.preferred_many, tierd_engine::PreferredMany::FollowFlag);
+        let m = err("[scope]\nall = true\n[engine]\npreferred_many = \"follow_flag\"\n");
+        assert!(
+            m.starts_with("t.toml:4:") && m.contains("engine.preferred_many"),
+            "{m}"
+        );
+        let m = err("[scope]\nall = true\n[engine]\naccessing_node = \"pmu\"\n");
+        assert!(m.contains("engine.accessing_node"), "{m}");
+    }
+
+    #[test]
     fn type_error_names_file_line_column_and_key() {
         let m = err("[scope]\npids = [1]\n[engine]\nfreq_threshold = \"two\"\n");
         assert!(m.starts_with("t.toml:4:"), "{m}");

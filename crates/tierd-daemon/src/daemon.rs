@@ -60,9 +60,11 @@ use tierd_linux::read::cgroup::{read_proc_cgroup, unified_path, CgroupFs};
 use tierd_linux::read::meminfo::read_node_meminfo;
 use tierd_linux::read::numa_maps::{policy_ranges, read_vmas, Vma};
 use tierd_linux::read::proc::{list_pids, read_stat, read_status, USER_HZ};
+use tierd_linux::read::task::{cpu_ticks_by_tid, home_node, read_tasks, Placement};
 use tierd_linux::read::topology::{
     read_demotion_enabled, read_numa_balancing, read_system_topology, SystemTopology,
 };
+use tierd_linux::read::topology::{read_node_frames, NodeFrames};
 use tierd_linux::read::vmstat::{read_vmstat, Vmstat};
 use tierd_linux::read::ReadError;
 use tierd_linux::source::folio::{FolioMap, FolioMethod, ProcFolios};
@@ -375,6 +377,84 @@ struct ScopedProcess {
     maps_sig: u64,
     /// When `numa_maps` was last read; `None` until the first read.
     numa_read_at: Option<Nanos>,
+    /// Where its threads run (the accessing node of its unattributed observations).
+    threads: ThreadsRead,
+}
+
+/// What the last readings of a process's threads said (`/proc/PID/task/*/stat`).
+#[derive(Debug, Default)]
+struct ThreadsRead {
+    /// `Threads` from the latest `status` read.
+    count: Option<u32>,
+    /// `Threads` when the tasks were last read.
+    count_at_read: Option<u32>,
+    /// Refreshes since the tasks were last read; `None` before the first read.
+    age: Option<u32>,
+    /// The last reading changed `home`: read again on the next refresh.
+    unsettled: bool,
+    /// Each thread's CPU time at the last read.
+    ticks: BTreeMap<u32, u64>,
+    /// The node all of its recently running threads run on.
+    home: Option<NodeId>,
+}
+
+/// The threads of a process whose thread count did not change are re-read every this many
+/// refreshes (5 s with the default `refresh_ms`): a pinned process never moves, and the
+/// scheduler moves an unpinned one between nodes over seconds (kernel/sched/fair.c
+/// `task_numa_placement()` works per scan period, 1 s and up), while each reading costs a
+/// `stat` read per thread.
+const THREADS_EVERY_REFRESHES: u32 = 5;
+
+/// Whether the daemon reads threads for the accessing node: only where the engine uses it
+/// (precise mode, `accessing_node = "threads"`); default mode promotes to one target
+/// whatever the accessor.
+fn threads_attribution(cfg: &DaemonConfig) -> bool {
+    cfg.engine.mode == tierd_engine::hotness::HotnessMode::Precise
+        && cfg.engine.accessing_node == tierd_engine::AccessingNode::Threads
+}
+
+/// Re-reads where `pid`'s threads run when it is due (the first refresh, the one after a
+/// change, a changed thread count, or every [`THREADS_EVERY_REFRESHES`]), and updates its
+/// home node by [`home_node`]: the node all threads that ran since the last reading last
+/// ran on; none when they span nodes; unchanged when none ran.
+fn read_threads(
+    proc_root: &Path,
+    cpu_nodes: &BTreeMap<u32, NodeId>,
+    faults: &mut Faults,
+    pid: u32,
+    t: &mut ThreadsRead,
+) {
+    let due = match t.age {
+        None => true,
+        Some(age) => {
+            t.unsettled || t.count != t.count_at_read || age + 1 >= THREADS_EVERY_REFRESHES
+        }
+    };
+    if !due {
+        t.age = t.age.map(|a| a + 1);
+        return;
+    }
+    match read_tasks(proc_root, pid) {
+        Ok(tasks) => {
+            let before = t.home;
+            match home_node(&tasks, &t.ticks, |cpu| cpu_nodes.get(&cpu).copied()) {
+                Placement::Node(n) => t.home = Some(n),
+                Placement::Spread => t.home = None,
+                Placement::Idle => {}
+            }
+            t.unsettled = t.home != before;
+            t.ticks = cpu_ticks_by_tid(&tasks);
+            t.count_at_read = t.count;
+            t.age = Some(0);
+        }
+        // Exiting: the next refresh drops it.
+        Err(e) if e.is_gone() => {}
+        Err(e) => {
+            t.home = None;
+            let r = io_reason("threads_read", read_errno(&e));
+            faults.record(&r, &chain(&e));
+        }
+    }
 }
 
 /// The Linux implementation of the engine's [`Backend`]. It never fails once built: what
@@ -393,6 +473,9 @@ pub struct LinuxBackend {
     procs: BTreeMap<u32, ScopedProcess>,
     /// The pids the feeds were last given.
     targets: Vec<u32>,
+    /// Each CPU's node (sysfs `nodeN/cpulist`), for the accessing node of a process's
+    /// observations; empty when it could not be read (then no process has one).
+    cpu_nodes: BTreeMap<u32, NodeId>,
     /// Hold processes by pidfd (the proc root is our own `/proc`), else by start time.
     use_pidfd: bool,
     last_refresh: Option<Nanos>,
@@ -420,12 +503,17 @@ pub struct LinuxBackend {
     /// Base pages of hugetlb folios held back from a batch: the target's pool had no free
     /// huge page of their size.
     pub hugetlb_no_free_pages: u64,
+    /// The node of each physical frame, from the nodes' memory blocks (re-read every
+    /// refresh, so that memory hot-plug is seen within a refresh period): a folio whose head
+    /// frame pagemap showed is located without a `move_pages(2)` query.
+    frames: NodeFrames,
 }
 
 /// The daemon's page lookup: `move_pages(2)` through the mover, or a replacement.
 struct Lookup<'a> {
     mover: &'a mut Mover,
     other: Option<&'a mut (dyn Locator<Error = MoverError> + 'static)>,
+    frames: &'a NodeFrames,
 }
 
 impl Locator for Lookup<'_> {
@@ -435,6 +523,13 @@ impl Locator for Lookup<'_> {
         match &mut self.other {
             Some(l) => l.nodes(pid, addrs),
             None => self.mover.nodes(pid, addrs),
+        }
+    }
+
+    fn node_of_frame(&self, pfn: tierd_engine::types::Pfn) -> Option<NodeId> {
+        match &self.other {
+            Some(l) => l.node_of_frame(pfn),
+            None => self.frames.node_of(pfn.0),
         }
     }
 }
@@ -553,6 +648,24 @@ impl LinuxBackend {
             tracing::info!(folios = %method, "{}", describe_folio_method(method));
         }
         let mover = Mover::new(MoverConfig::default()).with_split_counter(&cfg.system.proc_root);
+        let frames = read_node_frames(&cfg.system.sys_root).unwrap_or_default();
+        let mut faults = Faults::default();
+        let cpu_nodes = if threads_attribution(&cfg) {
+            match read_system_topology(&cfg.system.sys_root) {
+                Ok(sys) => sys
+                    .nodes
+                    .iter()
+                    .flat_map(|n| n.cpus.iter().map(move |c| (*c, n.id)))
+                    .collect(),
+                Err(e) => {
+                    let r = io_reason("cpu_nodes_read", read_errno(&e));
+                    faults.record(&r, &chain(&e));
+                    BTreeMap::new()
+                }
+            }
+        } else {
+            BTreeMap::new()
+        };
         LinuxBackend {
             cfg,
             dry_run,
@@ -564,6 +677,7 @@ impl LinuxBackend {
             next_cgroup_id: 1,
             procs: BTreeMap::new(),
             targets: Vec::new(),
+            cpu_nodes,
             use_pidfd,
             last_refresh: None,
             ranges: Vec::new(),
@@ -575,7 +689,7 @@ impl LinuxBackend {
                 .map(|n| n.id)
                 .filter(|n| topology.is_toptier(*n))
                 .collect(),
-            faults: Faults::default(),
+            faults,
             planned_pages: 0,
             locate_stats: LocateStats::default(),
             dry_run_log: Vec::new(),
@@ -584,6 +698,7 @@ impl LinuxBackend {
             folio_method_logged: Some(method),
             locator: None,
             hugetlb_no_free_pages: 0,
+            frames,
         }
     }
 
@@ -762,6 +877,7 @@ impl LinuxBackend {
                     vmas: Vec::new(),
                     maps_sig: 0,
                     numa_read_at: None,
+                    threads: ThreadsRead::default(),
                 },
                 Err(e) if e.is_gone() => {
                     self.faults.count("process_gone", 1);
@@ -807,6 +923,7 @@ impl LinuxBackend {
             let st = read_status(&proc_root, pid)?;
             p.comm = st.name;
             p.mems_allowed = st.mems_allowed;
+            p.threads.count = st.threads;
             p.cgroup = unified_path(&read_proc_cgroup(&proc_root, pid)?)
                 .unwrap_or("/")
                 .to_string();
@@ -902,11 +1019,26 @@ impl LinuxBackend {
                 space: SpaceId(*pid),
             });
         }
+        let attribute = threads_attribution(&self.cfg) && !self.cpu_nodes.is_empty();
         let mut updates = Vec::new();
-        for (pid, p) in &fresh {
-            updates.push((*pid, p.cgroup.clone(), policy_ranges(&p.vmas)));
+        for (pid, p) in &mut fresh {
+            if attribute {
+                read_threads(
+                    &proc_root,
+                    &self.cpu_nodes,
+                    &mut self.faults,
+                    *pid,
+                    &mut p.threads,
+                );
+            }
+            updates.push((
+                *pid,
+                p.cgroup.clone(),
+                policy_ranges(&p.vmas),
+                p.threads.home,
+            ));
         }
-        for (pid, cgroup, ranges) in updates {
+        for (pid, cgroup, ranges, home) in updates {
             let cgroup = self.cgroup_id(&cgroup);
             out.push(OwnerUpdate::Owner {
                 space: SpaceId(pid),
@@ -916,6 +1048,12 @@ impl LinuxBackend {
                 space: SpaceId(pid),
                 ranges,
             });
+            if attribute {
+                out.push(OwnerUpdate::HomeNode {
+                    space: SpaceId(pid),
+                    node: home,
+                });
+            }
         }
         // Cgroups no process in scope is in any more are forgotten (their usage is not read).
         let live: BTreeSet<&str> = fresh.values().map(|p| p.cgroup.as_str()).collect();
@@ -950,6 +1088,16 @@ impl LinuxBackend {
                     let r = io_reason(&format!("{}_targets", f.name()), e.errno());
                     self.faults.record(&r, &chain(&e));
                 }
+            }
+        }
+        // Memory blocks come and go with hot-plug; a frame the map does not know is asked of
+        // the kernel, so a failed read only costs queries.
+        match read_node_frames(&self.cfg.system.sys_root) {
+            Ok(f) => self.frames = f,
+            Err(e) => {
+                let r = io_reason("memory_blocks_read", read_errno(&e));
+                self.faults.record(&r, &chain(&e));
+                self.frames = NodeFrames::default();
             }
         }
         self.last_refresh = Some(now);
@@ -1043,6 +1191,7 @@ impl Backend for LinuxBackend {
         let mut lookup = Lookup {
             mover: &mut self.mover,
             other: self.locator.as_deref_mut(),
+            frames: &self.frames,
         };
         let failed = locate(
             &ranges,
@@ -1096,6 +1245,22 @@ impl Backend for LinuxBackend {
     }
 
     fn usage(&mut self, _now: Nanos) -> Result<SystemUsage, Self::Error> {
+        let r = self.usage_inner();
+        Ok(r)
+    }
+
+    fn migrate(
+        &mut self,
+        now: Nanos,
+        batch: &MigrationBatch,
+    ) -> Result<MigrationReport, Self::Error> {
+        let r = self.migrate_inner(now, batch);
+        Ok(r)
+    }
+}
+
+impl LinuxBackend {
+    fn usage_inner(&mut self) -> SystemUsage {
         let sys_root = self.cfg.system.sys_root.clone();
         let mut usage = SystemUsage::default();
         for n in self.node_ids.clone() {
@@ -1152,17 +1317,13 @@ impl Backend for LinuxBackend {
                 },
             );
         }
-        Ok(usage)
+        usage
     }
 
-    fn migrate(
-        &mut self,
-        _now: Nanos,
-        batch: &MigrationBatch,
-    ) -> Result<MigrationReport, Self::Error> {
+    fn migrate_inner(&mut self, _now: Nanos, batch: &MigrationBatch) -> MigrationReport {
         let held = self.hold_back_hugetlb(batch);
         if held.iter().all(Option::is_none) {
-            return Ok(self.execute(batch));
+            return self.execute(batch);
         }
         let rest = MigrationBatch {
             pages: batch
@@ -1200,7 +1361,7 @@ impl Backend for LinuxBackend {
             .collect();
         let mut report = MigrationReport::for_batch(batch, outcomes);
         report.results.extend(split_pages);
-        Ok(report)
+        report
     }
 }
 
@@ -1555,6 +1716,82 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `/proc/PID/task/TID/stat` of a thread with `ticks` CPU ticks last on `cpu`.
+    fn write_task(proc_root: &Path, pid: u32, tid: u32, ticks: u64, cpu: u32) {
+        let dir = proc_root.join(format!("{pid}/task/{tid}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut f: Vec<String> = (3..=52).map(|_| "0".to_string()).collect();
+        f[0] = "S".into();
+        f[14 - 3] = ticks.to_string();
+        f[39 - 3] = cpu.to_string();
+        std::fs::write(dir.join("stat"), format!("{tid} (w) {}\n", f.join(" "))).unwrap();
+    }
+
+    /// The accessing node over successive refreshes: settled by the second reading, then
+    /// read every THREADS_EVERY_REFRESHES or when the thread count changes; threads spanning
+    /// two nodes give none; an idle process keeps its node.
+    #[test]
+    fn threads_give_a_home_node_read_only_when_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        // CPUs 0-1 on node 0, 2-3 on node 1 (the lab's three-node guest).
+        let cpus: BTreeMap<u32, NodeId> = [(0, 0), (1, 0), (2, 1), (3, 1)]
+            .into_iter()
+            .map(|(c, n)| (c, NodeId(n)))
+            .collect();
+        let mut faults = Faults::default();
+        let mut t = ThreadsRead {
+            count: Some(1),
+            ..ThreadsRead::default()
+        };
+        write_task(root, 50, 50, 10, 3);
+        read_threads(root, &cpus, &mut faults, 50, &mut t);
+        assert_eq!(t.home, Some(NodeId(1)));
+        assert!(t.unsettled, "a change: read again next time");
+        write_task(root, 50, 50, 20, 2);
+        read_threads(root, &cpus, &mut faults, 50, &mut t);
+        assert_eq!(
+            (t.home, t.unsettled, t.age),
+            (Some(NodeId(1)), false, Some(0))
+        );
+        // Not due: the file is not read (a thread on node 0 would otherwise change it).
+        write_task(root, 50, 50, 30, 0);
+        for age in 1..THREADS_EVERY_REFRESHES {
+            read_threads(root, &cpus, &mut faults, 50, &mut t);
+            assert_eq!((t.home, t.age), (Some(NodeId(1)), Some(age)));
+        }
+        // Due again: read.
+        read_threads(root, &cpus, &mut faults, 50, &mut t);
+        assert_eq!((t.home, t.age), (Some(NodeId(0)), Some(0)));
+        read_threads(root, &cpus, &mut faults, 50, &mut t);
+        assert!(!t.unsettled);
+        // A second thread, on node 1, both running: the count changed, so read at once,
+        // and the threads span nodes: no home node.
+        write_task(root, 50, 50, 40, 0);
+        write_task(root, 50, 51, 5, 2);
+        t.count = Some(2);
+        read_threads(root, &cpus, &mut faults, 50, &mut t);
+        assert_eq!(t.home, None);
+        // Only thread 51 ran since: node 1.
+        write_task(root, 50, 51, 9, 3);
+        read_threads(root, &cpus, &mut faults, 50, &mut t);
+        assert_eq!(t.home, Some(NodeId(1)));
+        // Nothing ran: it keeps its node.
+        read_threads(root, &cpus, &mut faults, 50, &mut t);
+        assert_eq!(t.home, Some(NodeId(1)));
+        // A process that is gone is not a fault; an unreadable task list is.
+        let mut gone = ThreadsRead::default();
+        read_threads(root, &cpus, &mut faults, 77, &mut gone);
+        assert_eq!(gone.home, None);
+        assert!(faults.counts().is_empty(), "{:?}", faults.counts());
+        std::fs::write(root.join("50/task/52"), "not a directory").unwrap();
+        std::fs::create_dir_all(root.join("50/task/53")).unwrap();
+        t.count = Some(4);
+        read_threads(root, &cpus, &mut faults, 50, &mut t);
+        assert_eq!(t.home, None);
+        assert_eq!(faults.get("threads_read_error"), 1, "{:?}", faults.counts());
+    }
 
     #[test]
     fn hot_pages_are_distinct_pages_of_the_last_period_on_their_last_node() {

@@ -15,7 +15,7 @@ use crate::engine::Engine;
 use crate::plan::{MigrationBatch, MigrationReport, MoveOutcome, SystemUsage};
 use crate::policy::{MemPolicy, Owner};
 use crate::sources::Observation;
-use crate::types::{Nanos, SpaceId, Vpn};
+use crate::types::{Nanos, NodeId, SpaceId, Vpn};
 
 /// A change in who owns an address space or what policy its ranges have.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +33,16 @@ pub enum OwnerUpdate {
         space: SpaceId,
         /// Ranges and their policies.
         ranges: Vec<(Vpn, Vpn, MemPolicy)>,
+    },
+    /// The node all of the space's recently running threads run on, or `None` when they span
+    /// nodes or it is not known (the Linux backend reads `/proc/PID/task/*/stat`). In precise
+    /// mode, with `accessing_node = "threads"`, it is the accessing node of the space's
+    /// observations that do not carry one ([`crate::config::AccessingNode`]).
+    HomeNode {
+        /// The address space.
+        space: SpaceId,
+        /// The node, if there is one.
+        node: Option<NodeId>,
     },
     /// The space is gone.
     Exited {

@@ -159,6 +159,65 @@ pub struct EngineConfig {
     /// the user spread those pages on purpose, and tierd leaves them where they are
     /// ([`crate::policy::MemPolicy::may_move`]).
     pub move_interleaved: bool,
+    /// Where an observation whose source does not know who made the access (DAMON, idle
+    /// tracking) is attributed in precise mode: `threads` (the node all of the process's
+    /// running threads run on, when there is one; [`AccessingNode`]) or `none` (the target).
+    pub accessing_node: AccessingNode,
+    /// Whether pages of `MPOL_PREFERRED_MANY` VMAs are promoted only when the policy carries
+    /// `MPOL_F_NUMA_BALANCING`, as the kernel does (`follow-flag`), or always (`always`, the
+    /// default); [`PreferredMany`].
+    pub preferred_many: PreferredMany,
+}
+
+/// How an observation without an accessing node gets one (precise mode only: default mode
+/// promotes every page to its one target).
+///
+/// The kernel's NUMA balancing places a task's memory on the node its task runs on: a hint
+/// fault is charged to the faulting CPU's node (mm/mempolicy.c `mpol_misplaced()`, `thisnid =
+/// numa_node_id()` for the MPOL_F_MORON case), and kernel/sched/fair.c
+/// `task_numa_placement()` settles a task's `numa_preferred_nid` on the node its faults come
+/// from. An accessed-bit source (DAMON, idle tracking) says a page was used, not by whom, so
+/// without attribution every page goes to the one configured target: with two DRAM nodes,
+/// half of a node-local process's hot set ends on the wrong one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessingNode {
+    /// Attribute to the node the backend says all of the process's recently running threads
+    /// run on (`OwnerUpdate::HomeNode`); when its threads span nodes, or the backend cannot
+    /// tell, the access stays unattributed and the target applies. The default: a process
+    /// whose threads all run on one node (one process per node, as MPI ranks and most
+    /// servers are deployed) makes every access from there, so this is what a sampling PMU
+    /// would report, at the cost of reading `/proc/PID/task/*/stat` now and then.
+    #[default]
+    Threads,
+    /// Never attribute: every unattributed access promotes to the target.
+    None,
+}
+
+/// What tierd does with pages of `MPOL_PREFERRED_MANY` VMAs.
+///
+/// The kernel promotes them only when the policy was set with `MPOL_F_NUMA_BALANCING`
+/// (Linux 6.10+, mm/mempolicy.c `sanitize_mpol_flags()` turns the flag into `MPOL_F_MOF |
+/// MPOL_F_MORON`; without MPOL_F_MOF, kernel/sched/fair.c `task_numa_work()` skips the VMA
+/// (`vma_policy_mof()`), so no hint fault ever asks `mpol_misplaced()` about its pages;
+/// Documentation/admin-guide/mm/numa_memory_policy.rst). Either way no page leaves the
+/// preferred set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PreferredMany {
+    /// Promote into (and inside) the preferred set whether or not the flag is set (the
+    /// default). A page of such a VMA sits on a slow node only because the preferred nodes
+    /// had no room when it was allocated: `alloc_pages_preferred_many()` (mm/mempolicy.c)
+    /// tries the set first and falls back to any node only when it fails. Promoting it
+    /// toward the set does what the allocator would have done with room and never overrides
+    /// the set the user chose; and a process in tierd's scope was put there by an operator
+    /// who asked for tiering.
+    #[default]
+    Always,
+    /// The kernel's rule: promote only with `MPOL_F_NUMA_BALANCING` (`numa_maps` shows
+    /// `prefer (many)=balancing:...`); without it tierd leaves the pages where they are (it
+    /// still demotes them within the set, as reclaim would).
+    FollowFlag,
 }
 
 /// pghot's default-mode frequency window (`PGHOT_DEFAULT_FREQ_WINDOW`, 3 s).
@@ -198,6 +257,8 @@ impl Default for EngineConfig {
             watermark_scale_factor: 10,
             store_idle_ms: 60_000,
             move_interleaved: false,
+            accessing_node: AccessingNode::Threads,
+            preferred_many: PreferredMany::Always,
         }
     }
 }

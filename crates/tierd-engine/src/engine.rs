@@ -43,7 +43,7 @@
 use std::collections::BTreeMap;
 
 use crate::backend::OwnerUpdate;
-use crate::config::{ConfigError, EngineConfig, ThresholdMode};
+use crate::config::{AccessingNode, ConfigError, EngineConfig, ThresholdMode};
 use crate::hotness::{
     fit_threshold, HeatMap, HotnessMode, HotnessParams, HotnessStore, ReadyPage, Tier,
     NO_PROMOTION_BIN,
@@ -358,6 +358,7 @@ impl Engine {
         match update {
             OwnerUpdate::Owner { space, owner } => self.owners.set_owner(space, owner),
             OwnerUpdate::Policies { space, ranges } => self.owners.set_policies(space, ranges),
+            OwnerUpdate::HomeNode { space, node } => self.owners.set_home_node(space, node),
             OwnerUpdate::Exited { space } => self.forget_space(space),
         }
     }
@@ -418,7 +419,20 @@ impl Engine {
             }
             return;
         }
-        if obs.accessing_node == Some(obs.page_node) {
+        // An accessed-bit source does not know who made the access: in precise mode (the only
+        // one that stores the accessor) it is the node the process's threads run on, when
+        // they all run on one (AccessingNode::Threads; the kernel charges a hint fault to the
+        // faulting CPU's node, mm/mempolicy.c mpol_misplaced()). One lookup per observation,
+        // and only in precise mode.
+        let accessing_node = match obs.accessing_node {
+            None if self.config.mode == HotnessMode::Precise
+                && self.config.accessing_node == AccessingNode::Threads =>
+            {
+                self.owners.home_node(obs.page.space)
+            }
+            n => n,
+        };
+        if accessing_node == Some(obs.page_node) {
             e.pghot_ignored_same_node += 1;
             return;
         }
@@ -430,7 +444,7 @@ impl Engine {
         }
         // The kernel refuses a non-top-tier nid in precise mode (`pghot_nid_valid()`);
         // tierd treats it as "accessor unknown" so the access still counts toward hotness.
-        let accessing = obs.accessing_node.filter(|n| self.topo.is_toptier(*n));
+        let accessing = accessing_node.filter(|n| self.topo.is_toptier(*n));
         if self.stores.len() > 1 && self.stores.contains_key(&obs.page_node) {
             // The folio is on this slow node now: a record of it (or of the folio it was
             // split from or collapsed from) in another slow node's store is stale, and would
@@ -792,7 +806,7 @@ impl Engine {
     /// `mpol_misplaced()` does without `MPOL_F_MORON`).
     fn promotion_target(&self, src_node: NodeId, rp: &ReadyPage) -> Option<NodeId> {
         let pol = self.owners.policy(rp.key.space, rp.key.vpn);
-        if !pol.may_move(self.config.move_interleaved) {
+        if !pol.may_promote(self.config.move_interleaved, self.config.preferred_many) {
             return None;
         }
         match self.config.mode {

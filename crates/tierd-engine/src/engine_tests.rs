@@ -4,7 +4,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::backend::{step, Backend, StepBuffers};
-use crate::config::{DemotionConfig, ThresholdMode};
+use crate::config::{AccessingNode, DemotionConfig, PreferredMany, ThresholdMode};
 use crate::hotness::HotnessMode;
 use crate::plan::{CgroupUsage, NodeUsage};
 use crate::policy::{MemPolicy, Owner, PolicyMode};
@@ -228,6 +228,159 @@ fn precise_mode_without_accessor_falls_back_to_the_target() {
     e.observe(&[obs(1, 5, N2, None, 0), obs(1, 5, N2, None, 10)]);
     let plan = e.tick(Nanos::from_millis(100), &u);
     assert_eq!(plan.batches[0].target, N1);
+}
+
+/// Where each space's pages were planned to go, by space.
+fn targets_by_space(plan: &MigrationPlan) -> BTreeMap<u32, Vec<NodeId>> {
+    let mut out: BTreeMap<u32, Vec<NodeId>> = BTreeMap::new();
+    for b in &plan.batches {
+        for m in &b.pages {
+            out.entry(m.page.space.0).or_default().push(b.target);
+        }
+    }
+    for v in out.values_mut() {
+        v.sort_unstable();
+        v.dedup();
+    }
+    out
+}
+
+/// Precise mode with `accessing_node = "threads"`: an accessed-bit observation (no accessor)
+/// of a process whose threads all run on node 1 promotes to node 1, one on node 0 to node 0,
+/// one whose threads span nodes to the target; an accessor the source knew wins; with
+/// `"none"`, or in default mode, the home node is ignored.
+#[test]
+fn unattributed_accesses_go_to_the_node_the_threads_run_on() {
+    let topo = three_node(Bytes::gib(16), Bytes::gib(16), Bytes::gib(64));
+    let u = usage(&topo, Bytes::gib(16));
+    let scan = |space: u32, t: u64| Observation {
+        source: SourceKind::AccessedBitScan,
+        ..obs(space, 5, N2, None, t)
+    };
+    let run = |mode: HotnessMode, attribution: AccessingNode| {
+        let cfg = EngineConfig {
+            mode,
+            target_nid: Some(N0),
+            accessing_node: attribution,
+            ..kcfg()
+        };
+        let mut e = Engine::new(cfg, topo.clone()).unwrap();
+        for (space, home) in [(1, Some(N0)), (2, Some(N1)), (3, None)] {
+            e.update_owner(OwnerUpdate::HomeNode {
+                space: SpaceId(space),
+                node: home,
+            });
+        }
+        let mut batch = Vec::new();
+        for space in 1..=3 {
+            batch.extend([scan(space, 0), scan(space, 10)]);
+        }
+        // Space 4 runs on node 1 but its source (a PMU) saw the access come from node 0.
+        e.update_owner(OwnerUpdate::HomeNode {
+            space: SpaceId(4),
+            node: Some(N1),
+        });
+        batch.extend([obs(4, 5, N2, Some(N0), 0), obs(4, 5, N2, Some(N0), 10)]);
+        e.observe(&batch);
+        targets_by_space(&e.tick(Nanos::from_millis(100), &u))
+    };
+    let got = run(HotnessMode::Precise, AccessingNode::Threads);
+    assert_eq!(got[&1], vec![N0]);
+    assert_eq!(got[&2], vec![N1], "attributed to the threads' node");
+    assert_eq!(got[&3], vec![N0], "threads span nodes: the target");
+    assert_eq!(got[&4], vec![N0], "the source's own accessor wins");
+    for (mode, attribution) in [
+        (HotnessMode::Precise, AccessingNode::None),
+        (HotnessMode::Default, AccessingNode::Threads),
+    ] {
+        let got = run(mode, attribution);
+        for space in 1..=3 {
+            assert_eq!(
+                got[&space],
+                vec![N0],
+                "{mode:?} {attribution:?} space {space}"
+            );
+        }
+    }
+}
+
+/// A home node that changes (the process was moved to another node) applies to the
+/// accesses seen after the change: the record keeps the latest accessor, as pghot's does.
+#[test]
+fn a_moved_process_takes_its_later_accesses_with_it() {
+    let topo = three_node(Bytes::gib(16), Bytes::gib(16), Bytes::gib(64));
+    let u = usage(&topo, Bytes::gib(16));
+    let cfg = EngineConfig {
+        mode: HotnessMode::Precise,
+        target_nid: Some(N0),
+        ..kcfg()
+    };
+    let mut e = Engine::new(cfg, topo).unwrap();
+    let scan = |t: u64| Observation {
+        source: SourceKind::AccessedBitScan,
+        ..obs(1, 5, N2, None, t)
+    };
+    e.update_owner(OwnerUpdate::HomeNode {
+        space: SpaceId(1),
+        node: Some(N0),
+    });
+    e.observe(&[scan(0)]);
+    e.update_owner(OwnerUpdate::HomeNode {
+        space: SpaceId(1),
+        node: Some(N1),
+    });
+    e.observe(&[scan(10)]);
+    let plan = e.tick(Nanos::from_millis(100), &u);
+    assert_eq!(targets_by_space(&plan)[&1], vec![N1]);
+    // A space that exits forgets its home node with everything else.
+    e.update_owner(OwnerUpdate::Exited { space: SpaceId(1) });
+    assert_eq!(e.owners().home_node(SpaceId(1)), None);
+}
+
+/// `preferred_many = "follow-flag"` promotes PREFERRED_MANY pages only with
+/// MPOL_F_NUMA_BALANCING; `"always"` (the default) promotes them either way, inside the set.
+#[test]
+fn preferred_many_promotion_follows_the_flag_when_asked() {
+    let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
+    let u = usage(&topo, Bytes::gib(16));
+    let set = NodeMask::from_nodes([N0, N1]);
+    let plain = MemPolicy::new(PolicyMode::PreferredMany, set);
+    let flagged = MemPolicy {
+        numa_balancing: true,
+        ..plain
+    };
+    for (rule, pol, want) in [
+        (PreferredMany::Always, plain, 10),
+        (PreferredMany::Always, flagged, 10),
+        (PreferredMany::FollowFlag, plain, 0),
+        (PreferredMany::FollowFlag, flagged, 10),
+    ] {
+        let cfg = EngineConfig {
+            preferred_many: rule,
+            ..kcfg()
+        };
+        let mut e = Engine::new(cfg, topo.clone()).unwrap();
+        e.update_owner(OwnerUpdate::Policies {
+            space: SpaceId(1),
+            ranges: vec![(Vpn(0), Vpn(10), pol)],
+        });
+        heat(&mut e, 1, 0..10, N1, 0);
+        let plan = e.tick(Nanos::from_millis(100), &u);
+        assert_eq!(
+            planned(&plan, MigrationKind::Promote),
+            want,
+            "{rule:?} {pol:?}"
+        );
+        assert_eq!(
+            e.stats().engine.pgpromote_policy_skipped,
+            10 - want,
+            "{rule:?} {pol:?}"
+        );
+    }
+    assert_eq!(
+        EngineConfig::default().preferred_many,
+        PreferredMany::Always
+    );
 }
 
 #[test]

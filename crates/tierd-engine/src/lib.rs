@@ -82,7 +82,9 @@ pub mod topology;
 pub mod types;
 
 pub use backend::{step, Backend, OwnerUpdate, StepBuffers, StepOutcome};
-pub use config::{ConfigError, DemotionConfig, EngineConfig, ThresholdMode};
+pub use config::{
+    AccessingNode, ConfigError, DemotionConfig, EngineConfig, PreferredMany, ThresholdMode,
+};
 pub use engine::Engine;
 pub use plan::{
     CgroupUsage, MigrationBatch, MigrationKind, MigrationPlan, MigrationReport, MoveError,

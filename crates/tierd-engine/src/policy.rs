@@ -18,6 +18,7 @@
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
+use crate::config::PreferredMany;
 use crate::types::{Bytes, CgroupId, NodeId, NodeMask, SpaceId, Vpn};
 
 /// A mempolicy mode, as `numa_maps` names them (mm/mempolicy.c `policy_modes`).
@@ -117,6 +118,25 @@ impl MemPolicy {
     }
 }
 
+impl MemPolicy {
+    /// Whether pages under this policy may be promoted under `rule`: every policy that
+    /// [`MemPolicy::may_move`] allows, except, with [`PreferredMany::FollowFlag`], a
+    /// PREFERRED_MANY policy without `MPOL_F_NUMA_BALANCING` (the kernel never takes a hint
+    /// fault on such a VMA: kernel/sched/fair.c `task_numa_work()` skips it unless
+    /// `vma_policy_mof()`, which only the flag sets for this mode, mm/mempolicy.c
+    /// `sanitize_mpol_flags()`).
+    #[must_use]
+    pub fn may_promote(&self, move_interleaved: bool, rule: PreferredMany) -> bool {
+        if !self.may_move(move_interleaved) {
+            return false;
+        }
+        match (self.mode, rule) {
+            (PolicyMode::PreferredMany, PreferredMany::FollowFlag) => self.numa_balancing,
+            _ => true,
+        }
+    }
+}
+
 /// Who owns an address space.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Owner {
@@ -132,6 +152,8 @@ struct SpaceInfo {
     owner: Owner,
     /// Non-overlapping `[start, end)` ranges, sorted by start.
     ranges: Vec<(Vpn, Vpn, MemPolicy)>,
+    /// The node all of its recently running threads run on, if one.
+    home_node: Option<NodeId>,
 }
 
 /// Owners and policies of every address space the engine knows.
@@ -182,6 +204,17 @@ impl OwnerMap {
             out
         };
         self.spaces.entry(space).or_default().ranges = out;
+    }
+
+    /// Sets the node `space`'s threads run on (`None`: they span nodes, or unknown).
+    pub fn set_home_node(&mut self, space: SpaceId, node: Option<NodeId>) {
+        self.spaces.entry(space).or_default().home_node = node;
+    }
+
+    /// The node `space`'s threads run on, if the backend reported one.
+    #[must_use]
+    pub fn home_node(&self, space: SpaceId) -> Option<NodeId> {
+        self.spaces.get(&space).and_then(|s| s.home_node)
     }
 
     /// Forgets `space` (the process exited).
@@ -300,6 +333,50 @@ mod tests {
             serde_json::to_string(&PolicyMode::Unknown).unwrap(),
             "\"unknown\""
         );
+    }
+
+    #[test]
+    fn preferred_many_follows_the_balancing_flag_only_when_asked() {
+        let mask = NodeMask::from_nodes([NodeId(0), NodeId(2)]);
+        let plain = MemPolicy::new(PolicyMode::PreferredMany, mask);
+        let balancing = MemPolicy {
+            numa_balancing: true,
+            ..plain
+        };
+        assert!(plain.may_promote(false, PreferredMany::Always));
+        assert!(!plain.may_promote(false, PreferredMany::FollowFlag));
+        assert!(balancing.may_promote(false, PreferredMany::FollowFlag));
+        assert!(balancing.may_promote(false, PreferredMany::Always));
+        // The rule is about PREFERRED_MANY only: BIND without the flag still promotes inside
+        // its mask (mpol_misplaced()'s nearest-allowed-node case), the default policy too.
+        for mode in [PolicyMode::Bind, PolicyMode::Default, PolicyMode::Preferred] {
+            let p = MemPolicy::new(mode, mask);
+            assert!(p.may_promote(false, PreferredMany::FollowFlag), "{mode:?}");
+        }
+        // What may_move forbids stays forbidden.
+        let unknown = MemPolicy {
+            numa_balancing: true,
+            ..MemPolicy::new(PolicyMode::Unknown, mask)
+        };
+        assert!(!unknown.may_promote(true, PreferredMany::Always));
+        let il = MemPolicy::new(PolicyMode::Interleave, mask);
+        assert!(!il.may_promote(false, PreferredMany::Always));
+        assert!(il.may_promote(true, PreferredMany::FollowFlag));
+    }
+
+    #[test]
+    fn home_node_is_per_space_and_forgotten_with_it() {
+        let mut m = OwnerMap::default();
+        assert_eq!(m.home_node(SpaceId(3)), None);
+        m.set_home_node(SpaceId(3), Some(NodeId(1)));
+        m.set_policies(SpaceId(3), vec![]);
+        assert_eq!(m.home_node(SpaceId(3)), Some(NodeId(1)));
+        assert_eq!(m.home_node(SpaceId(4)), None);
+        m.set_home_node(SpaceId(3), None);
+        assert_eq!(m.home_node(SpaceId(3)), None);
+        m.set_home_node(SpaceId(3), Some(NodeId(0)));
+        m.forget(SpaceId(3));
+        assert_eq!(m.home_node(SpaceId(3)), None);
     }
 
     #[test]

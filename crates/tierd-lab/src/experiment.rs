@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::mechanism::{DamosParams, Mechanism};
+use crate::mechanism::{DamonTieringParams, DamosParams, Mechanism};
 
 /// The guest machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,6 +101,18 @@ pub struct Experiment {
     /// The guest's THP mode (see [`Experiment::with_thp`]).
     #[serde(default)]
     pub thp: Thp,
+    /// Processes the workload forks (`chase --procs N`), each with its own buffer of
+    /// 1/N of each part and one ready line; 0 or 1: one process. Each process's placement is
+    /// sampled on its own, and its home node is the node of the CPU it runs on.
+    #[serde(default)]
+    pub procs: u32,
+    /// Whether the guest gets the Debian root filesystem of real servers
+    /// ([`tierd_vm::rootfs`]: memcached, redis-server, numactl under `/usr/bin`).
+    #[serde(default)]
+    pub rootfs: bool,
+    /// A real server's shell hooks ([`crate::apps`]); `None` for the project's workloads.
+    #[serde(default)]
+    pub app: Option<crate::apps::AppHooks>,
 }
 
 /// How often the integrity workload splits one of its THPs under `--thp always`, ms.
@@ -145,6 +157,21 @@ pub struct Until {
 
 const MIB_PAGES: u64 = 256;
 
+/// The N2+ row: NUMA balancing as its tiering authors recommend it (see
+/// [`Mechanism::NumabTiering`]); `mode` 3 where there are two DRAM nodes.
+fn n2_plus(mode: u32) -> (String, Mechanism) {
+    ("N2+".to_string(), Mechanism::NumabTiering { mode })
+}
+
+/// The DT row: DAMON's self-tuning tiering as its authors set it up (see
+/// [`DamonTieringParams`]); skipped on kernels older than 6.16.
+fn damon_tiering() -> (String, Mechanism) {
+    (
+        "DT".to_string(),
+        Mechanism::DamonTiering(DamonTieringParams::default()),
+    )
+}
+
 /// tierd's configuration for the lab rows: DAMON as the source (the only one the guest
 /// kernel offers), the default engine. `[scope]` is added per experiment.
 #[must_use]
@@ -185,10 +212,12 @@ pub fn experiment_a(quick: bool) -> Experiment {
     let mut runs = vec![
         ("B0".to_string(), Mechanism::Baseline),
         ("N2".to_string(), Mechanism::Numab2),
+        n2_plus(2),
         (
             "D3".to_string(),
             Mechanism::DamonMigrateHot(DamosParams::default()),
         ),
+        damon_tiering(),
         (
             "T1".to_string(),
             Mechanism::Tierd {
@@ -226,6 +255,9 @@ pub fn experiment_a(quick: bool) -> Experiment {
             min_s: 20,
         }),
         thp: Thp::Never,
+        procs: 0,
+        rootfs: false,
+        app: None,
     }
 }
 
@@ -286,6 +318,9 @@ pub fn experiment_integrity(quick: bool) -> Experiment {
         home_nodes: Vec::new(),
         until: None,
         thp: Thp::Never,
+        procs: 0,
+        rootfs: false,
+        app: None,
     }
 }
 
@@ -315,10 +350,12 @@ pub fn experiment_churn() -> Experiment {
         duration_s: 80,
         runs: vec![
             ("N2".to_string(), Mechanism::Numab2),
+            n2_plus(2),
             (
                 "D3".to_string(),
                 Mechanism::DamonMigrateHot(DamosParams::default()),
             ),
+            damon_tiering(),
             (
                 "T1".to_string(),
                 Mechanism::Tierd {
@@ -331,6 +368,9 @@ pub fn experiment_churn() -> Experiment {
         home_nodes: Vec::new(),
         until: None,
         thp: Thp::Never,
+        procs: 0,
+        rootfs: false,
+        app: None,
     }
 }
 
@@ -356,6 +396,8 @@ pub fn experiment_three_node() -> Experiment {
         duration_s: 45,
         runs: vec![
             ("N2".to_string(), Mechanism::Numab2),
+            n2_plus(3),
+            damon_tiering(),
             (
                 "Tdef".to_string(),
                 Mechanism::Tierd {
@@ -372,6 +414,9 @@ pub fn experiment_three_node() -> Experiment {
         home_nodes: vec![0, 1],
         until: None,
         thp: Thp::Never,
+        procs: 0,
+        rootfs: false,
+        app: None,
     }
 }
 
@@ -401,6 +446,7 @@ pub fn experiment_mempolicy() -> Experiment {
         duration_s: 30,
         runs: vec![
             ("N2".to_string(), Mechanism::Numab2),
+            n2_plus(2),
             (
                 "T1".to_string(),
                 Mechanism::Tierd {
@@ -411,6 +457,9 @@ pub fn experiment_mempolicy() -> Experiment {
         home_nodes: Vec::new(),
         until: None,
         thp: Thp::Never,
+        procs: 0,
+        rootfs: false,
+        app: None,
     }
 }
 
@@ -426,4 +475,72 @@ pub fn experiment_mempolicy_balancing() -> Experiment {
         "--policy preferred-many-balancing",
     );
     e
+}
+
+/// Three nodes, one process per DRAM node: the three-node experiment's memory split between
+/// two processes (`chase --procs 2 --cpus 0,1`, 256 MiB with a 64 MiB hot part each), the
+/// first pinned to CPU 0 (node 0), the second to CPU 1 (node 1), as MPI ranks and most
+/// servers are deployed. A process's hot pages belong on its own CPU's node; "wrong fast
+/// node" counts those promoted to the other DRAM node.
+#[must_use]
+pub fn experiment_three_node_procs() -> Experiment {
+    let mut e = experiment_three_node();
+    e.id = "three-node-procs".into();
+    e.title =
+        "Three nodes, two processes: one on node 0, one on node 1, memory on node 2; wrong-node promotions"
+            .into();
+    e.workload = e.workload.replace("--threads 2", "--procs 2");
+    e.procs = 2;
+    e.home_nodes = Vec::new();
+    e.runs
+        .retain(|(id, _)| ["N2", "N2+", "Tdef", "Tprec"].contains(&id.as_str()));
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(e: &Experiment) -> Vec<&str> {
+        e.runs.iter().map(|(id, _)| id.as_str()).collect()
+    }
+
+    #[test]
+    fn the_strongest_baselines_join_the_rows_they_apply_to() {
+        assert_eq!(
+            ids(&experiment_a(false)),
+            ["B0", "N2", "N2+", "D3", "DT", "T1"]
+        );
+        assert_eq!(ids(&experiment_a(true)), ["T1"]);
+        assert_eq!(ids(&experiment_churn()), ["N2", "N2+", "D3", "DT", "T1"]);
+        assert_eq!(
+            ids(&experiment_three_node()),
+            ["N2", "N2+", "DT", "Tdef", "Tprec"]
+        );
+        assert_eq!(ids(&experiment_mempolicy()), ["N2", "N2+", "T1"]);
+        assert_eq!(ids(&experiment_mempolicy_balancing()), ["N2", "N2+", "T1"]);
+        // Two DRAM nodes: NUMA balancing's normal mode too, so pages move between them.
+        let three = experiment_three_node();
+        assert_eq!(three.runs[1].1, Mechanism::NumabTiering { mode: 3 });
+        assert_eq!(
+            experiment_a(false).runs[2].1,
+            Mechanism::NumabTiering { mode: 2 }
+        );
+    }
+
+    #[test]
+    fn three_node_procs_is_three_node_with_one_process_per_dram_node() {
+        let e = experiment_three_node_procs();
+        let t = experiment_three_node();
+        assert_eq!(ids(&e), ["N2", "N2+", "Tdef", "Tprec"]);
+        assert_eq!(e.procs, 2);
+        assert!(e.home_nodes.is_empty());
+        assert_eq!(e.workload, t.workload.replace("--threads 2", "--procs 2"));
+        assert!(e.workload.contains("--procs 2 --cpus 0,1"));
+        assert_eq!(
+            (e.parts.clone(), e.fast.clone(), e.slow),
+            (t.parts, t.fast, t.slow)
+        );
+        assert_eq!(t.procs, 0, "the two-threads experiment stays one process");
+    }
 }

@@ -22,16 +22,19 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use tierd_vm::{binaries, default_cache_dir, Kernel};
 
+pub mod apps;
 pub mod chaos;
 pub mod experiment;
 pub mod mechanism;
 pub mod run;
+pub mod scale;
 pub mod summary;
 
 pub use experiment::{Experiment, Thp};
 pub use mechanism::Mechanism;
 pub use run::RunData;
 pub use summary::Summary;
+pub use tierd_vm::KernelChoice;
 
 /// What can go wrong in the lab.
 #[derive(Debug, thiserror::Error)]
@@ -137,6 +140,8 @@ pub struct ExperimentResult {
     pub rows: Vec<Summary>,
     /// The measurements behind each row, by row id.
     pub runs: Vec<(String, RunData)>,
+    /// tierd against the best kernel mechanism, per metric ([`summary::versus`]).
+    pub versus: Vec<summary::Verdict>,
 }
 
 /// The static binaries and the kernel a lab needs, built or fetched once.
@@ -151,12 +156,21 @@ pub struct LabEnv {
 }
 
 impl LabEnv {
-    /// Fetches the kernel (cached) and builds the static binaries from `workspace`.
+    /// Fetches the kernel (cached; `$TIERD_LAB_KERNEL`, else the newest) and builds the static
+    /// binaries from `workspace`.
     ///
     /// # Errors
     /// [`LabError::Guest`] when either fails.
     pub fn prepare(workspace: &Path) -> Result<LabEnv, LabError> {
-        let kernel = Kernel::fetch(&default_cache_dir())?;
+        Self::prepare_with(workspace, KernelChoice::from_env()?)
+    }
+
+    /// [`LabEnv::prepare`] with the guest kernel chosen by the caller.
+    ///
+    /// # Errors
+    /// [`LabError::Guest`] when the kernel fetch or the build fails.
+    pub fn prepare_with(workspace: &Path, choice: KernelChoice) -> Result<LabEnv, LabError> {
+        let kernel = Kernel::fetch_choice(&default_cache_dir(), choice)?;
         let bins = binaries::build_static(workspace, &["tierd", "tierd-workload"])?;
         let work_dir = std::env::temp_dir().join(format!("tierd-lab-{}", std::process::id()));
         Ok(LabEnv {
@@ -199,6 +213,26 @@ pub fn run_experiment(
         if !only.is_empty() && !only.contains(id) {
             continue;
         }
+        // A mechanism the guest kernel is too old for is a row that says so, not a guest
+        // boot (its script would find the sysfs files missing and skip too).
+        if let Some((major, minor)) = mech.min_kernel() {
+            if env.kernel.major_minor() < (major, minor) {
+                let row = Summary {
+                    id: id.clone(),
+                    mechanism: mech.name().to_string(),
+                    thp: exp.thp,
+                    skipped: Some(format!(
+                        "needs kernel {major}.{minor}+, the guest has {}",
+                        env.kernel.version
+                    )),
+                    ..Summary::default()
+                };
+                progress(&row);
+                rows.push(row);
+                runs.push((id.clone(), RunData::default()));
+                continue;
+            }
+        }
         let dir = env.work_dir.join(format!("{}-{}-{id}", exp.id, exp.thp));
         // A guest that hangs or a run that breaks is a result too: record it and go on, so
         // one bad row does not cost the rest of a half-hour lab.
@@ -220,11 +254,13 @@ pub fn run_experiment(
         rows.push(row);
         runs.push((id.clone(), data));
     }
+    let versus = summary::versus(exp, &rows, &host.guest_kernel);
     Ok(ExperimentResult {
         experiment: exp.clone(),
         host,
         rows,
         runs,
+        versus,
     })
 }
 
@@ -238,8 +274,13 @@ pub fn experiment(id: &str, quick: bool) -> Result<Experiment, LabError> {
         "integrity" => Ok(experiment::experiment_integrity(quick)),
         "churn" => Ok(experiment::experiment_churn()),
         "three-node" => Ok(experiment::experiment_three_node()),
+        "three-node-procs" => Ok(experiment::experiment_three_node_procs()),
         "mempolicy" => Ok(experiment::experiment_mempolicy()),
         "mempolicy-balancing" => Ok(experiment::experiment_mempolicy_balancing()),
+        "memcached" => Ok(apps::experiment_server(apps::Server::Memcached, quick)),
+        "redis" => Ok(apps::experiment_server(apps::Server::Redis, quick)),
+        "memcached-pm" => Ok(apps::experiment_memcached_pm(false)),
+        "memcached-pm-balancing" => Ok(apps::experiment_memcached_pm(true)),
         _ => Err(LabError::Unknown {
             what: "experiment",
             name: id.to_string(),
@@ -263,7 +304,12 @@ pub const EXPERIMENTS: &[&str] = &[
     "a",
     "churn",
     "three-node",
+    "three-node-procs",
     "mempolicy",
     "mempolicy-balancing",
     "integrity",
+    "memcached",
+    "redis",
+    "memcached-pm",
+    "memcached-pm-balancing",
 ];

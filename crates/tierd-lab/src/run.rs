@@ -78,8 +78,7 @@ WATCH="workload promoter kdamond"
 lab_t() {{ cut -d' ' -f1 /proc/uptime; }}
 lab_sample() {{
   T=$(lab_t)
-  sed "s/^/LAB NM t=$T /" /proc/$PID_workload/numa_maps
-  echo "LAB VM t=$T $(grep -E '^({vm_re}) ' /proc/vmstat | tr ' ' '=' | tr '\n' ' ')"
+{numa_maps}  echo "LAB VM t=$T $(grep -E '^({vm_re}) ' /proc/vmstat | tr ' ' '=' | tr '\n' ' ')"
   for w in $WATCH; do eval P=\$PID_$w; [ -n "$P" ] && [ -r /proc/$P/stat ] && echo "LAB CPU t=$T who=$w $(sed 's/.*) //' /proc/$P/stat | cut -d' ' -f12,13)"; done
 }}
 mkdir -p /sys/fs/cgroup/work
@@ -89,15 +88,16 @@ echo $$ > /sys/fs/cgroup/work/cgroup.procs
 exec /bin/tierd-workload {workload}
 EOS
 sh /tmp/w.sh > /tmp/w.log 2>&1 &
-i=0; while ! grep -q ' ready' /tmp/w.log; do sleep 0.2; i=$((i+1)); [ $i -gt 900 ] && break; done
+i=0; while [ $(grep -c ' ready' /tmp/w.log) -lt {procs} ]; do sleep 0.2; i=$((i+1)); [ $i -gt 900 ] && break; done
 READY=$(grep ' ready' /tmp/w.log | head -n1)
 echo "LAB READY $READY"
 PID_workload=$(echo "$READY" | sed -n 's/^[a-z]* pid=\([0-9]*\) .*/\1/p')
-lab_sample
+{proc_setup}{app_prepare}lab_sample
 lab_huge start
+DURATION={duration}
 echo "LAB START $(lab_t)"
 {start}k=0
-{until_setup}while [ $k -lt {duration} ]; do
+{until_setup}while [ $k -lt $DURATION ]; do
   sleep 1
   k=$((k+1))
 {tick}  lab_sample
@@ -105,7 +105,7 @@ echo "LAB START $(lab_t)"
 {stop}lab_sample
 lab_huge end
 echo "LAB END $(lab_t)"
-kill $PID_workload 2>/dev/null; wait $PID_workload 2>/dev/null
+{app_finish}kill $PID_workload 2>/dev/null; wait $PID_workload 2>/dev/null
 [ -n "$PID_eater" ] && kill $PID_eater 2>/dev/null
 sed 's/^/LAB W /' /tmp/w.log
 "#,
@@ -120,13 +120,42 @@ sed 's/^/LAB W /' /tmp/w.log
         stop = mech.stop_script(),
         until_setup = until_setup(exp),
         until_check = until_check(exp),
+        procs = exp.procs.max(1),
+        app_prepare = exp.app.as_ref().map_or("", |a| a.prepare.as_str()),
+        app_finish = exp.app.as_ref().map_or("", |a| a.finish.as_str()),
+        numa_maps = if let Some(app) = &exp.app {
+            app.sample.as_str()
+        } else if exp.procs > 1 {
+            "  for e in $LAB_PIDS; do sed \"s/^/LAB NMP t=$T proc=${e%%:*} /\" /proc/${e#*:}/numa_maps; done\n"
+        } else {
+            "  sed \"s/^/LAB NM t=$T /\" /proc/$PID_workload/numa_maps\n"
+        },
+        proc_setup = if exp.procs > 1 { PROC_SETUP } else { "" },
     )
 }
+
+/// Shell for a workload of several processes: one `LAB PROC` line per ready line, with the
+/// process's index, pid, CPU, and the node of that CPU (its home node: the
+/// /sys/devices/system/cpu/cpuN/nodeM link), and `LAB_PIDS` (`index:pid ...`) for sampling.
+const PROC_SETUP: &str = r#"grep ' ready' /tmp/w.log > /tmp/ready
+LAB_PIDS=
+while read l; do
+  p=$(echo "$l" | sed -n 's/^[a-z]* pid=\([0-9]*\) .*/\1/p')
+  pi=$(echo "$l" | sed -n 's/.* proc=\([0-9]*\) .*/\1/p')
+  c=$(echo "$l" | sed -n 's/.* cpu=\([0-9]*\) .*/\1/p')
+  n=$(ls -d /sys/devices/system/cpu/cpu$c/node[0-9]* 2>/dev/null | sed 's/.*node//')
+  echo "LAB PROC proc=$pi pid=$p cpu=$c node=$n $l"
+  LAB_PIDS="$LAB_PIDS $pi:$p"
+done < /tmp/ready
+"#;
 
 /// Shell that finds the first part's start address and defines `lab_on_fast` (its pages on
 /// the fast node now, from the numa_maps entry of the VMA containing it), when the
 /// experiment ends early on a condition.
 fn until_setup(exp: &Experiment) -> String {
+    if let (Some(_), Some(app)) = (exp.until, &exp.app) {
+        return app.until_setup.clone();
+    }
     let (Some(_), Some(part)) = (exp.until, exp.parts.first()) else {
         return String::new();
     };
@@ -181,6 +210,23 @@ pub struct Sample {
     pub vmstat: BTreeMap<String, u64>,
     /// CPU ticks (user + system, USER_HZ) of the workload, the promoter and kdamond.
     pub cpu_ticks: BTreeMap<String, u64>,
+    /// A workload of several processes: each process's parts (by its index), whose sum is
+    /// `parts`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub proc_parts: BTreeMap<u32, BTreeMap<String, BTreeMap<u32, u64>>>,
+}
+
+/// One process of a multi-process workload (its `LAB PROC` line).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcInfo {
+    /// Its index (`proc=`).
+    pub proc: u32,
+    /// Its pid.
+    pub pid: u32,
+    /// The CPU it is pinned to.
+    pub cpu: u32,
+    /// The node of that CPU: where its pages belong.
+    pub node: u32,
 }
 
 /// Everything measured in one run.
@@ -196,6 +242,9 @@ pub struct RunData {
     pub tierd_status: Option<serde_json::Value>,
     /// Wall time of the guest.
     pub wall_s: f64,
+    /// The processes of a multi-process workload (empty for one process).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub procs: Vec<ProcInfo>,
 }
 
 fn kv(rest: &str) -> impl Iterator<Item = (&str, &str)> {
@@ -226,10 +275,11 @@ fn part_addrs(ready: &str, parts: &[Part]) -> Vec<(String, u64)> {
 /// [`LabError::Parse`] when the run never started (no `LAB START`).
 pub fn parse_console(console: &str, parts: &[Part]) -> Result<RunData, LabError> {
     let mut start = None;
-    let mut addrs: Vec<(String, u64)> = Vec::new();
-    // Per sample time: each VMA's start and its pages per node.
+    // The parts' start addresses, per process (`None`: the one process of the ready line).
+    let mut addrs: BTreeMap<Option<u32>, Vec<(String, u64)>> = BTreeMap::new();
+    // Per sample time and process: each VMA's start and its pages per node.
     type Vmas = Vec<(u64, BTreeMap<u32, u64>)>;
-    let mut maps: BTreeMap<String, Vmas> = BTreeMap::new();
+    let mut maps: BTreeMap<(String, Option<u32>), Vmas> = BTreeMap::new();
     let mut by_t: BTreeMap<String, Sample> = BTreeMap::new();
     let mut data = RunData::default();
     for raw in console.lines() {
@@ -242,7 +292,27 @@ pub fn parse_console(console: &str, parts: &[Part]) -> Result<RunData, LabError>
             continue;
         }
         if let Some(r) = rest.strip_prefix("READY ") {
-            addrs = part_addrs(r, parts);
+            addrs.insert(None, part_addrs(r, parts));
+            data.notes.push(rest.to_string());
+            continue;
+        }
+        if let Some(r) = rest.strip_prefix("PROC ") {
+            let get = |k: &str| {
+                kv(r)
+                    .find(|(a, _)| *a == k)
+                    .and_then(|(_, v)| v.parse().ok())
+            };
+            if let (Some(proc), Some(pid), Some(cpu), Some(node)) =
+                (get("proc"), get("pid"), get("cpu"), get("node"))
+            {
+                addrs.insert(Some(proc), part_addrs(r, parts));
+                data.procs.push(ProcInfo {
+                    proc,
+                    pid,
+                    cpu,
+                    node,
+                });
+            }
             data.notes.push(rest.to_string());
             continue;
         }
@@ -259,10 +329,17 @@ pub fn parse_console(console: &str, parts: &[Part]) -> Result<RunData, LabError>
         let s = by_t.entry(t.to_string()).or_default();
         s.t = t.parse().unwrap_or(0.0);
         match kind {
-            "NM" => {
-                if let Ok(e) = parse_numa_maps_line(body.trim()) {
+            "NM" | "NMP" => {
+                let (proc, line) = match body.strip_prefix("proc=") {
+                    Some(r) => {
+                        let (p, l) = r.split_once(' ').unwrap_or((r, ""));
+                        (p.parse::<u32>().ok(), l)
+                    }
+                    None => (None, body),
+                };
+                if let Ok(e) = parse_numa_maps_line(line.trim()) {
                     let nodes = e.nodes.iter().map(|(n, c)| (u32::from(n.0), *c)).collect();
-                    maps.entry(t.to_string())
+                    maps.entry((t.to_string(), proc))
                         .or_default()
                         .push((e.start, nodes));
                 }
@@ -305,17 +382,24 @@ pub fn parse_console(console: &str, parts: &[Part]) -> Result<RunData, LabError>
         ));
     };
     let page = 4096u64;
-    for (t, mut vmas) in maps {
+    // Each process holds 1/N of each part.
+    let nprocs = u64::try_from(data.procs.len()).unwrap_or(1).max(1);
+    for ((t, proc), mut vmas) in maps {
         vmas.sort_by_key(|(s, _)| *s);
         let s = by_t.entry(t).or_default();
-        for (name, a) in &addrs {
+        let Some(addrs) = addrs.get(&proc) else {
+            continue;
+        };
+        for (name, a) in addrs {
             // The part's end, or the start of the VMA holding a later part's start if that
             // comes first (that VMA is the other part's).
             let owner = |b: u64| vmas.iter().rev().find(|(s, _)| *s <= b).map(|(s, _)| *s);
             let end = parts
                 .iter()
                 .find(|p| &p.name == name)
-                .map_or(*a, |p| a.saturating_add(p.pages.saturating_mul(page)))
+                .map_or(*a, |p| {
+                    a.saturating_add((p.pages / nprocs).saturating_mul(page))
+                })
                 .min(
                     addrs
                         .iter()
@@ -333,7 +417,21 @@ pub fn parse_console(console: &str, parts: &[Part]) -> Result<RunData, LabError>
                     *nodes.entry(*n).or_default() += c;
                 }
             }
-            s.parts.insert(name.clone(), nodes);
+            match proc {
+                None => {
+                    s.parts.insert(name.clone(), nodes);
+                }
+                Some(p) => {
+                    let sum = s.parts.entry(name.clone()).or_default();
+                    for (n, c) in &nodes {
+                        *sum.entry(*n).or_default() += c;
+                    }
+                    s.proc_parts
+                        .entry(p)
+                        .or_default()
+                        .insert(name.clone(), nodes);
+                }
+            }
         }
     }
     let mut samples: Vec<Sample> = by_t.into_values().collect();
@@ -366,6 +464,13 @@ pub fn run_one(
     )?;
     if let Mechanism::Tierd { config } = mech {
         fs.add_file("/lab/tierd.toml", tierd_config(config).into_bytes(), 0o644)?;
+    }
+    if exp.rootfs {
+        let r = tierd_vm::rootfs::Rootfs::fetch(
+            &tierd_vm::default_cache_dir(),
+            tierd_vm::rootfs::SERVER_PACKAGES,
+        )?;
+        fs.add_tree(&r.dir)?;
     }
     let spec = match exp.machine {
         Machine::TwoNode => GuestSpec::two_node(),
@@ -444,6 +549,47 @@ LAB NM t=2.0 800000 default anon=3 N0=3 kernelpagesize_kB=4
     }
 
     #[test]
+    fn each_process_of_a_multi_process_workload_is_sampled_and_summed() {
+        use crate::experiment::experiment_three_node_procs;
+        let exp = experiment_three_node_procs();
+        let s = script(&exp, &exp.runs[0].1);
+        // Both ready lines are waited for, each process's home node found from its CPU.
+        assert!(s.contains("-lt 2 ]; do sleep 0.2"), "{s}");
+        assert!(s.contains("ls -d /sys/devices/system/cpu/cpu$c/node[0-9]*"));
+        assert!(s.contains("LAB NMP t=$T proc=${e%%:*} /\" /proc/${e#*:}/numa_maps"));
+        assert!(s.contains("--procs 2 --cpus 0,1"), "{s}");
+        // Each process has half of each part: 64 MiB hot (16384 pages) at its own address.
+        let console = "\
+LAB READY chase pid=10 proc=0 cpu=0 addr=0x100000000 cold_addr=0x200000000 node=2 ready
+LAB PROC proc=0 pid=10 cpu=0 node=0 chase pid=10 proc=0 cpu=0 addr=0x100000000 cold_addr=0x200000000 node=2 ready
+LAB PROC proc=1 pid=11 cpu=1 node=1 chase pid=11 proc=1 cpu=1 addr=0x100000000 cold_addr=0x200000000 node=2 ready
+LAB START 5.0
+LAB NMP t=6.0 proc=0 100000000 default anon=16384 N0=16000 N2=384 kernelpagesize_kB=4
+LAB NMP t=6.0 proc=0 200000000 default anon=49152 N2=49152 kernelpagesize_kB=4
+LAB NMP t=6.0 proc=1 100000000 default anon=16384 N0=100 N1=16000 N2=284 kernelpagesize_kB=4
+LAB NMP t=6.0 proc=1 200000000 default anon=49152 N1=52 N2=49100 kernelpagesize_kB=4
+";
+        let d = parse_console(console, &exp.parts).expect("parses");
+        assert_eq!(d.procs.len(), 2);
+        assert_eq!(
+            (d.procs[1].pid, d.procs[1].cpu, d.procs[1].node),
+            (11, 1, 1)
+        );
+        let smp = &d.samples[0];
+        assert_eq!(smp.parts["hot"], [(0, 16100), (1, 16000), (2, 668)].into());
+        assert_eq!(smp.parts["cold"], [(1, 52), (2, 98252)].into());
+        assert_eq!(
+            smp.proc_parts[&1]["hot"],
+            [(0, 100), (1, 16000), (2, 284)].into()
+        );
+        let row = crate::summary::summarize(&exp, "N2", "numab2", &d);
+        // 100 of process 1's hot pages on node 0, of 32100 hot pages on the fast nodes.
+        let w = row.wrong_node_pct.expect("per-process wrong node");
+        assert!((w - 100.0 * 100.0 / 32100.0).abs() < 1e-9, "{w}");
+        assert!((row.hot_on_fast_pct - 100.0 * 32100.0 / 32768.0).abs() < 1e-9);
+    }
+
+    #[test]
     fn a_run_without_a_start_is_an_error() {
         assert!(parse_console("LAB READY x\n", &[]).is_err());
     }
@@ -454,7 +600,8 @@ LAB NM t=2.0 800000 default anon=3 N0=3 kernelpagesize_kB=4
         let s = script(&exp, &exp.runs[0].1);
         assert!(s.contains("sed \"s/^/LAB NM t=$T /\" /proc/$PID_workload/numa_maps"));
         assert!(s.contains("/bin/tierd run --config /lab/tierd.toml"));
-        assert!(s.contains("while [ $k -lt 120 ]"));
+        assert!(s.contains("DURATION=120\n"), "{s}");
+        assert!(s.contains("while [ $k -lt $DURATION ]"));
         // The short run ends once 95 % of the 32768 hot pages sat on node 0 for 3 samples.
         assert!(s.contains("$(( 32768 * 950 ))"), "{s}");
         assert!(s.contains("[ $ok -ge 3 ] && [ $k -ge 20 ]"));
@@ -466,7 +613,10 @@ LAB NM t=2.0 800000 default anon=3 N0=3 kernelpagesize_kB=4
         assert!(s.contains("echo never > /sys/kernel/mm/transparent_hugepage/enabled"));
         assert!(s.contains("echo 0 > /proc/sys/vm/compaction_proactiveness"));
         assert!(s.contains("echo \"LAB THP enabled=$(lab_word $THPD/enabled) defrag="));
-        assert!(s.contains("lab_huge start\necho \"LAB START"), "{s}");
+        assert!(
+            s.contains("lab_huge start\nDURATION=120\necho \"LAB START"),
+            "{s}"
+        );
         assert!(!s.contains("--thp follow"));
     }
 

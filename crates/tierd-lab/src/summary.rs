@@ -101,6 +101,14 @@ pub struct Summary {
     pub workload_cpu_s: f64,
     /// Mean steps per second of the workload over the last quarter of the run.
     pub throughput: Option<f64>,
+    /// Real servers ([`crate::apps`]): the load generator's mean ops/s over the last quarter
+    /// of the run (under TCG both nodes cost the same per access, so this shows overhead, not
+    /// placement), and its p95 latency in µs.
+    #[serde(default)]
+    pub kv_ops_s: Option<f64>,
+    /// See `kv_ops_s`.
+    #[serde(default)]
+    pub kv_p95_us: Option<f64>,
     /// The workload's accesses per hot page per second over the whole run (its steps per
     /// second, each one access to a hot page, over the hot part's pages): under TCG this is
     /// set by the host's speed, and it is what a source sees of the hot set, so it is what
@@ -130,6 +138,10 @@ pub struct Summary {
     pub wall_s: f64,
     /// Why the run produced no measurements (the guest hung, failed to boot, ...).
     pub error: Option<String>,
+    /// Why the mechanism did not run: the guest kernel lacks what it needs (the row is not a
+    /// failure, and not a result).
+    #[serde(default)]
+    pub skipped: Option<String>,
 }
 
 fn delta(d: &RunData, key: &str) -> u64 {
@@ -172,6 +184,10 @@ fn pages_mib(p: u64) -> f64 {
 #[must_use]
 #[allow(clippy::cast_precision_loss)]
 pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Summary {
+    // A real server's parts are sized in the guest (its hot items' pages).
+    let sized = crate::apps::sized(exp, d);
+    let exp = sized.as_ref().unwrap_or(exp);
+    let (kv_ops_s, kv_p95_us) = crate::apps::kv_figures(d);
     let hot = &exp.parts[0];
     let on_fast = |s: &crate::run::Sample, part: &str| part_on_fast(exp, s, part);
     let reach = |frac: f64| {
@@ -305,11 +321,18 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
         promoter_cpu_s: promoter,
         workload_cpu_s: cpu_delta(d, "workload").unwrap_or(0) as f64 / USER_HZ,
         throughput,
+        kv_ops_s,
+        kv_p95_us,
         hot_accesses_per_page_s,
         checksum_failures: failures,
         workload_cuts,
         wall_s: d.wall_s,
         error: None,
+        skipped: d
+            .notes
+            .iter()
+            .find_map(|n| n.strip_prefix("SKIP "))
+            .map(str::to_string),
     }
 }
 
@@ -359,6 +382,9 @@ fn workload_thp_mib(d: &RunData) -> Option<(f64, f64)> {
 /// hot pages on fast nodes other than home (`hot_t<i>_n<j>` keys).
 #[allow(clippy::cast_precision_loss)]
 fn wrong_node(exp: &Experiment, d: &RunData) -> Option<f64> {
+    if !d.procs.is_empty() {
+        return wrong_node_procs(exp, d);
+    }
     if exp.home_nodes.is_empty() {
         return None;
     }
@@ -385,6 +411,30 @@ fn wrong_node(exp: &Experiment, d: &RunData) -> Option<f64> {
             on_fast += v;
             if exp.home_nodes.get(t) != Some(&n) {
                 wrong += v;
+            }
+        }
+    }
+    (on_fast > 0).then(|| 100.0 * wrong as f64 / on_fast as f64)
+}
+
+/// A multi-process workload, from its last sample's per-process placement: each process's
+/// hot pages on a fast node other than its home node (its CPU's), percent of all hot pages
+/// on fast nodes.
+#[allow(clippy::cast_precision_loss)]
+fn wrong_node_procs(exp: &Experiment, d: &RunData) -> Option<f64> {
+    let hot = &exp.parts.first()?.name;
+    let last = d.samples.iter().rev().find(|s| !s.proc_parts.is_empty())?;
+    let (mut on_fast, mut wrong) = (0u64, 0u64);
+    for p in &d.procs {
+        let Some(nodes) = last.proc_parts.get(&p.proc).and_then(|m| m.get(hot)) else {
+            continue;
+        };
+        for (n, c) in nodes {
+            if exp.fast.contains(n) {
+                on_fast += c;
+                if *n != p.node {
+                    wrong += c;
+                }
             }
         }
     }
@@ -459,10 +509,21 @@ fn notes(r: &Summary) -> String {
         let first = e.lines().next().unwrap_or_default();
         return format!("FAILED: {first}");
     }
+    if let Some(why) = &r.skipped {
+        return format!("SKIPPED: {why}");
+    }
     if let Some(seen) = &r.thp_seen {
         if seen.split('/').next() != Some(r.thp.name()) {
             n.push(format!("THP asked {} but guest had {seen}", r.thp));
         }
+    }
+    if let Some(ops) = r.kv_ops_s {
+        // The experiment's title says it too: ops/s is overhead, not placement, under TCG.
+        n.push(format!(
+            "kv {ops:.0} ops/s (TCG: overhead, not placement), p95 {} us",
+            r.kv_p95_us
+                .map_or_else(|| "-".to_string(), |p| format!("{p:.0}"))
+        ));
     }
     if let Some((a, b)) = r.workload_thp_mib {
         if a > 0.0 || b > 0.0 {
@@ -624,6 +685,277 @@ pub fn spread_table(exp: &Experiment, runs: &[Vec<Summary>]) -> String {
             cell(&|r| r.promoter_cpu_s, 1),
             cell(&|r| r.hot_accesses_per_page_s, 1),
             rows.len() - ok.len(),
+        );
+    }
+    o
+}
+
+/// A figure "tierd vs the best kernel mechanism" compares (issue 14's acceptance rows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Seconds to 90 % of the hot set on the fast nodes (never: worst).
+    T90,
+    /// Seconds to 95 %.
+    T95,
+    /// Pages outside the hot set on the fast nodes at the end, percent of the hot set (the
+    /// over-promotion of a row that promoted everything; a row that promoted little does not
+    /// get a negative figure for it).
+    OverPromotion,
+    /// MiB migrated as the kernel counts it.
+    MigratedMib,
+    /// CPU seconds of the promoter (tierd plus its kdamond; a DAMON row's kdamonds). Compared
+    /// with the DAMON rows only, and won only at half of the best one's or less.
+    PromoterCpu,
+    /// Hot pages on a fast node other than their thread's or process's, percent.
+    WrongFastNode,
+}
+
+impl Metric {
+    /// Every metric, in table order.
+    pub const ALL: [Metric; 6] = [
+        Metric::T90,
+        Metric::T95,
+        Metric::OverPromotion,
+        Metric::MigratedMib,
+        Metric::PromoterCpu,
+        Metric::WrongFastNode,
+    ];
+
+    /// The name in tables.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::T90 => "t90 s",
+            Metric::T95 => "t95 s",
+            Metric::OverPromotion => "over-promotion %",
+            Metric::MigratedMib => "migrated MiB",
+            Metric::PromoterCpu => "promoter CPU s",
+            Metric::WrongFastNode => "wrong fast node %",
+        }
+    }
+
+    /// How far apart two figures may be and still tie: one sampling period for times,
+    /// one percentage point for shares, 5 % (at least 4 MiB) for migrated MiB. CPU has no
+    /// tie: its goal is a ratio.
+    fn tolerance(self, a: f64, b: f64) -> f64 {
+        match self {
+            Metric::T90 | Metric::T95 => 1.0,
+            Metric::OverPromotion | Metric::WrongFastNode => 1.0,
+            Metric::MigratedMib => (0.05 * a.max(b)).max(4.0),
+            Metric::PromoterCpu => 0.0,
+        }
+    }
+
+    /// Whether the metric is a cost of promoting (compared among rows that reached 90 %).
+    fn is_cost(self) -> bool {
+        matches!(
+            self,
+            Metric::OverPromotion | Metric::MigratedMib | Metric::PromoterCpu
+        )
+    }
+}
+
+/// tierd's best row against the kernel's best row for one metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// tierd is better by more than the metric's tolerance (CPU: at most half).
+    Win,
+    /// Within the tolerance.
+    Tie,
+    /// The kernel is better.
+    Lose,
+    /// No row to compare with (no kernel row, or no tierd row, measured the metric).
+    NoData,
+}
+
+impl Outcome {
+    /// The word in tables.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Win => "win",
+            Outcome::Tie => "tie",
+            Outcome::Lose => "LOSE",
+            Outcome::NoData => "-",
+        }
+    }
+}
+
+/// One row of "tierd vs the best kernel mechanism".
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// The experiment id.
+    pub experiment: String,
+    /// Its THP mode.
+    pub thp: Thp,
+    /// `uname -r` of the guest.
+    pub guest_kernel: String,
+    /// The metric.
+    pub metric: Metric,
+    /// The kernel row best at it (`id (mechanism)`), if any.
+    pub kernel_row: Option<String>,
+    /// Its figure (`None` for a time: never reached).
+    pub kernel_value: Option<f64>,
+    /// tierd's row best at it.
+    pub tierd_row: Option<String>,
+    /// Its figure.
+    pub tierd_value: Option<f64>,
+    /// The result.
+    pub outcome: Outcome,
+}
+
+fn metric_value(exp: &Experiment, m: Metric, r: &Summary) -> Option<f64> {
+    #[allow(clippy::cast_precision_loss)]
+    let hot_mib = exp.parts.first().map_or(0.0, |p| p.pages as f64 * PAGE_MIB);
+    match m {
+        Metric::T90 => r.t90_s,
+        Metric::T95 => r.t95_s,
+        Metric::OverPromotion => (hot_mib > 0.0).then(|| {
+            let cold_fast = r.fast_mib - hot_mib * r.hot_on_fast_pct / 100.0;
+            (100.0 * cold_fast / hot_mib).max(0.0)
+        }),
+        Metric::MigratedMib => Some(r.migrated_mib),
+        Metric::PromoterCpu => r.promoter_cpu_s,
+        Metric::WrongFastNode => r.wrong_node_pct,
+    }
+}
+
+/// Lower is better for every metric; a time that was never reached (`None`) is the worst.
+fn better(a: Option<f64>, b: Option<f64>) -> bool {
+    match (a, b) {
+        (Some(x), Some(y)) => x < y,
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
+/// "tierd vs the best kernel mechanism" for one experiment's rows: per metric, the kernel
+/// row best at it, tierd's row best at it, and who wins. Rows that failed or were skipped
+/// take no part, nor does the no-promotion baseline (it would win every cost for doing
+/// nothing). Costs are compared among the rows that reached 90 % of the hot set (all rows of
+/// a side when none did). Promoter CPU is tierd against the DAMON rows only (NUMA balancing
+/// has no promoter thread: its work is in the workload's faults), won at <= 1/2 of the best
+/// DAMON row's (issue 14's goal). Times: `None` (never reached) loses to any time and ties
+/// with `None`.
+#[must_use]
+pub fn versus(exp: &Experiment, rows: &[Summary], guest_kernel: &str) -> Vec<Verdict> {
+    let ok = |r: &&Summary| r.error.is_none() && r.skipped.is_none();
+    let tierd: Vec<&Summary> = rows
+        .iter()
+        .filter(ok)
+        .filter(|r| r.mechanism == "tierd")
+        .collect();
+    let kernel: Vec<&Summary> = rows
+        .iter()
+        .filter(ok)
+        .filter(|r| r.mechanism != "tierd" && r.mechanism != "baseline")
+        .collect();
+    let mut out = Vec::new();
+    for m in Metric::ALL {
+        let side = |rs: &[&Summary], damon_only: bool| -> Option<(String, Option<f64>)> {
+            let mut c: Vec<&Summary> = rs
+                .iter()
+                .copied()
+                .filter(|r| !damon_only || r.mechanism == "damos" || r.mechanism == "damon-tiering")
+                .filter(|r| {
+                    m == Metric::T90 || m == Metric::T95 || metric_value(exp, m, r).is_some()
+                })
+                .collect();
+            if m.is_cost() && c.iter().any(|r| r.t90_s.is_some()) {
+                c.retain(|r| r.t90_s.is_some());
+            }
+            let mut best: Option<&Summary> = None;
+            for r in c {
+                if best.is_none_or(|b| better(metric_value(exp, m, r), metric_value(exp, m, b))) {
+                    best = Some(r);
+                }
+            }
+            best.map(|r| {
+                (
+                    format!("{} ({})", r.id, r.mechanism),
+                    metric_value(exp, m, r),
+                )
+            })
+        };
+        let k = side(&kernel, m == Metric::PromoterCpu);
+        let t = side(&tierd, false);
+        let outcome = match (&k, &t) {
+            (Some((_, kv)), Some((_, tv))) => match (m, kv, tv) {
+                (Metric::PromoterCpu, Some(k), Some(t)) => {
+                    if *t <= 0.5 * k {
+                        Outcome::Win
+                    } else {
+                        Outcome::Lose
+                    }
+                }
+                (_, Some(k), Some(t)) => {
+                    if (t - k).abs() <= m.tolerance(*k, *t) {
+                        Outcome::Tie
+                    } else if t < k {
+                        Outcome::Win
+                    } else {
+                        Outcome::Lose
+                    }
+                }
+                (_, None, None) => Outcome::Tie,
+                (_, None, Some(_)) => Outcome::Win,
+                (_, Some(_), None) => Outcome::Lose,
+            },
+            _ => Outcome::NoData,
+        };
+        if matches!(m, Metric::WrongFastNode | Metric::PromoterCpu) && outcome == Outcome::NoData {
+            // Not measured in this experiment (one fast node; no DAMON row): no line.
+            continue;
+        }
+        out.push(Verdict {
+            experiment: exp.id.clone(),
+            thp: exp.thp,
+            guest_kernel: guest_kernel.to_string(),
+            metric: m,
+            kernel_row: k.as_ref().map(|(n, _)| n.clone()),
+            kernel_value: k.and_then(|(_, v)| v),
+            tierd_row: t.as_ref().map(|(n, _)| n.clone()),
+            tierd_value: t.and_then(|(_, v)| v),
+            outcome,
+        });
+    }
+    out
+}
+
+/// The "tierd vs the best kernel mechanism" table of verdicts (several experiments, kernels
+/// and THP modes may be mixed; each line names its own).
+#[must_use]
+pub fn versus_table(verdicts: &[Verdict]) -> String {
+    let mut o = String::from("tierd vs the best kernel mechanism\n");
+    let _ = writeln!(
+        o,
+        "| experiment | THP | guest kernel | metric | best kernel row | kernel | tierd row | tierd | result |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
+    for v in verdicts {
+        let val = |row: &Option<String>, x: Option<f64>| match (row, x) {
+            (None, _) => "-".to_string(),
+            (Some(_), None) => "never".to_string(),
+            (Some(_), Some(x)) => match v.metric {
+                Metric::MigratedMib => format!("{x:.0}"),
+                Metric::PromoterCpu => format!("{x:.2}"),
+                _ => format!("{x:.1}"),
+            },
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            v.experiment,
+            v.thp,
+            v.guest_kernel,
+            v.metric.name(),
+            v.kernel_row.as_deref().unwrap_or("-"),
+            val(&v.kernel_row, v.kernel_value),
+            v.tierd_row.as_deref().unwrap_or("-"),
+            val(&v.tierd_row, v.tierd_value),
+            v.outcome.name(),
         );
     }
     o
@@ -886,6 +1218,165 @@ mod tests {
         // The CSV carries the mode.
         let c = csv(&exp, &[("T1".into(), RunData::default())]);
         assert!(c.starts_with("experiment,thp,run,"), "{c}");
+    }
+
+    fn row(id: &str, mech: &str, t90: Option<f64>, t95: Option<f64>) -> Summary {
+        Summary {
+            id: id.into(),
+            mechanism: mech.into(),
+            t90_s: t90,
+            t95_s: t95,
+            hot_on_fast_pct: 100.0,
+            fast_mib: 128.0,
+            migrated_mib: 130.0,
+            ..Summary::default()
+        }
+    }
+
+    fn verdict(v: &[Verdict], m: Metric) -> &Verdict {
+        v.iter().find(|x| x.metric == m).expect("metric present")
+    }
+
+    #[test]
+    fn versus_picks_each_sides_best_row_per_metric() {
+        let exp = experiment_a(false);
+        let rows = vec![
+            // The baseline would win every cost for promoting nothing: it takes no part.
+            Summary {
+                fast_mib: 0.0,
+                hot_on_fast_pct: 0.0,
+                migrated_mib: 0.0,
+                ..row("B0", "baseline", None, None)
+            },
+            // NUMA balancing: the fastest kernel row, 4 MiB of cold pages promoted.
+            Summary {
+                fast_mib: 132.0,
+                migrated_mib: 135.0,
+                ..row("N2", "numab2", Some(3.0), Some(9.0))
+            },
+            // DAMOS: slower, 64 MiB over, 8 s of kdamond CPU.
+            Summary {
+                fast_mib: 192.0,
+                migrated_mib: 200.0,
+                promoter_cpu_s: Some(8.0),
+                ..row("D3", "damos", Some(6.0), Some(7.5))
+            },
+            // DT reached 50 % only: a cheap kdamond that did not do the job is no CPU target.
+            Summary {
+                fast_mib: 64.0,
+                hot_on_fast_pct: 50.0,
+                migrated_mib: 64.0,
+                promoter_cpu_s: Some(1.0),
+                ..row("DT", "damon-tiering", None, None)
+            },
+            Summary {
+                error: Some("guest timed out".into()),
+                ..row("N2+", "numab-tiering", Some(1.0), Some(1.0))
+            },
+            Summary {
+                promoter_cpu_s: Some(4.5),
+                ..row("T1", "tierd", Some(2.5), Some(7.0))
+            },
+        ];
+        let v = versus(&exp, &rows, "7.3.4+deb13-amd64");
+        assert!(v
+            .iter()
+            .all(|x| x.guest_kernel == "7.3.4+deb13-amd64" && x.experiment == "a"));
+        // One fast node: no wrong-node line.
+        assert_eq!(v.len(), 5, "{v:?}");
+        let t90 = verdict(&v, Metric::T90);
+        assert_eq!(t90.kernel_row.as_deref(), Some("N2 (numab2)"));
+        assert_eq!((t90.kernel_value, t90.tierd_value), (Some(3.0), Some(2.5)));
+        // Half a second apart: inside one sampling period.
+        assert_eq!(t90.outcome, Outcome::Tie);
+        let t95 = verdict(&v, Metric::T95);
+        assert_eq!(t95.kernel_row.as_deref(), Some("D3 (damos)"));
+        assert_eq!(t95.outcome, Outcome::Tie);
+        let over = verdict(&v, Metric::OverPromotion);
+        assert_eq!(over.kernel_row.as_deref(), Some("N2 (numab2)"));
+        assert!((over.kernel_value.unwrap() - 3.125).abs() < 1e-9);
+        assert_eq!((over.tierd_value, over.outcome), (Some(0.0), Outcome::Win));
+        let mig = verdict(&v, Metric::MigratedMib);
+        assert_eq!(mig.kernel_row.as_deref(), Some("N2 (numab2)"));
+        assert_eq!(mig.outcome, Outcome::Tie, "130 vs 135 MiB is within 5 %");
+        // CPU: against D3 (DT did not reach 90 %), 4.5 s is more than half of 8 s.
+        let cpu = verdict(&v, Metric::PromoterCpu);
+        assert_eq!(cpu.kernel_row.as_deref(), Some("D3 (damos)"));
+        assert_eq!(cpu.outcome, Outcome::Lose);
+        let mut cheaper = rows.clone();
+        cheaper[5].promoter_cpu_s = Some(4.0);
+        let cpu = versus(&exp, &cheaper, "k")
+            .into_iter()
+            .find(|x| x.metric == Metric::PromoterCpu)
+            .unwrap();
+        assert_eq!(cpu.outcome, Outcome::Win, "4 s is half of 8 s");
+        let t = versus_table(&v);
+        assert!(
+            t.contains("| a | never | 7.3.4+deb13-amd64 | t90 s | N2 (numab2) | 3.0 | T1 (tierd) | 2.5 | tie |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| promoter CPU s | D3 (damos) | 8.00 | T1 (tierd) | 4.50 | LOSE |"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn versus_treats_never_as_the_worst_time_and_skipped_rows_as_absent() {
+        let mut exp = experiment_a(false);
+        exp.fast = vec![0, 1];
+        let rows = vec![
+            Summary {
+                wrong_node_pct: Some(0.0),
+                ..row("N2", "numab2", None, None)
+            },
+            Summary {
+                skipped: Some("needs kernel 6.16+".into()),
+                ..row("DT", "damon-tiering", Some(1.0), Some(1.0))
+            },
+            Summary {
+                wrong_node_pct: Some(50.0),
+                ..row("Tdef", "tierd", Some(20.0), None)
+            },
+            Summary {
+                wrong_node_pct: Some(3.0),
+                ..row("Tprec", "tierd", Some(25.0), None)
+            },
+        ];
+        let v = versus(&exp, &rows, "k");
+        let t90 = verdict(&v, Metric::T90);
+        assert_eq!((t90.kernel_value, t90.tierd_value), (None, Some(20.0)));
+        assert_eq!(t90.tierd_row.as_deref(), Some("Tdef (tierd)"));
+        assert_eq!(t90.outcome, Outcome::Win);
+        assert_eq!(verdict(&v, Metric::T95).outcome, Outcome::Tie, "both never");
+        let w = verdict(&v, Metric::WrongFastNode);
+        assert_eq!(w.tierd_row.as_deref(), Some("Tprec (tierd)"));
+        assert_eq!(w.outcome, Outcome::Lose, "3 % against NUMA balancing's 0 %");
+        assert!(versus_table(&v)
+            .contains("| t95 s | N2 (numab2) | never | Tdef (tierd) | never | tie |"));
+        // No DAMON row ran: no CPU line.
+        assert!(v.iter().all(|x| x.metric != Metric::PromoterCpu));
+        // Without tierd rows there is nothing to compare.
+        let only_kernel = versus(&exp, &rows[..2], "k");
+        assert!(only_kernel.iter().all(|x| x.outcome == Outcome::NoData));
+    }
+
+    #[test]
+    fn a_skip_note_makes_a_skipped_row() {
+        let exp = experiment_a(false);
+        let d = RunData {
+            samples: vec![sample(-0.1, 0, 0, 0, None)],
+            notes: vec!["SKIP DAMON self-tuning tiering needs what kernel 6.12.95+deb12-amd64 lacks: kdamonds/0/contexts/0/schemes/0/quotas/goals/0/nid".into()],
+            ..RunData::default()
+        };
+        let s = summarize(&exp, "DT", "damon-tiering", &d);
+        assert!(s
+            .skipped
+            .as_deref()
+            .unwrap()
+            .starts_with("DAMON self-tuning tiering needs"));
+        assert!(s.error.is_none());
+        assert!(table(&exp, &[s]).contains("SKIPPED: DAMON self-tuning tiering needs"));
     }
 
     #[test]

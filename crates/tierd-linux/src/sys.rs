@@ -501,6 +501,53 @@ pub fn node_of_addr(addr: usize) -> Result<i32, SysError> {
     Ok(node)
 }
 
+/// `migrate_pages(2)`: move every page of process `pid` (0 = the caller) that sits on a
+/// node of `from` to the node of `to` at the same position in the mask (mm/mempolicy.c
+/// `do_migrate_pages()`), as numactl's `migratepages PID FROM TO` does through libnuma's
+/// `numa_migrate_pages()`. Returns the pages that could not be moved.
+///
+/// # Errors
+/// The kernel's errno (`ESRCH`, `EPERM` without `CAP_SYS_NICE` for another user's process,
+/// `EINVAL` for a node that has no memory).
+pub fn migrate_pages(pid: u32, from: NodeMask, to: NodeMask) -> io::Result<u64> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    let (old, new): (u64, u64) = (from.0, to.0);
+    // SAFETY: the kernel reads one u64 (BITS_TO_LONGS(maxnode - 1) = 1 word for maxnode 65)
+    // from each of `old` and `new`, live locals; no other memory is passed. It changes only
+    // the physical placement of the target's pages, never their contents.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_migrate_pages,
+            pid,
+            65 as libc::c_ulong,
+            &raw const old,
+            &raw const new,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(u64::try_from(r).unwrap_or(0))
+}
+
+/// Send SIGTERM to process `pid` (`kill(2)`).
+///
+/// # Errors
+/// The kernel's errno (`ESRCH` for a process that is gone, `EPERM`).
+pub fn sigterm(pid: u32) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    if pid <= 0 {
+        // kill(0) or a negative pid would signal a whole process group.
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    // SAFETY: kill passes no memory; `pid` names one process (> 0, checked above).
+    let r = unsafe { libc::kill(pid, libc::SIGTERM) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Pin thread/process `pid` (0 = the calling thread) to one CPU.
 ///
 /// # Errors

@@ -530,6 +530,10 @@ proptest! {
         prop_assert_eq!(&st.comm, &lossy(&comm));
         prop_assert_eq!(st.state, 'S');
         prop_assert_eq!((st.utime_ticks, st.stime_ticks), (utime, stime));
+        // The same line as a thread's task/TID/stat: field 39, the last CPU, is 3.
+        let task = tierd_linux::read::task::parse_task_stat(&lossy(&stat)).unwrap();
+        prop_assert_eq!((task.tid, task.state, task.processor), (pid, 'S', 3));
+        prop_assert_eq!(task.cpu_ticks, utime.saturating_add(stime));
     }
 
     /// `%*pbl` lists (lib/vsprintf.c bitmap_list_string(): ascending ids, runs as `a-b`) of

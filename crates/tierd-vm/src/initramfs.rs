@@ -34,6 +34,10 @@ mount -t debugfs debugfs /sys/kernel/debug || echo "TIERD-VM: warning: no debugf
 mount -t cgroup2 cgroup2 /sys/fs/cgroup || echo "TIERD-VM: warning: no cgroup2"
 echo +memory > /sys/fs/cgroup/cgroup.subtree_control || echo "TIERD-VM: warning: memory controller not enabled"
 mkdir -p /tmp
+# 7.x kernels start DAMON_STAT's own kdamond at boot (CONFIG_DAMON_STAT_ENABLED_DEFAULT,
+# mm/damon/stat.c); stop it, as DAMON's own tiering script does (damo's mem_tier.sh:
+# `damo module stat write enabled N`), so every kdamond in a run is the mechanism's.
+[ -w /sys/module/damon_stat/parameters/enabled ] && echo N > /sys/module/damon_stat/parameters/enabled
 echo "TIERD-VM: START kernel=$(uname -r) uptime=$(cut -d' ' -f1 /proc/uptime)"
 if [ -f /lab/run.sh ]; then
   sh -c '. /lab/lib.sh; . /lab/run.sh'
@@ -211,6 +215,69 @@ impl Initramfs {
         self.insert(guest, perm, EntryKind::CharDev { major, minor })
     }
 
+    /// Adds a host directory tree at the guest's root: its directories, regular files and
+    /// symbolic links (targets kept as they are, so absolute ones resolve in the guest), with
+    /// their permission bits. What the archive already holds at a path the tree also has is
+    /// replaced, except a directory by a directory (which keeps its contents: a tree's `etc/`
+    /// merges into one already there). A [`crate::rootfs`] tree has no `bin/`, so busybox's
+    /// `/bin` stays whole.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the tree cannot be read, [`Error::BadGuestPath`] for a name that is
+    /// not UTF-8 or an entry that is not a directory, file or link (device, socket, FIFO).
+    pub fn add_tree(&mut self, root: &Path) -> Result<(), Error> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| Error::Io { path, source }
+        };
+        // Depth-first with sorted names, so the order (and the archive) is reproducible.
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            let mut children: Vec<PathBuf> = std::fs::read_dir(&dir)
+                .map_err(io(&dir))?
+                .map(|e| e.map(|e| e.path()))
+                .collect::<Result<_, _>>()
+                .map_err(io(&dir))?;
+            children.sort();
+            for p in children.into_iter().rev() {
+                let rel = p.strip_prefix(root).unwrap_or(&p);
+                let guest = rel.to_str().ok_or_else(|| Error::BadGuestPath {
+                    path: rel.to_string_lossy().into_owned(),
+                    reason: "not UTF-8",
+                })?;
+                let meta = std::fs::symlink_metadata(&p).map_err(io(&p))?;
+                let perm = meta.permissions().mode() & 0o7777;
+                let ft = meta.file_type();
+                if ft.is_symlink() {
+                    let target = std::fs::read_link(&p).map_err(io(&p))?;
+                    let target = target.to_str().ok_or_else(|| Error::BadGuestPath {
+                        path: guest.to_owned(),
+                        reason: "link target not UTF-8",
+                    })?;
+                    self.add_symlink(guest, target)?;
+                } else if ft.is_dir() {
+                    let name = archive_name(guest)?;
+                    if !matches!(
+                        self.entries.get(&name).map(|e| &e.kind),
+                        Some(EntryKind::Dir)
+                    ) {
+                        self.add_dir(guest, perm)?;
+                    }
+                    stack.push(p);
+                } else if ft.is_file() {
+                    self.add_host_file(&p, guest, Some(perm))?;
+                } else {
+                    return Err(Error::BadGuestPath {
+                        path: guest.to_owned(),
+                        reason: "not a directory, regular file or symbolic link",
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The entries in archive order (sorted by path, so parents precede children).
     #[must_use]
     pub fn entries(&self) -> Vec<&Entry> {
@@ -290,6 +357,51 @@ mod tests {
         // parents precede children
         let pos = |n: &str| parsed.iter().position(|p| p.name == n).expect("present");
         assert!(pos("opt") < pos("opt/tools") && pos("opt/tools") < pos("opt/tools/x"));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_host_tree_adds_files_links_and_merges_directories() {
+        use std::os::unix::fs::symlink;
+        let dir = std::env::temp_dir().join(format!("tierd-vm-tree-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("usr/lib/x86_64-linux-gnu")).expect("mkdir");
+        std::fs::create_dir_all(dir.join("lab")).expect("mkdir");
+        std::fs::write(dir.join("usr/lib/x86_64-linux-gnu/libc.so.6"), b"libc").expect("w");
+        std::fs::write(dir.join("lab/extra"), b"x").expect("w");
+        symlink("usr/lib", dir.join("lib")).expect("link");
+        symlink(
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            dir.join("usr/lib/x86_64-linux-gnu/abs"),
+        )
+        .expect("link");
+        let bb = dir.join("busybox");
+        std::fs::write(&bb, b"bb").expect("w");
+        let mut fs = Initramfs::standard(&bb, "true\n").expect("standard");
+        std::fs::remove_file(&bb).expect("rm");
+        fs.add_tree(&dir).expect("tree");
+        let raw = fs.to_cpio().expect("cpio");
+        let parsed = parse_newc(&raw).expect("parse");
+        let get = |n: &str| parsed.iter().find(|p| p.name == n);
+        assert_eq!(
+            get("usr/lib/x86_64-linux-gnu/libc.so.6").expect("lib").data,
+            b"libc"
+        );
+        let lib = get("lib").expect("link");
+        assert_eq!(lib.mode & 0o170_000, crate::cpio::S_IFLNK);
+        assert_eq!(lib.data, b"usr/lib");
+        assert_eq!(
+            get("usr/lib/x86_64-linux-gnu/abs").expect("abs link").data,
+            b"/lib/x86_64-linux-gnu/libc.so.6"
+        );
+        // The existing /lab keeps run.sh; the tree's file joins it; busybox is untouched.
+        assert_eq!(get("lab/run.sh").expect("run.sh").data, b"true\n");
+        assert_eq!(get("lab/extra").expect("extra").data, b"x");
+        assert_eq!(get("bin/busybox").expect("busybox").data, b"bb");
+        assert!(matches!(
+            fs.add_tree(&dir.join("nonexistent")),
+            Err(Error::Io { .. })
+        ));
         std::fs::remove_dir_all(&dir).ok();
     }
 

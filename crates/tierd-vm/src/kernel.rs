@@ -1,14 +1,23 @@
-//! The guest kernel: Debian bookworm-backports `linux-image-6.12.*+deb12-amd64`, fetched
-//! with a *private* apt configuration (the system's sources are never changed) and turned
-//! into an uncompressed ELF `vmlinux` that QEMU boots through the PVH entry point.
+//! The guest kernels: Debian's `linux-image-amd64` from one of two places, fetched with a
+//! *private* apt configuration (the system's sources are never changed; apt checks the
+//! archive's Release signature against the Debian archive keyring and every package's hash)
+//! and turned into an uncompressed ELF `vmlinux` that QEMU boots through the PVH entry point.
 //!
-//! Why this kernel (vmlab.md 2 and 5.1): it is a stock distribution kernel with NUMA
-//! balancing, DAMON (vaddr, paddr, sysfs) and HMAT built in, and 6.10+ is needed for a
-//! CPU-less node present at boot to get its tier from HMAT (6.1 puts it with DRAM).
+//! * [`KernelChoice::Lts`] (`6.12`): bookworm-backports' 6.12, the lab's kernel since it began.
+//!   Why 6.12 (vmlab.md 2 and 5.1): a stock distribution kernel with NUMA balancing, DAMON
+//!   (vaddr, paddr, sysfs) and HMAT built in, and 6.10+ is needed for a CPU-less node present
+//!   at boot to get its tier from HMAT (6.1 puts it with DRAM).
+//! * [`KernelChoice::Newest`] (`newest`): the highest `linux-image-amd64` of trixie-backports
+//!   and sid (7.3 at the time of writing); experimental's release candidates are left out.
+//!   7.x adds what the strongest baselines need: DAMOS quota goals on a node's used/free memory
+//!   and monitoring-intervals auto-tuning (6.16, DAMON's self-tuning tiering). Its image
+//!   package is split: the `vmlinuz` is in `linux-binary-<version>`, the config in
+//!   `linux-base-<version>`, both under `usr/lib/modules/<version>/`.
 //!
 //! Cache layout under the cache directory (default `target/vmlab`, env `TIERD_VM_CACHE`):
-//! `apt/` (private sources.list, lists, archives), `debs/*.deb`, `kernel-<version>/vmlinux`
-//! and `kernel.env` naming the current one (`version=`, `package=`, `package_version=`).
+//! `apt-<choice>/` (private sources.list, lists, archives; `apt/` for 6.12 as before),
+//! `debs/*.deb`, `kernel-<version>/vmlinux` and `kernel.env` (6.12) or `kernel-newest.env`
+//! naming the current one (`version=`, `package=`, `package_version=`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,10 +27,98 @@ use crate::Error;
 /// Environment variable that overrides the cache directory.
 pub const CACHE_ENV: &str = "TIERD_VM_CACHE";
 
-/// The apt suite the kernel comes from.
+/// The apt suite the 6.12 kernel comes from.
 pub const SUITE: &str = "bookworm-backports";
+/// The suites searched for the newest kernel (the highest version wins).
+pub const NEWEST_SUITES: &[&str] = &["trixie-backports", "sid"];
 /// The metapackage that depends on exactly one current image package.
 pub const META_PACKAGE: &str = "linux-image-amd64";
+/// Environment variable naming the kernel the lab and guest tests use (`6.12` or `newest`).
+pub const KERNEL_ENV: &str = "TIERD_LAB_KERNEL";
+
+/// Which Debian kernel a guest boots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum KernelChoice {
+    /// bookworm-backports' 6.12 (`6.12`).
+    Lts,
+    /// The newest kernel in Debian's archive (`newest`).
+    #[default]
+    Newest,
+}
+
+impl KernelChoice {
+    /// Both, in the order `tierd lab --kernel both` runs them.
+    pub const BOTH: [KernelChoice; 2] = [KernelChoice::Lts, KernelChoice::Newest];
+
+    /// The name on the command line and in results.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelChoice::Lts => "6.12",
+            KernelChoice::Newest => "newest",
+        }
+    }
+
+    /// `$TIERD_LAB_KERNEL`, else the default ([`KernelChoice::Newest`]).
+    ///
+    /// # Errors
+    /// [`Error::NoKernelPackage`] when the variable names no kernel.
+    pub fn from_env() -> Result<KernelChoice, Error> {
+        match std::env::var(KERNEL_ENV) {
+            Ok(v) if !v.is_empty() => v.parse(),
+            _ => Ok(KernelChoice::default()),
+        }
+    }
+
+    fn suites(self) -> &'static [&'static str] {
+        match self {
+            KernelChoice::Lts => &[SUITE],
+            KernelChoice::Newest => NEWEST_SUITES,
+        }
+    }
+
+    /// The image package names this choice accepts (`linux-image-<prefix>...`).
+    fn image_prefix(self) -> &'static str {
+        match self {
+            KernelChoice::Lts => "linux-image-6.12.",
+            KernelChoice::Newest => "linux-image-",
+        }
+    }
+
+    fn env_file(self) -> &'static str {
+        match self {
+            KernelChoice::Lts => "kernel.env",
+            KernelChoice::Newest => "kernel-newest.env",
+        }
+    }
+
+    fn apt_dir(self) -> &'static str {
+        match self {
+            KernelChoice::Lts => "apt",
+            KernelChoice::Newest => "apt-newest",
+        }
+    }
+}
+
+impl std::fmt::Display for KernelChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for KernelChoice {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s {
+            "6.12" | "lts" => Ok(KernelChoice::Lts),
+            "newest" => Ok(KernelChoice::Newest),
+            other => Err(Error::NoKernelPackage(format!(
+                "unknown kernel {other:?}: expected 6.12 or newest"
+            ))),
+        }
+    }
+}
+
 /// Archive used when the system's sources do not name one.
 pub const FALLBACK_URI: &str = "http://deb.debian.org/debian";
 
@@ -48,14 +145,14 @@ pub fn default_cache_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/vmlab")
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Io {
         path: path.to_path_buf(),
         source,
     }
 }
 
-fn run(cmd: &mut Command) -> Result<Vec<u8>, Error> {
+pub(crate) fn run(cmd: &mut Command) -> Result<Vec<u8>, Error> {
     let shown = format!("{cmd:?}");
     let out = cmd.output().map_err(|source| Error::Spawn {
         program: shown.clone(),
@@ -79,7 +176,7 @@ fn run(cmd: &mut Command) -> Result<Vec<u8>, Error> {
 }
 
 /// The Debian archive URI of the system's sources (deb822 `URIs:` or one-line `deb` form).
-fn archive_uri() -> String {
+pub(crate) fn archive_uri() -> String {
     let deb822 =
         std::fs::read_to_string("/etc/apt/sources.list.d/debian.sources").unwrap_or_default();
     if let Some(u) = deb822.lines().find_map(|l| l.strip_prefix("URIs:")) {
@@ -101,30 +198,67 @@ fn archive_uri() -> String {
     FALLBACK_URI.to_owned()
 }
 
-/// Parses `apt-cache show linux-image-amd64` output: the image package it depends on and
-/// the version (first stanza = the candidate apt would pick).
+/// Every `(image package, version)` that the stanzas of `apt-cache show linux-image-amd64`
+/// name, for image packages starting with `prefix`, in the order apt printed them.
+#[must_use]
+pub fn meta_candidates(show: &str, prefix: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for stanza in show.split("\n\n") {
+        let (Some(dep), Some(ver)) = (field(stanza, "Depends:"), field(stanza, "Version:")) else {
+            continue;
+        };
+        // 7.x's metapackage also depends on linux-base-amd64 and linux-modules-amd64: take
+        // the one image package among its dependencies.
+        let image = dep
+            .split(',')
+            .filter_map(|d| d.split_whitespace().next())
+            .find(|p| p.starts_with(prefix) && p.ends_with("-amd64") && *p != META_PACKAGE);
+        if let Some(pkg) = image {
+            out.push((pkg.to_owned(), ver.to_owned()));
+        }
+    }
+    out
+}
+
+/// A field of one deb822 stanza (first line only; the fields used here are one-line).
+fn field<'a>(stanza: &'a str, name: &str) -> Option<&'a str> {
+    stanza
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .map(str::trim)
+}
+
+/// Parses `apt-cache show linux-image-amd64` output: the 6.12 image package it depends on
+/// and the version (first stanza = the candidate apt would pick).
 ///
 /// # Errors
 /// [`Error::NoKernelPackage`] when no stanza names a `linux-image-6.12` dependency.
 pub fn parse_meta_show(show: &str) -> Result<(String, String), Error> {
-    for stanza in show.split("\n\n") {
-        let field = |name: &str| {
-            stanza
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(str::trim)
-        };
-        let (Some(dep), Some(ver)) = (field("Depends:"), field("Version:")) else {
-            continue;
-        };
-        let pkg = dep.split([' ', ',', '(']).next().unwrap_or_default();
-        if pkg.starts_with("linux-image-6.12.") {
-            return Ok((pkg.to_owned(), ver.to_owned()));
-        }
-    }
-    Err(Error::NoKernelPackage(format!(
-        "no linux-image-6.12.* dependency in `apt-cache show {META_PACKAGE}`"
-    )))
+    meta_candidates(show, KernelChoice::Lts.image_prefix())
+        .into_iter()
+        .next()
+        .ok_or_else(|| {
+            Error::NoKernelPackage(format!(
+                "no linux-image-6.12.* dependency in `apt-cache show {META_PACKAGE}`"
+            ))
+        })
+}
+
+/// The packages besides the image that hold its files on 7.x (`linux-binary-<v>`: the
+/// `vmlinuz`; `linux-base-<v>`: the config), from the image package's `Depends:`.
+#[must_use]
+pub fn split_packages(image_show: &str, version: &str) -> Vec<String> {
+    let wanted = [
+        format!("linux-binary-{version}"),
+        format!("linux-base-{version}"),
+    ];
+    field(image_show, "Depends:")
+        .unwrap_or_default()
+        .split([',', '|'])
+        .filter_map(|d| d.split_whitespace().next())
+        .filter(|p| wanted.iter().any(|w| w == p))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Finds the compressed payload of an x86 bzImage and checks it is zstd.
@@ -177,10 +311,16 @@ pub fn bzimage_payload(image: &[u8]) -> Result<(&[u8], u64), Error> {
 }
 
 impl Kernel {
-    /// The cached kernel, if `kernel.env` and its vmlinux exist.
+    /// The cached 6.12 kernel, if `kernel.env` and its vmlinux exist.
     #[must_use]
     pub fn cached(cache_dir: &Path) -> Option<Kernel> {
-        let env = std::fs::read_to_string(cache_dir.join("kernel.env")).ok()?;
+        Self::cached_choice(cache_dir, KernelChoice::Lts)
+    }
+
+    /// The cached kernel of `choice`, if its env file and vmlinux exist.
+    #[must_use]
+    pub fn cached_choice(cache_dir: &Path, choice: KernelChoice) -> Option<Kernel> {
+        let env = std::fs::read_to_string(cache_dir.join(choice.env_file())).ok()?;
         let get = |k: &str| {
             env.lines()
                 .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
@@ -196,7 +336,29 @@ impl Kernel {
         })
     }
 
-    /// Returns the cached kernel, or downloads, unpacks and decompresses it.
+    /// `(major, minor)` of [`Kernel::version`] (`7.3.4+deb13-amd64` gives `(7, 3)`), or
+    /// `(0, 0)` when it does not start with two numbers.
+    #[must_use]
+    pub fn major_minor(&self) -> (u32, u32) {
+        let mut it = self
+            .version
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|n| n.parse::<u32>().ok());
+        match (it.next().flatten(), it.next().flatten()) {
+            (Some(a), Some(b)) => (a, b),
+            _ => (0, 0),
+        }
+    }
+
+    /// Returns the cached 6.12 kernel, or downloads it ([`Kernel::fetch_choice`]).
+    ///
+    /// # Errors
+    /// As [`Kernel::fetch_choice`].
+    pub fn fetch(cache_dir: &Path) -> Result<Kernel, Error> {
+        Self::fetch_choice(cache_dir, KernelChoice::Lts)
+    }
+
+    /// Returns the cached kernel of `choice`, or downloads, unpacks and decompresses it.
     ///
     /// Needs `apt-get`, `apt-cache`, `dpkg` and `zstd` on the host and the Debian archive
     /// reachable; no root needed when the cache directory is writable (apt downloads as
@@ -205,11 +367,11 @@ impl Kernel {
     /// # Errors
     /// [`Error::Io`], [`Error::Spawn`]/[`Error::Command`] for the tools,
     /// [`Error::NoKernelPackage`], [`Error::BadKernelImage`].
-    pub fn fetch(cache_dir: &Path) -> Result<Kernel, Error> {
-        if let Some(k) = Self::cached(cache_dir) {
+    pub fn fetch_choice(cache_dir: &Path, choice: KernelChoice) -> Result<Kernel, Error> {
+        if let Some(k) = Self::cached_choice(cache_dir, choice) {
             return Ok(k);
         }
-        let apt = cache_dir.join("apt");
+        let apt = cache_dir.join(choice.apt_dir());
         for d in ["lists/partial", "cache/archives/partial"] {
             let p = apt.join(d);
             std::fs::create_dir_all(&p).map_err(io(&p))?;
@@ -217,11 +379,17 @@ impl Kernel {
         let debs = cache_dir.join("debs");
         std::fs::create_dir_all(&debs).map_err(io(&debs))?;
         let list = apt.join("sources.list");
-        let line = format!(
-            "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {} {SUITE} main\n",
-            archive_uri()
-        );
-        std::fs::write(&list, line).map_err(io(&list))?;
+        let uri = archive_uri();
+        let lines: String = choice
+            .suites()
+            .iter()
+            .map(|suite| {
+                format!(
+                    "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {uri} {suite} main\n"
+                )
+            })
+            .collect();
+        std::fs::write(&list, lines).map_err(io(&list))?;
         // A private apt: our own source list, lists and archive cache; system sources and
         // state are left untouched.
         let apt_opts = |c: &mut Command| {
@@ -242,46 +410,63 @@ impl Kernel {
         let mut show = Command::new("apt-cache");
         apt_opts(&mut show);
         let show = run(show.args(["show", META_PACKAGE]))?;
-        let (package, package_version) = parse_meta_show(&String::from_utf8_lossy(&show))?;
-        let version = package.trim_start_matches("linux-image-").to_owned();
-        let deb_glob = format!("{package}_");
-        let find_deb = || -> Option<PathBuf> {
-            std::fs::read_dir(&debs)
-                .ok()?
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .find(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with(&deb_glob) && n.ends_with(".deb"))
-                })
-        };
-        let deb = match find_deb() {
-            Some(d) => d,
-            None => {
-                let mut dl = Command::new("apt-get");
-                apt_opts(&mut dl);
-                run(dl.current_dir(&debs).args([
-                    "-q",
-                    "download",
-                    &format!("{package}={package_version}"),
-                ]))?;
-                find_deb().ok_or_else(|| {
-                    Error::NoKernelPackage(format!(
-                        "{package}: download left no .deb in {}",
-                        debs.display()
-                    ))
-                })?
+        let candidates = meta_candidates(&String::from_utf8_lossy(&show), choice.image_prefix());
+        // The highest version among the suites (apt's own candidate follows pin priorities,
+        // under which sid beats a newer trixie-backports); dpkg compares Debian versions.
+        let mut best: Option<(String, String)> = None;
+        for c in candidates {
+            let newer = match &best {
+                None => true,
+                Some((_, v)) => Command::new("dpkg")
+                    .args(["--compare-versions", &c.1, "gt", v])
+                    .status()
+                    .map_err(|source| Error::Spawn {
+                        program: "dpkg --compare-versions".into(),
+                        source,
+                    })?
+                    .success(),
+            };
+            if newer {
+                best = Some(c);
             }
-        };
+        }
+        let (package, package_version) = best.ok_or_else(|| {
+            Error::NoKernelPackage(format!(
+                "no {}* dependency in `apt-cache show {META_PACKAGE}` of {}",
+                choice.image_prefix(),
+                choice.suites().join(", ")
+            ))
+        })?;
+        let version = package.trim_start_matches("linux-image-").to_owned();
+        let mut pkgs = vec![package.clone()];
+        let mut image_show = Command::new("apt-cache");
+        apt_opts(&mut image_show);
+        let image_show = run(image_show.args(["show", &format!("{package}={package_version}")]))?;
+        pkgs.extend(split_packages(
+            &String::from_utf8_lossy(&image_show),
+            &version,
+        ));
         let kdir = cache_dir.join(format!("kernel-{version}"));
         let unpacked = kdir.join("deb");
         if unpacked.exists() {
             std::fs::remove_dir_all(&unpacked).map_err(io(&unpacked))?;
         }
         std::fs::create_dir_all(&unpacked).map_err(io(&unpacked))?;
-        run(Command::new("dpkg").arg("-x").arg(&deb).arg(&unpacked))?;
-        let vmlinuz = unpacked.join("boot").join(format!("vmlinuz-{version}"));
+        for pkg in &pkgs {
+            let deb = download(&debs, pkg, &package_version, &apt_opts)?;
+            run(Command::new("dpkg").arg("-x").arg(&deb).arg(&unpacked))?;
+        }
+        // 6.12 ships boot/vmlinuz-<v>; 7.x usr/lib/modules/<v>/vmlinuz.
+        let modules = unpacked.join("usr/lib/modules").join(&version);
+        let vmlinuz = [
+            unpacked.join("boot").join(format!("vmlinuz-{version}")),
+            modules.join("vmlinuz"),
+        ]
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| Error::BadKernelImage {
+            reason: format!("no vmlinuz for {version} in {}", pkgs.join(", ")),
+        })?;
         let image = std::fs::read(&vmlinuz).map_err(io(&vmlinuz))?;
         let (payload, size) = bzimage_payload(&image)?;
         let zst = kdir.join("vmlinux.zst");
@@ -300,12 +485,18 @@ impl Kernel {
                 ),
             });
         }
-        // Keep the config for reference; drop the rest of the unpacked package (modules).
-        let config = unpacked.join("boot").join(format!("config-{version}"));
-        let _ = std::fs::copy(&config, kdir.join("config"));
+        // Keep the config for reference; drop the rest of the unpacked packages (modules).
+        for config in [
+            unpacked.join("boot").join(format!("config-{version}")),
+            modules.join("config"),
+        ] {
+            if config.is_file() {
+                let _ = std::fs::copy(&config, kdir.join("config"));
+            }
+        }
         std::fs::remove_dir_all(&unpacked).map_err(io(&unpacked))?;
         std::fs::remove_file(&zst).map_err(io(&zst))?;
-        let env = cache_dir.join("kernel.env");
+        let env = cache_dir.join(choice.env_file());
         std::fs::write(
             &env,
             format!("version={version}\npackage={package}\npackage_version={package_version}\n"),
@@ -318,6 +509,41 @@ impl Kernel {
             package_version,
         })
     }
+}
+
+/// The cached `.deb` of `package` at `version` in `debs`, downloaded first if missing.
+fn download(
+    debs: &Path,
+    package: &str,
+    version: &str,
+    apt_opts: &dyn Fn(&mut Command),
+) -> Result<PathBuf, Error> {
+    let prefix = format!("{package}_");
+    let find = || -> Option<PathBuf> {
+        std::fs::read_dir(debs)
+            .ok()?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".deb"))
+            })
+    };
+    if let Some(d) = find() {
+        return Ok(d);
+    }
+    let mut dl = Command::new("apt-get");
+    apt_opts(&mut dl);
+    run(dl
+        .current_dir(debs)
+        .args(["-q", "download", &format!("{package}={version}")]))?;
+    find().ok_or_else(|| {
+        Error::NoKernelPackage(format!(
+            "{package}: download left no .deb in {}",
+            debs.display()
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -336,6 +562,53 @@ mod tests {
             ),
             Err(Error::NoKernelPackage(_))
         ));
+    }
+
+    #[test]
+    fn newest_is_chosen_among_every_suite_and_split_packages_are_found() {
+        let show = "Package: linux-image-amd64\nVersion: 7.3.4-1~bpo13+1\nDepends: linux-base-amd64 (= 7.3.4-1~bpo13+1), linux-image-7.3.4+deb13-amd64 (= 7.3.4-1~bpo13+1), linux-modules-amd64 (= 7.3.4-1~bpo13+1)\n\nPackage: linux-image-amd64\nVersion: 7.2.13-1\nDepends: linux-base-amd64 (= 7.2.13-1), linux-image-7.2.13+deb14-amd64 (= 7.2.13-1)\n";
+        let c = meta_candidates(show, KernelChoice::Newest.image_prefix());
+        assert_eq!(
+            c,
+            vec![
+                (
+                    "linux-image-7.3.4+deb13-amd64".to_owned(),
+                    "7.3.4-1~bpo13+1".to_owned()
+                ),
+                (
+                    "linux-image-7.2.13+deb14-amd64".to_owned(),
+                    "7.2.13-1".to_owned()
+                ),
+            ]
+        );
+        assert!(meta_candidates(show, KernelChoice::Lts.image_prefix()).is_empty());
+        let image = "Package: linux-image-7.3.4+deb13-amd64\nDepends: dracut | initramfs-tools (>= 0.120+deb8u2) | linux-initramfs-tool, linux-base-7.3.4+deb13-amd64 (= 7.3.4-1~bpo13+1), linux-binary-7.3.4+deb13-amd64 (= 7.3.4-1~bpo13+1), linux-modules-7.3.4+deb13-amd64 (= 7.3.4-1~bpo13+1)\n";
+        assert_eq!(
+            split_packages(image, "7.3.4+deb13-amd64"),
+            vec![
+                "linux-base-7.3.4+deb13-amd64",
+                "linux-binary-7.3.4+deb13-amd64"
+            ]
+        );
+        // 6.12's image package holds its own vmlinuz: nothing else to fetch.
+        assert!(split_packages(
+            "Depends: kmod, linux-base (>= 4.3~)\n",
+            "6.12.95+deb12-amd64"
+        )
+        .is_empty());
+        let k = Kernel {
+            vmlinux: PathBuf::new(),
+            version: "7.3.4+deb13-amd64".into(),
+            package: String::new(),
+            package_version: String::new(),
+        };
+        assert_eq!(k.major_minor(), (7, 3));
+        assert_eq!(
+            "newest".parse::<KernelChoice>().ok(),
+            Some(KernelChoice::Newest)
+        );
+        assert_eq!("6.12".parse::<KernelChoice>().ok(), Some(KernelChoice::Lts));
+        assert!("6.1".parse::<KernelChoice>().is_err());
     }
 
     #[test]

@@ -22,12 +22,13 @@ pub mod fixtures;
 pub mod guest;
 pub mod initramfs;
 pub mod kernel;
+pub mod rootfs;
 pub mod spec;
 
 pub use export::{decode_exports, ExportedFile};
 pub use guest::{detect_accel, run, Guest, GuestOutput};
 pub use initramfs::Initramfs;
-pub use kernel::{default_cache_dir, Kernel};
+pub use kernel::{default_cache_dir, Kernel, KernelChoice};
 pub use spec::{Accel, GuestSpec, HmatLink, NodeSpec};
 
 /// Everything that can go wrong in the harness.
@@ -87,6 +88,9 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// The Debian root filesystem of real servers is incomplete ([`rootfs`]).
+    #[error("guest rootfs: {0}")]
+    Rootfs(#[from] rootfs::RootfsError),
     /// The guest topology is invalid.
     #[error("guest spec: {0}")]
     Spec(String),

@@ -1,6 +1,6 @@
 //! `tierd-vm`: command-line front end of the guest harness.
 //!
-//! * `tierd-vm fetch-kernel` downloads (or finds in the cache) the 6.12 kernel.
+//! * `tierd-vm [--kernel 6.12|newest] fetch-kernel` downloads (or finds in the cache) a kernel.
 //! * `tierd-vm run --script run.sh [--file HOST:GUEST]... [--three-node] [--timeout S]`
 //!   boots a guest, prints its console and writes exported files to `--out`.
 //! * `tierd-vm capture-fixtures --out DIR` captures real `/proc` and `/sys` files.
@@ -14,17 +14,22 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use tierd_vm::{
     default_cache_dir, fixtures, initramfs::DEFAULT_BUSYBOX, GuestSpec, Initramfs, Kernel,
+    KernelChoice,
 };
 
 #[derive(Parser, Debug)]
 #[command(
     name = "tierd-vm",
-    about = "Boot a tiered-memory QEMU guest with a stock 6.12 kernel"
+    about = "Boot a tiered-memory QEMU guest with a stock Debian kernel (6.12 or the newest)"
 )]
 struct Cli {
     /// Cache directory for the kernel (default: $TIERD_VM_CACHE or target/vmlab).
     #[arg(long, global = true)]
     cache: Option<PathBuf>,
+    /// The guest kernel: `6.12` (bookworm-backports) or `newest` (the newest in Debian's
+    /// archive); default $TIERD_LAB_KERNEL, else newest.
+    #[arg(long, global = true)]
+    kernel: Option<KernelChoice>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -95,7 +100,11 @@ fn main() -> ExitCode {
 fn real_main(cli: Cli) -> Result<ExitCode, tierd_vm::Error> {
     let cache = cli.cache.unwrap_or_else(default_cache_dir);
     let t = Instant::now();
-    let kernel = Kernel::fetch(&cache)?;
+    let choice = match cli.kernel {
+        Some(k) => k,
+        None => KernelChoice::from_env()?,
+    };
+    let kernel = Kernel::fetch_choice(&cache, choice)?;
     let fetch = t.elapsed();
     match cli.cmd {
         Cmd::FetchKernel => {

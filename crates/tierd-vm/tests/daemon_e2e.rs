@@ -32,7 +32,9 @@ use std::time::Duration;
 use tierd_linux::read::numa_maps::parse_numa_maps_line;
 use tierd_linux::status::Snapshot;
 use tierd_vm::initramfs::DEFAULT_BUSYBOX;
-use tierd_vm::{binaries, default_cache_dir, guest, Guest, GuestSpec, Initramfs, Kernel};
+use tierd_vm::{
+    binaries, default_cache_dir, guest, Guest, GuestSpec, Initramfs, Kernel, KernelChoice,
+};
 
 const TOTAL_MIB: u64 = 512;
 const HOT_MIB: u64 = 128;
@@ -184,7 +186,9 @@ fn tierd_with_damon_promotes_the_hot_set_and_leaves_the_cold_part() {
     if !Path::new(DEFAULT_BUSYBOX).is_file() {
         return skip_or_fail("/bin/busybox (busybox-static) not found");
     }
-    let kernel = match Kernel::fetch(&default_cache_dir()) {
+    let kernel = match KernelChoice::from_env()
+        .and_then(|k| Kernel::fetch_choice(&default_cache_dir(), k))
+    {
         Ok(k) => k,
         Err(e) => return skip_or_fail(&format!("kernel fetch failed: {e}")),
     };

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tierd_vm::initramfs::DEFAULT_BUSYBOX;
-use tierd_vm::{default_cache_dir, guest, Guest, GuestSpec, Initramfs, Kernel};
+use tierd_vm::{default_cache_dir, guest, Guest, GuestSpec, Initramfs, Kernel, KernelChoice};
 
 const SCRIPT: &str = r#"
 echo "UNAME $(uname -r)"
@@ -66,7 +66,9 @@ fn two_node_guest_puts_the_cpuless_node_in_a_lower_tier() {
         return skip_or_fail("/bin/busybox (busybox-static) not found");
     }
     let t = Instant::now();
-    let kernel = match Kernel::fetch(&default_cache_dir()) {
+    let kernel = match KernelChoice::from_env()
+        .and_then(|k| Kernel::fetch_choice(&default_cache_dir(), k))
+    {
         Ok(k) => k,
         Err(e) => return skip_or_fail(&format!("kernel fetch failed: {e}")),
     };

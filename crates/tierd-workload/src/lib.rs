@@ -82,4 +82,5 @@
 pub mod chaos;
 pub mod chase;
 pub mod integrity;
+pub mod kv;
 pub mod report;

@@ -22,6 +22,9 @@ use tierd_linux::sys::{
 use tierd_workload::chase::{build_cycle, chase, WORDS_PER_LINE};
 use tierd_workload::integrity::{check_page, fill_page, BadWord, SplitAction, SplitPlan};
 mod chaos_cmd;
+mod kv_cmd;
+mod launch;
+mod migrate_cmd;
 
 use tierd_workload::report::{
     ChaseDone, ChaseLine, ChasePolicy, ChaseReady, ChaseSample, HoldLine, IntegrityLine,
@@ -138,6 +141,15 @@ enum Cmd {
         /// system's THP mode decides).
         #[arg(long, value_enum, default_value = "off")]
         thp: ThpAdvice,
+        /// Processes (each started as a copy of this binary), each with its own buffer of
+        /// --total-mib/N and --hot-mib/N (in pages) on --node, process i pinned to
+        /// --cpus[i % len]; each prints its own lines, its ready line with `proc=<i> cpu=<c>`.
+        /// SIGTERM to this process is passed on to them.
+        #[arg(long, default_value_t = 1)]
+        procs: usize,
+        /// (internal) This process is number i of --procs, started by the first.
+        #[arg(long, hide = true)]
+        proc_index: Option<usize>,
     },
     /// Allocate, touch and hold memory.
     Hold {
@@ -202,9 +214,18 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         split_every_ms: u64,
     },
+    /// Move another process's buffer between nodes with tierd's mover or the kernel's
+    /// migrate_pages(2) and time it (`tierd lab scale`).
+    Migrate(migrate_cmd::MigrateArgs),
     /// The chaos lab's actors (`tierd lab chaos`).
     #[command(flatten)]
     Chaos(chaos_cmd::ChaosCmd),
+    /// The load generator for real servers and its hot-page probes (`kv`, `hotpages`, `where`).
+    #[command(flatten)]
+    Kv(kv_cmd::KvCmd),
+    /// Run a program under a task memory policy numactl cannot set
+    /// (MPOL_PREFERRED_MANY | MPOL_F_NUMA_BALANCING): `exec --policy P --policy-nodes N -- CMD..`.
+    Exec(launch::ExecArgs),
     /// Map and hold a THP-backed anonymous buffer (MADV_HUGEPAGE) and hugetlbfs files, for
     /// the folio fixtures (`tierd-vm capture-folio-fixtures`); prints where they are.
     Folios {
@@ -271,6 +292,8 @@ fn main() -> Result<()> {
             threads,
             cpus,
             thp,
+            procs,
+            proc_index,
         } => run_chase(&ChaseArgs {
             total_mib,
             hot_mib,
@@ -284,6 +307,9 @@ fn main() -> Result<()> {
             threads,
             cpus: cpus.map(|c| c.0).unwrap_or_default(),
             thp,
+            procs,
+            proc_index,
+            parent: std::os::unix::process::parent_id(),
         }),
         Cmd::Hold {
             mib,
@@ -321,6 +347,9 @@ fn main() -> Result<()> {
         } => run_folios(thp_mib, &hugetlb, secs),
         Cmd::Ticker { us, cpu, parent } => run_ticker(us, cpu, parent),
         Cmd::Chaos(c) => chaos_cmd::run(c),
+        Cmd::Migrate(m) => migrate_cmd::run(&m),
+        Cmd::Kv(c) => kv_cmd::run(c),
+        Cmd::Exec(a) => launch::run(a),
     }
 }
 
@@ -337,18 +366,63 @@ struct ChaseArgs {
     threads: usize,
     cpus: Vec<u32>,
     thp: ThpAdvice,
+    procs: usize,
+    /// Set in the processes a multi-process chase starts (see [`run_chase_procs`]).
+    proc_index: Option<usize>,
+    /// The parent's pid when this process started: a started process stops when its parent
+    /// is gone (SIGKILLed), as the ticker does.
+    parent: u32,
+}
+
+impl ChaseArgs {
+    /// This process's hot and cold pages: the whole buffer, or with --procs N process i's
+    /// share of each part (the parts split separately, so that the shares add up to them).
+    fn pages(&self) -> (usize, usize) {
+        let mib_pages = MIB / sys::page_size();
+        let hot = self.hot_mib.saturating_mul(mib_pages);
+        let cold = self
+            .total_mib
+            .saturating_sub(self.hot_mib)
+            .saturating_mul(mib_pages);
+        match self.proc_index {
+            None => (hot, cold),
+            Some(i) => (share(hot, self.procs, i), share(cold, self.procs, i)),
+        }
+    }
+
+    /// Whether this is a started process whose parent has gone.
+    fn orphaned(&self) -> bool {
+        self.proc_index.is_some() && std::os::unix::process::parent_id() != self.parent
+    }
+}
+
+/// The length of part `i` of [`split`]`(len, n)`.
+fn share(len: usize, n: usize, i: usize) -> usize {
+    (i + 1) * len / n - i * len / n
 }
 
 /// Map `mib` MiB, bind it to `node` (if >= 0) and touch every page so it is allocated there.
 fn place(mib: usize, node: i32) -> Result<AnonMapping> {
     ensure!(mib > 0, "size must be at least 1 MiB");
-    let len = mib.checked_mul(MIB).context("size overflows")?;
+    place_pages(
+        mib.checked_mul(MIB / sys::page_size())
+            .context("size overflows")?,
+        node,
+    )
+}
+
+/// [`place`] for a size in base pages.
+fn place_pages(pages: usize, node: i32) -> Result<AnonMapping> {
+    ensure!(pages > 0, "size must be at least one page");
+    let len = pages
+        .checked_mul(sys::page_size())
+        .context("size overflows")?;
     let mut m = AnonMapping::new(len)?;
     if node >= 0 {
         let n = u16::try_from(node).context("node out of range")?;
         ensure!(n < 64, "node {n} out of range (0..64)");
         sys::mbind(m.addr(), m.len(), MPOL_BIND, NodeMask(1 << n), 0)
-            .with_context(|| format!("binding {mib} MiB to node {n}"))?;
+            .with_context(|| format!("binding {} KiB to node {n}", len / 1024))?;
     }
     let ps = sys::page_size();
     for page in m.as_mut_slice().chunks_mut(ps) {
@@ -453,6 +527,7 @@ fn run_chase(a: &ChaseArgs) -> Result<()> {
     );
     ensure!(a.secs.is_finite() && a.secs >= 0.0, "--secs must be >= 0");
     ensure!(a.threads >= 1, "--threads must be at least 1");
+    ensure!(a.procs >= 1, "--procs must be at least 1");
     match (a.policy, a.policy_nodes.is_empty()) {
         (ChasePolicy::Default, false) => bail!("--policy-nodes needs a preferred-many --policy"),
         (ChasePolicy::PreferredMany | ChasePolicy::PreferredManyBalancing, true) => {
@@ -460,17 +535,21 @@ fn run_chase(a: &ChaseArgs) -> Result<()> {
         }
         _ => {}
     }
+    if a.procs > 1 && a.proc_index.is_none() {
+        return run_chase_procs(a);
+    }
+    let (hot_share, cold_share) = a.pages();
     let ps = sys::page_size();
     let words_per_page = ps / 8;
     // Hot and cold parts are separate mappings, the hot one marked (MADV_NOHUGEPAGE, or
     // MADV_DONTFORK with --thp follow) so the kernel cannot merge them: /proc/PID/numa_maps
     // then reports each part on its own line, which is how the guest test reads placement
     // independently of tierd.
-    let mut m = place(a.hot_mib, a.node)?;
+    let mut m = place_pages(hot_share, a.node)?;
     separate(&m, a.thp, "hot part")?;
     apply_policy(&m, a.policy, a.policy_nodes)?;
-    let cold = if a.total_mib > a.hot_mib {
-        let c = place(a.total_mib - a.hot_mib, a.node)?;
+    let cold = if cold_share > 0 {
+        let c = place_pages(cold_share, a.node)?;
         apply_policy(&c, a.policy, a.policy_nodes)?;
         Some(c)
     } else {
@@ -507,14 +586,10 @@ fn run_chase(a: &ChaseArgs) -> Result<()> {
     } else {
         Vec::new()
     };
+    // A started process's tickers are its parent's (one per CPU, not one per process).
     let mut tickers = Vec::new();
-    if a.tick_us > 0 {
-        let mut distinct = pins.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        for cpu in distinct {
-            tickers.push(start_ticker(a.tick_us, cpu)?);
-        }
+    if a.tick_us > 0 && a.proc_index.is_none() {
+        tickers = start_tickers(a.tick_us, &pins)?;
     }
     let result = chase_threads(
         a,
@@ -532,6 +607,177 @@ fn run_chase(a: &ChaseArgs) -> Result<()> {
         let _ = c.wait();
     }
     result
+}
+
+/// One ticker per distinct CPU of `pins`.
+fn start_tickers(us: u64, pins: &[u32]) -> Result<Vec<Child>> {
+    let mut distinct = pins.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let mut tickers = Vec::new();
+    for cpu in distinct {
+        match start_ticker(us, cpu) {
+            Ok(c) => tickers.push(c),
+            Err(e) => {
+                stop_children(&mut tickers);
+                return Err(e);
+            }
+        }
+    }
+    Ok(tickers)
+}
+
+/// Kill (SIGKILL) and reap `children`, best effort: used on the way out.
+fn stop_children(children: &mut [Child]) {
+    for c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// The arguments of process `i` of a multi-process chase (see [`run_chase_procs`]).
+fn proc_args(a: &ChaseArgs, i: usize, cpu: Option<u32>) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "chase",
+        "--total-mib",
+        &a.total_mib.to_string(),
+        "--hot-mib",
+        &a.hot_mib.to_string(),
+        "--secs",
+        &a.secs.to_string(),
+        "--node",
+        &a.node.to_string(),
+        "--interval-ms",
+        &a.interval.as_millis().to_string(),
+        // Thread j of process i chases with seed + i * threads + j: no two cycles alike.
+        "--seed",
+        &a.seed.wrapping_add(as_u64(i * a.threads)).to_string(),
+        "--tick-us",
+        &a.tick_us.to_string(),
+        "--policy",
+        a.policy.as_str(),
+        "--threads",
+        &a.threads.to_string(),
+        "--thp",
+        match a.thp {
+            ThpAdvice::Off => "off",
+            ThpAdvice::Follow => "follow",
+        },
+        "--procs",
+        &a.procs.to_string(),
+        "--proc-index",
+        &i.to_string(),
+    ]
+    .iter()
+    .map(|s| (*s).to_string())
+    .collect();
+    if !a.policy_nodes.is_empty() {
+        v.extend(["--policy-nodes".to_string(), a.policy_nodes.to_string()]);
+    }
+    if let Some(c) = cpu {
+        v.extend(["--cpus".to_string(), c.to_string()]);
+    }
+    v
+}
+
+/// `chase --procs N`: start N copies of this binary, process i with its share of the buffer
+/// ([`ChaseArgs::pages`]) pinned to `cpus[i % len]` (CPU 0 with a ticker and no --cpus, as
+/// the single process), and wait for them. Copies are started with `exec` rather than
+/// `fork(2)` alone: a forked copy of a Rust process may only call async-signal-safe functions
+/// until it execs, and this crate has no unsafe code. Their lines go straight to the shared
+/// stdout (each line is one `write(2)`, so lines do not interleave). SIGTERM here is passed on
+/// to each of them (they print their `done` lines); they stop on their own if this process
+/// dies without passing it on.
+fn run_chase_procs(a: &ChaseArgs) -> Result<()> {
+    let (hot, _) = a.pages();
+    ensure!(
+        hot / a.procs >= a.threads,
+        "--hot-mib {} gives {} pages per process: fewer than --threads {} for {} processes",
+        a.hot_mib,
+        hot / a.procs,
+        a.threads,
+        a.procs
+    );
+    let pins: Vec<u32> = if !a.cpus.is_empty() {
+        a.cpus.clone()
+    } else if a.tick_us > 0 {
+        vec![0]
+    } else {
+        Vec::new()
+    };
+    let exe = std::env::current_exe().context("locating /proc/self/exe for the chase processes")?;
+    let mut tickers = if a.tick_us > 0 {
+        start_tickers(a.tick_us, &pins)?
+    } else {
+        Vec::new()
+    };
+    let mut children: Vec<Child> = Vec::with_capacity(a.procs);
+    for i in 0..a.procs {
+        let cpu = (!pins.is_empty()).then(|| pins[i % pins.len()]);
+        match Command::new(&exe).args(proc_args(a, i, cpu)).spawn() {
+            Ok(c) => children.push(c),
+            Err(e) => {
+                stop_children(&mut children);
+                stop_children(&mut tickers);
+                return Err(e).with_context(|| format!("starting chase process {i}"));
+            }
+        }
+    }
+    let result = wait_procs(children);
+    stop_children(&mut tickers);
+    result
+}
+
+/// Reap the chase processes (in a thread, blocking in `wait(2)`) while passing SIGTERM on.
+fn wait_procs(children: Vec<Child>) -> Result<()> {
+    let pids: Vec<u32> = children.iter().map(Child::id).collect();
+    // Set once a child is reaped: its pid may be reused after that, so it gets no signal.
+    let reaped: Vec<AtomicBool> = pids.iter().map(|_| AtomicBool::new(false)).collect();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| -> Result<()> {
+        let reaper = s.spawn(
+            || -> Vec<(usize, std::io::Result<std::process::ExitStatus>)> {
+                let mut failed = Vec::new();
+                for (i, mut c) in children.into_iter().enumerate() {
+                    let st = c.wait();
+                    reaped[i].store(true, Relaxed);
+                    if !st.as_ref().is_ok_and(std::process::ExitStatus::success) {
+                        failed.push((i, st));
+                    }
+                }
+                done.store(true, Relaxed);
+                failed
+            },
+        );
+        let mut forwarded = false;
+        while !done.load(Relaxed) {
+            if !forwarded && terminated() {
+                forwarded = true;
+                for (pid, r) in pids.iter().zip(&reaped) {
+                    if !r.load(Relaxed) {
+                        // ESRCH: it has just exited; nothing to pass on.
+                        let _ = sys::sigterm(*pid);
+                    }
+                }
+            }
+            std::thread::sleep(POLL);
+        }
+        let failed = reaper
+            .join()
+            .map_err(|_| anyhow!("the chase reaper thread panicked"))?;
+        match failed.first() {
+            None => Ok(()),
+            Some((i, st)) => bail!(
+                "{} of {} chase processes failed; process {i}: {}",
+                failed.len(),
+                pids.len(),
+                match st {
+                    Ok(st) => st.to_string(),
+                    Err(e) => format!("wait failed: {e}"),
+                }
+            ),
+        }
+    })
 }
 
 /// Start the chase threads, report every interval, stop them and report the totals.
@@ -560,7 +806,7 @@ fn chase_threads(
             per_thread,
         ))
     };
-    emit(&ChaseLine::Ready(ChaseReady {
+    let ready = ChaseLine::Ready(ChaseReady {
         pid: pid(),
         addr: as_u64(m.addr()),
         cold_addr: cold.map_or(0, |c| as_u64(c.addr())),
@@ -575,7 +821,20 @@ fn chase_threads(
         cpus: pins.to_vec(),
         policy: a.policy,
         policy_nodes: a.policy_nodes,
-    }))?;
+    });
+    match a.proc_index {
+        None => emit(&ready)?,
+        // A started process: `proc=<i> cpu=<c>` after the pid (`-`: not pinned). The line
+        // parser reads keys by name, so the extra keys keep it a valid ready line.
+        Some(i) => {
+            let cpu = pins.first().map_or_else(|| "-".to_string(), u32::to_string);
+            let line =
+                ready
+                    .to_string()
+                    .replacen(" addr=", &format!(" proc={i} cpu={cpu} addr="), 1);
+            emit(&line)?;
+        }
+    }
     let words = m.as_u64_slice();
     let stop = AtomicBool::new(false);
     let counters: Vec<AtomicU64> = slices.iter().map(|_| AtomicU64::new(0)).collect();
@@ -647,7 +906,7 @@ fn chase_threads(
                     next += a.interval;
                 }
             }
-            if now >= total || terminated() {
+            if now >= total || terminated() || a.orphaned() {
                 break Ok(());
             }
             nap(t0, next.min(total));

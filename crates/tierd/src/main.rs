@@ -170,9 +170,18 @@ enum Command {
         /// once per mode, rows marked in the THP column). Not for `chaos` (always).
         #[arg(long, value_enum, default_value = "both")]
         thp: lab_cmd::ThpChoice,
+        /// The guest kernel: 6.12 (Debian bookworm-backports), newest (the newest in Debian's
+        /// archive), or both (each experiment runs on each; results name the kernel).
+        #[arg(long, value_enum, default_value = "newest")]
+        kernel: lab_cmd::KernelArg,
         /// `chaos` only: seconds the chaos actors run (default 300; 60 with --quick).
+        /// `scale`: seconds each mechanism runs (default 60; 30 with --quick).
         #[arg(long, value_parser = clap::value_parser!(u32).range(10..=86_400))]
         duration: Option<u32>,
+        /// `scale` only: the process counts (comma-separated; default 1,10,100,500; 1,10
+        /// with --quick).
+        #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=2000))]
+        procs: Vec<u32>,
         /// The source tree to build the guest binaries from.
         #[arg(long, default_value_os_t = lab_cmd::default_workspace())]
         workspace: PathBuf,
@@ -336,6 +345,26 @@ fn real_main() -> Result<()> {
         }
         Command::Lab {
             experiments,
+            duration,
+            json,
+            quick,
+            workspace,
+            kernel,
+            procs,
+            ..
+        } if experiments.iter().any(|e| e == "scale") => {
+            lab_cmd::lab_scale(
+                &experiments,
+                quick,
+                &procs,
+                duration,
+                kernel.choices(),
+                json.as_deref(),
+                &workspace,
+            )?;
+        }
+        Command::Lab {
+            experiments,
             quick,
             repeat,
             only,
@@ -344,10 +373,13 @@ fn real_main() -> Result<()> {
             plot,
             workspace,
             thp,
+            kernel,
             duration: _,
+            procs: _,
         } => lab_cmd::lab(
             &experiments,
             quick,
+            kernel.choices(),
             thp.modes(),
             repeat,
             &only,

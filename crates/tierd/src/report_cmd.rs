@@ -301,6 +301,7 @@ mod tests {
                 ("B0".into(), run_data(&[0, 0, 0], &[300.0, 300.0])),
                 ("T1".into(), run_data(&[0, 16384, 32768], &[300.0, 120.0])),
             ],
+            versus: Vec::new(),
         };
         let figs = lab_figures(std::slice::from_ref(&res));
         assert_eq!(figs.len(), 2);

@@ -24,6 +24,7 @@
 //! | [`meminfo`] | `/proc/meminfo`, `nodeN/meminfo` |
 //! | [`proc`] | `/proc` pid list, `/proc/PID/status`, `/proc/PID/stat` |
 //! | [`smaps`] | `/proc/PID/smaps` |
+//! | [`task`] | `/proc/PID/task/TID/stat` (the CPU each thread last ran on) |
 //! | [`kpageflags`] | `/proc/kpageflags` (binary, by frame) |
 
 use std::io;
@@ -37,6 +38,7 @@ pub mod meminfo;
 pub mod numa_maps;
 pub mod proc;
 pub mod smaps;
+pub mod task;
 pub mod topology;
 pub mod vmstat;
 

@@ -38,6 +38,9 @@ pub struct ProcStatus {
     pub cpus_allowed: Vec<u32>,
     /// `Mems_allowed_list`.
     pub mems_allowed: NodeMask,
+    /// `Threads`, the number of threads (`None` if absent or malformed: only a hint for when
+    /// to re-read the threads, see [`super::task`]).
+    pub threads: Option<u32>,
 }
 
 /// Parses `/proc/PID/status`.
@@ -51,6 +54,7 @@ pub fn parse_status(text: &str) -> Result<ProcStatus, ParseError> {
     let mut tgid = None;
     let mut cpus = None;
     let mut mems = None;
+    let mut threads = None;
     for (i, line) in super::kernel_lines(text).enumerate() {
         let lineno = i + 1;
         let Some((key, value)) = line.split_once(':') else {
@@ -78,6 +82,7 @@ pub fn parse_status(text: &str) -> Result<ProcStatus, ParseError> {
                 let value = value.trim();
                 mems = Some(parse_nodelist(value).map_err(|r| ParseError::new(lineno, r))?);
             }
+            "Threads" => threads = value.trim().parse().ok(),
             _ => {}
         }
     }
@@ -87,6 +92,7 @@ pub fn parse_status(text: &str) -> Result<ProcStatus, ParseError> {
         tgid: tgid.ok_or_else(|| missing("Tgid"))?,
         cpus_allowed: cpus.ok_or_else(|| missing("Cpus_allowed_list"))?,
         mems_allowed: mems.ok_or_else(|| missing("Mems_allowed_list"))?,
+        threads,
     })
 }
 
@@ -253,6 +259,12 @@ mod tests {
         assert_eq!(s.tgid, 42);
         assert_eq!(s.cpus_allowed, [0, 1, 2, 3, 6]);
         assert_eq!(s.mems_allowed, NodeMask::from_nodes([NodeId(0), NodeId(1)]));
+        assert_eq!(s.threads, None);
+        let with = parse_status(
+            "Name:\tx\nTgid:\t1\nThreads:\t12\nCpus_allowed_list:\t0\nMems_allowed_list:\t0\n",
+        )
+        .unwrap();
+        assert_eq!(with.threads, Some(12));
         let e = parse_status("Name:\tx\nTgid:\t1\nCpus_allowed_list:\t0\n").unwrap_err();
         assert!(e.reason.contains("Mems_allowed_list"));
         let e = parse_status("Name:\tx\nTgid:\tq\n").unwrap_err();

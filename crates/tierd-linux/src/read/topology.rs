@@ -544,6 +544,120 @@ pub fn read_system_topology(sys_root: &Path) -> Result<SystemTopology, ReadError
     })
 }
 
+/// Which node each physical frame belongs to, from the nodes' memory blocks: the node that
+/// holds a page, without asking the kernel page by page (`move_pages(2)` with no target
+/// nodes walks the page tables one page at a time under the mmap lock).
+///
+/// Memory is managed in blocks of `<sys_root>/devices/system/memory/block_size_bytes` (hex)
+/// bytes; block `M` covers frames `M * block_pages .. (M + 1) * block_pages`, and
+/// `nodeN/memoryM` links every online block to the node it belongs to
+/// (Documentation/admin-guide/mm/memory-hotplug.rst "Memory Block Sysfs Interface";
+/// drivers/base/node.c `register_memory_block_under_node()`). A block linked under two nodes
+/// (early boot memory spanning a node boundary) is left out: its frames have no node here,
+/// and the caller asks the kernel for them. So is any frame outside the blocks known when
+/// the map was read (memory hot-added since): the map only ever says what sysfs said.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeFrames {
+    /// `(first frame, end frame, node)`, ascending, not overlapping, adjacent ones of one
+    /// node merged.
+    ranges: Vec<(u64, u64, NodeId)>,
+}
+
+impl NodeFrames {
+    /// A map from explicit blocks: `block_pages` frames per block, `(block, node)` pairs.
+    /// Blocks named for two nodes are dropped.
+    #[must_use]
+    pub fn from_blocks(block_pages: u64, blocks: &[(u64, NodeId)]) -> Self {
+        let mut b: Vec<(u64, NodeId)> = blocks.to_vec();
+        b.sort_unstable_by_key(|&(m, n)| (m, n.0));
+        b.dedup();
+        let mut ranges: Vec<(u64, u64, NodeId)> = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            let (m, n) = b[i];
+            let shared = b.get(i + 1).is_some_and(|&(m2, _)| m2 == m);
+            if shared {
+                // Every entry of this block is skipped.
+                while i < b.len() && b[i].0 == m {
+                    i += 1;
+                }
+                continue;
+            }
+            i += 1;
+            let (Some(start), Some(end)) = (
+                m.checked_mul(block_pages),
+                m.checked_add(1).and_then(|e| e.checked_mul(block_pages)),
+            ) else {
+                continue;
+            };
+            match ranges.last_mut() {
+                Some(last) if last.1 == start && last.2 == n => last.1 = end,
+                _ => ranges.push((start, end, n)),
+            }
+        }
+        NodeFrames { ranges }
+    }
+
+    /// The node of frame `pfn`, when a block of exactly one node holds it.
+    #[must_use]
+    pub fn node_of(&self, pfn: u64) -> Option<NodeId> {
+        let i = self.ranges.partition_point(|r| r.1 <= pfn);
+        self.ranges.get(i).filter(|r| r.0 <= pfn).map(|r| r.2)
+    }
+
+    /// Whether no frame has a node (no blocks were found, e.g. a kernel without memory
+    /// hotplug's sysfs, `CONFIG_MEMORY_HOTPLUG` off).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// The `(first frame, end frame, node)` ranges, ascending.
+    #[must_use]
+    pub fn ranges(&self) -> &[(u64, u64, NodeId)] {
+        &self.ranges
+    }
+}
+
+/// Parses `block_size_bytes` (hex without `0x`, as drivers/base/memory.c
+/// `block_size_bytes_show()` prints it) into frames per block.
+///
+/// # Errors
+/// A [`ParseError`] when it is not hex or not a positive multiple of the page size.
+pub fn parse_block_size(text: &str) -> Result<u64, ParseError> {
+    let t = text.trim();
+    let bytes = u64::from_str_radix(t, 16)
+        .map_err(|_| ParseError::new(1, format!("expected a hex byte count, read {t:?}")))?;
+    let page = 1u64 << tierd_engine::types::PAGE_SHIFT;
+    if bytes == 0 || !bytes.is_multiple_of(page) {
+        return Err(ParseError::new(
+            1,
+            format!("block size {bytes:#x} is not a positive multiple of the page size"),
+        ));
+    }
+    Ok(bytes / page)
+}
+
+/// Reads the frames of every online node's memory blocks (see [`NodeFrames`]). A kernel
+/// without memory block sysfs (no `block_size_bytes`) gives an empty map.
+///
+/// # Errors
+/// A [`ReadError`] naming the node list, a node directory or `block_size_bytes`.
+pub fn read_node_frames(sys_root: &Path) -> Result<NodeFrames, ReadError> {
+    let bs_path = sys_root.join("devices/system/memory/block_size_bytes");
+    let Some(block_pages) = read_optional(&bs_path, parse_block_size)? else {
+        return Ok(NodeFrames::default());
+    };
+    let online = read_parsed(&node_root(sys_root).join("online"), parse_nodelist_file)?;
+    let mut blocks = Vec::new();
+    for n in online.iter() {
+        for m in numbered_entries(&node_dir(sys_root, n), "memory")? {
+            blocks.push((u64::from(m), n));
+        }
+    }
+    Ok(NodeFrames::from_blocks(block_pages, &blocks))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -720,5 +834,60 @@ mod tests {
         assert!(ConvertError::MissingMemTotal { node: NodeId(3) }
             .to_string()
             .contains("node3"));
+    }
+
+    #[test]
+    fn frames_map_to_the_node_of_their_block() {
+        // 128 MiB blocks (32768 frames): node 0 blocks 0-1, node 1 blocks 4-5, block 8 in both
+        // (spans the boundary: no node), block 3 of node 0 (not adjacent to 1: its own range).
+        let bp = parse_block_size("8000000\n").unwrap();
+        assert_eq!(bp, 32768);
+        let f = NodeFrames::from_blocks(
+            bp,
+            &[
+                (1, NodeId(0)),
+                (0, NodeId(0)),
+                (5, NodeId(1)),
+                (4, NodeId(1)),
+                (8, NodeId(0)),
+                (8, NodeId(1)),
+                (3, NodeId(0)),
+            ],
+        );
+        assert_eq!(
+            f.ranges(),
+            &[
+                (0, 2 * bp, NodeId(0)),
+                (3 * bp, 4 * bp, NodeId(0)),
+                (4 * bp, 6 * bp, NodeId(1))
+            ]
+        );
+        assert_eq!(f.node_of(0), Some(NodeId(0)));
+        assert_eq!(f.node_of(2 * bp - 1), Some(NodeId(0)));
+        assert_eq!(f.node_of(2 * bp), None, "a hole");
+        assert_eq!(f.node_of(4 * bp), Some(NodeId(1)));
+        assert_eq!(f.node_of(8 * bp + 7), None, "a block of two nodes");
+        assert_eq!(f.node_of(u64::MAX), None);
+        assert!(NodeFrames::default().is_empty());
+        assert!(parse_block_size("0").is_err());
+        assert!(parse_block_size("zz").is_err());
+        assert!(parse_block_size("800").is_err(), "not whole pages");
+    }
+
+    #[test]
+    fn node_frames_of_the_guest_fixture() {
+        let sys = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/guest-6.12/sys");
+        let f = read_node_frames(&sys).unwrap();
+        // 2 GiB per node in 128 MiB blocks: node 0 below the PCI hole, node 1 above 4 GiB.
+        assert_eq!(
+            f.ranges(),
+            &[
+                (0, 16 * 32768, NodeId(0)),
+                (32 * 32768, 48 * 32768, NodeId(1))
+            ]
+        );
+        // A tree without memory block sysfs: no frame has a node.
+        let dir = tempfile::tempdir().unwrap();
+        assert!(read_node_frames(dir.path()).unwrap().is_empty());
     }
 }

@@ -117,8 +117,28 @@ impl DamonFs for MemFs {
 pub struct RealFs;
 
 impl DamonFs for RealFs {
+    /// Open, one `read`, close: a sysfs attribute hands its whole value (at most a page) to
+    /// the first read (fs/kernfs/file.c `kernfs_file_read_iter()`), so a read shorter than
+    /// the buffer is the end. `read_to_string` also `statx`es the file and reads once more to
+    /// see the end: five system calls a file where three do, and a pass reads four files per
+    /// DAMON region.
     fn read(&self, path: &Path) -> io::Result<String> {
-        std::fs::read_to_string(path)
+        use std::io::Read;
+        let mut f = std::fs::File::open(path)?;
+        let mut buf = [0u8; 4096];
+        let mut text = Vec::new();
+        loop {
+            let n = match f.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            text.extend_from_slice(&buf[..n]);
+            if n < buf.len() {
+                break;
+            }
+        }
+        String::from_utf8(text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
     fn write(&self, path: &Path, value: &str) -> io::Result<()> {
         use std::io::Write;

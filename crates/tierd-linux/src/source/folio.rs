@@ -40,7 +40,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use tierd_engine::types::{PageSize, Vpn, HPAGE_PMD_NR};
+use tierd_engine::types::{PageSize, Pfn, Vpn, HPAGE_PMD_NR};
 
 use crate::pagemap::{pfn_visibility, Pagemap, PagemapEntry, PfnVisibility};
 use crate::read::kpageflags::{folio_of_frame, FrameFolio, Kpageflags, KpageflagsError, PageFlags};
@@ -127,6 +127,22 @@ pub trait FolioMap {
     /// `Some` when known, `None` when it cannot be told (counted as unknown and never observed:
     /// degraded, never wrong).
     fn resolve(&mut self, pid: u32, vpns: &[Vpn], out: &mut Vec<Option<FolioOf>>) -> FolioMethod;
+    /// [`Self::resolve`], also pushing to `frames`, for each page, the frame of its folio's
+    /// head where the map read it (pagemap), else `None`. [`super::locate::locate`] finds a
+    /// folio's node from that frame ([`super::locate::Locator::node_of_frame`]) instead of a
+    /// location query. The default reads no frame.
+    fn resolve_frames(
+        &mut self,
+        pid: u32,
+        vpns: &[Vpn],
+        out: &mut Vec<Option<FolioOf>>,
+        frames: &mut Vec<Option<Pfn>>,
+    ) -> FolioMethod {
+        let n = out.len();
+        let m = self.resolve(pid, vpns, out);
+        frames.extend(std::iter::repeat_n(None, out.len() - n));
+        m
+    }
     /// The process is gone: drop what is cached for it.
     fn forget(&mut self, _pid: u32) {}
     /// A new pass begins ([`super::locate::locate`] calls it first): what was cached from the
@@ -239,6 +255,8 @@ pub struct ProcFolios {
     /// This pass's open pagemap per process (kpageflags method): a pass resolves each range
     /// of a process on its own, and opening the file is a permission check each time.
     pagemaps: HashMap<u32, Pagemap>,
+    /// Base pages found last pass and this one: `(pid, vpn) -> frame`. See [`BaseCache`].
+    bases: BaseCache,
     /// This pass's kpageflags blocks (kpageflags method), shared by every process.
     blocks: FlagBlocks,
     pass: u64,
@@ -279,6 +297,7 @@ impl ProcFolios {
             kpageflags,
             smaps: HashMap::new(),
             pagemaps: HashMap::new(),
+            bases: BaseCache::default(),
             blocks: FlagBlocks::default(),
             pass: 0,
             stats: FolioReadStats::default(),
@@ -336,13 +355,22 @@ impl ProcFolios {
         }
     }
 
-    fn resolve_kpageflags(&mut self, pid: u32, vpns: &[Vpn], out: &mut Vec<Option<FolioOf>>) {
-        let n = out.len();
-        if let Err(()) = self.try_kpageflags(pid, vpns, out) {
+    fn resolve_kpageflags(
+        &mut self,
+        pid: u32,
+        vpns: &[Vpn],
+        out: &mut Vec<Option<FolioOf>>,
+        frames: &mut Vec<Option<Pfn>>,
+    ) {
+        let (n, nf) = (out.len(), frames.len());
+        if let Err(()) = self.try_kpageflags(pid, vpns, out, frames) {
             self.stats.read_failures += 1;
             out.truncate(n);
             out.extend(vpns.iter().map(|_| None));
+            frames.truncate(nf);
         }
+        // Every page has its entry in `frames`, known or not.
+        frames.resize(nf + (out.len() - n), None);
     }
 
     fn try_kpageflags(
@@ -350,6 +378,7 @@ impl ProcFolios {
         pid: u32,
         vpns: &[Vpn],
         out: &mut Vec<Option<FolioOf>>,
+        frames: &mut Vec<Option<Pfn>>,
     ) -> Result<(), ()> {
         let kpf = self.kpageflags.as_ref().ok_or(())?;
         let pm = match self.pagemaps.entry(pid) {
@@ -359,6 +388,7 @@ impl ProcFolios {
             }
         };
         let blocks = &mut self.blocks;
+        let bases = &mut self.bases;
         // The folio found last, and its head frame: the next pages of the same folio need no
         // more reads.
         let mut last: Option<(FolioOf, u64)> = None;
@@ -372,20 +402,36 @@ impl ProcFolios {
                 j += 1;
             }
             let entries = pm.read_range(vpns[i], (j - i) as u64).map_err(|_| ())?;
+            blocks.prefetch(
+                kpf,
+                vpns[i..j]
+                    .iter()
+                    .zip(&entries)
+                    .filter_map(|(v, e)| e.pfn().filter(|p| !bases.is_base(pid, *v, p.0)))
+                    .map(|p| p.0),
+            );
             for (&vpn, e) in vpns[i..j].iter().zip(entries) {
                 let Some(pfn) = e.pfn() else {
                     // Not present (or swapped): no folio yet. Looked up as a base page, which
                     // the node lookup finds absent and counts so. A present page whose frame
                     // reads 0 (hidden) cannot be told.
                     out.push((!e.present()).then_some(FolioOf::base(vpn)));
+                    frames.push(None);
                     continue;
                 };
                 if let Some((f, head_pfn)) = last {
                     let off = vpn.0.wrapping_sub(f.head.0);
                     if off < f.size.nr_pages().0 && pfn.0 == head_pfn + off {
                         out.push(Some(f));
+                        frames.push(Some(Pfn(head_pfn)));
                         continue;
                     }
+                }
+                if bases.is_base(pid, vpn, pfn.0) {
+                    bases.keep(pid, vpn, pfn.0);
+                    out.push(Some(FolioOf::base(vpn)));
+                    frames.push(Some(pfn));
+                    continue;
                 }
                 if let Some((head, n)) = not_whole {
                     if pfn.0.wrapping_sub(head) < n {
@@ -393,12 +439,16 @@ impl ProcFolios {
                         // without reading its mapping again (512 pagemap entries a page made
                         // a split buffer cost 2 MiB of reads per folio a pass).
                         out.push(None);
+                        frames.push(None);
                         continue;
                     }
                 }
                 let folio = folio_of_frame(pfn.0, |s, n| blocks.read(kpf, s, n)).map_err(|_| ())?;
                 let found = match folio {
-                    FrameFolio::Base => Some((FolioOf::base(vpn), pfn.0)),
+                    FrameFolio::Base => {
+                        bases.keep(pid, vpn, pfn.0);
+                        Some((FolioOf::base(vpn), pfn.0))
+                    }
                     FrameFolio::Huge {
                         head,
                         size,
@@ -414,6 +464,7 @@ impl ProcFolios {
                 };
                 last = found.filter(|(f, _)| f.size.is_huge());
                 out.push(found.map(|(f, _)| f));
+                frames.push(found.map(|(_, head)| Pfn(head)));
             }
             i = j;
         }
@@ -421,28 +472,87 @@ impl ProcFolios {
     }
 }
 
-/// The kpageflags entries read during one pass, in aligned blocks of 512 frames (4 KiB of
-/// the file): one `pread` serves every base page whose frame falls in a block already read,
-/// where one read per page cost a syscall each (tens of microseconds under TCG, for tens of
-/// thousands of pages a pass). Kept for one pass only: flags change as pages are freed,
-/// split and collapsed, and a pass's lookups are a snapshot of one instant anyway.
+/// The kpageflags entries read during one pass. Each `kpageflags` entry the kernel computes
+/// costs it a `stable_page_flags()` of the frame (fs/proc/page.c `kpageflags_read()`), so
+/// what is read is what is needed: the frames the pagemap of each range showed, read ahead
+/// in runs of nearby frames ([`FlagBlocks::prefetch`], one `pread` per run, so a buffer whose
+/// frames are contiguous costs one read per run and a scattered one no more than one per
+/// page), each run one frame longer so that a THP's 513-entry look
+/// ([`folio_of_frame`]) is served from it. Reads that no run covers come from aligned
+/// blocks of 512 frames as before (4 KiB of the file). Reading whole blocks for every frame
+/// made a pass over 32 k scattered base pages read 1.7 M entries (issue 14's profile).
+/// Kept for one pass only: flags change as pages are freed, split and collapsed, and a
+/// pass's lookups are a snapshot of one instant anyway.
 #[derive(Debug, Default)]
 struct FlagBlocks {
     blocks: HashMap<u64, Vec<PageFlags>>,
+    /// Read-ahead runs by first frame.
+    runs: std::collections::BTreeMap<u64, Vec<PageFlags>>,
+    /// Scratch for [`Self::prefetch`].
+    want: Vec<u64>,
 }
 
 impl FlagBlocks {
     const BLOCK: u64 = HPAGE_PMD_NR;
+    /// Frames between two wanted ones that are read rather than split into two reads.
+    const GAP: u64 = 8;
+    /// The longest run read at once (64 KiB of the file).
+    const MAX_RUN: u64 = 8192;
 
-    /// `count` entries from frame `start`, from cached blocks where the range spans at most
-    /// two of them (what [`folio_of_frame`] asks for a 4 KiB or 2 MiB folio), else straight
-    /// from the file (the ends of a 1 GiB page). Short at the end of the file, as the file is.
+    /// Reads ahead the flags of the frames `entries` show, in runs (see the type's docs).
+    /// A failed read is left to the reads that need it, which report it.
+    fn prefetch(&mut self, kpf: &Kpageflags, pfns: impl Iterator<Item = u64>) {
+        self.want.clear();
+        self.want.extend(pfns);
+        if self.want.is_empty() {
+            return;
+        }
+        self.want.sort_unstable();
+        self.want.dedup();
+        let mut k = 0;
+        while k < self.want.len() {
+            let start = self.want[k];
+            let mut end = start + 1;
+            k += 1;
+            while k < self.want.len()
+                && self.want[k] <= end + Self::GAP
+                && self.want[k] < start + Self::MAX_RUN
+            {
+                end = self.want[k] + 1;
+                k += 1;
+            }
+            // One more: a THP head's look reads the frame after its 512.
+            let end = end + 1;
+            if self.covered(start, end - start).is_some() {
+                continue;
+            }
+            if let Ok(flags) = kpf.read(start, end - start) {
+                self.runs.insert(start, flags);
+            }
+        }
+    }
+
+    /// The flags of `[start, start + count)` when one read-ahead run holds them all.
+    fn covered(&self, start: u64, count: u64) -> Option<&[PageFlags]> {
+        let (&s, run) = self.runs.range(..=start).next_back()?;
+        let from = usize::try_from(start - s).ok()?;
+        let to = from.checked_add(usize::try_from(count).ok()?)?;
+        run.get(from..to)
+    }
+
+    /// `count` entries from frame `start`: from a read-ahead run that holds them all, else
+    /// from cached blocks where the range spans at most two of them (what [`folio_of_frame`]
+    /// asks for a 4 KiB or 2 MiB folio), else straight from the file (the ends of a 1 GiB
+    /// page). Short at the end of the file, as the file is.
     fn read(
         &mut self,
         kpf: &Kpageflags,
         start: u64,
         count: u64,
     ) -> Result<Vec<PageFlags>, KpageflagsError> {
+        if let Some(f) = self.covered(start, count) {
+            return Ok(f.to_vec());
+        }
         if count > 2 * Self::BLOCK {
             return kpf.read(start, count);
         }
@@ -468,6 +578,12 @@ impl FlagBlocks {
             at = b + Self::BLOCK;
         }
         Ok(out)
+    }
+
+    /// Forgets what was read (a new pass).
+    fn clear(&mut self) {
+        self.blocks.clear();
+        self.runs.clear();
     }
 }
 
@@ -513,10 +629,26 @@ fn self_pfns_visible(proc_root: &Path) -> bool {
 
 impl FolioMap for ProcFolios {
     fn resolve(&mut self, pid: u32, vpns: &[Vpn], out: &mut Vec<Option<FolioOf>>) -> FolioMethod {
+        let mut frames = Vec::new();
+        self.resolve_frames(pid, vpns, out, &mut frames)
+    }
+
+    fn resolve_frames(
+        &mut self,
+        pid: u32,
+        vpns: &[Vpn],
+        out: &mut Vec<Option<FolioOf>>,
+        frames: &mut Vec<Option<Pfn>>,
+    ) -> FolioMethod {
+        let n = out.len();
         match self.method {
-            FolioMethod::Kpageflags => self.resolve_kpageflags(pid, vpns, out),
+            FolioMethod::Kpageflags => self.resolve_kpageflags(pid, vpns, out, frames),
             FolioMethod::Smaps => self.resolve_smaps(pid, vpns, out),
             FolioMethod::Unavailable => out.extend(vpns.iter().map(|_| None)),
+        }
+        if self.method != FolioMethod::Kpageflags {
+            // smaps knows no frames.
+            frames.extend(std::iter::repeat_n(None, out.len() - n));
         }
         self.method
     }
@@ -524,12 +656,59 @@ impl FolioMap for ProcFolios {
     fn forget(&mut self, pid: u32) {
         self.smaps.remove(&pid);
         self.pagemaps.remove(&pid);
+        self.bases.forget(pid);
     }
 
     fn begin_pass(&mut self) {
         self.pass += 1;
         self.pagemaps.clear();
-        self.blocks.blocks.clear();
+        self.blocks.clear();
+        self.bases.begin_pass();
+    }
+}
+
+/// The base pages of the last pass and of this one, `(pid, vpn) -> frame`: a page that maps
+/// the same frame as when kpageflags last said it was a base page still is one, so its flags
+/// are not read again (in a steady state, the hot set re-observed every pass, this is what
+/// keeps a pass from reading kpageflags at all). A frame cannot turn into part of a huge
+/// folio while it stays mapped at the same address: khugepaged collapses into a newly
+/// allocated huge page (mm/khugepaged.c `collapse_huge_page()` copies into a fresh folio, and
+/// the page tables then map other frames), and large folios are never formed in place. A
+/// page seen in neither of the two passes is forgotten, and the whole cache every
+/// [`BaseCache::FLUSH_PASSES`] passes, so that nothing rests on an entry for long.
+#[derive(Debug, Default)]
+struct BaseCache {
+    // Fx: tens of thousands of lookups a pass, keys that are no attacker's to choose.
+    prev: rustc_hash::FxHashMap<(u32, u64), u64>,
+    cur: rustc_hash::FxHashMap<(u32, u64), u64>,
+    passes: u64,
+}
+
+impl BaseCache {
+    /// Passes between two flushes (20 DAMON reads at the default 500 ms: 10 s).
+    const FLUSH_PASSES: u64 = 20;
+
+    fn is_base(&self, pid: u32, vpn: Vpn, pfn: u64) -> bool {
+        let k = (pid, vpn.0);
+        self.cur.get(&k).or_else(|| self.prev.get(&k)) == Some(&pfn)
+    }
+
+    fn keep(&mut self, pid: u32, vpn: Vpn, pfn: u64) {
+        self.cur.insert((pid, vpn.0), pfn);
+    }
+
+    fn forget(&mut self, pid: u32) {
+        self.prev.retain(|k, _| k.0 != pid);
+        self.cur.retain(|k, _| k.0 != pid);
+    }
+
+    fn begin_pass(&mut self) {
+        self.passes += 1;
+        std::mem::swap(&mut self.prev, &mut self.cur);
+        self.cur.clear();
+        if self.passes.is_multiple_of(Self::FLUSH_PASSES) {
+            self.prev.clear();
+        }
     }
 }
 

@@ -19,7 +19,7 @@
 //! (`tierd_linux::mover::Mover`), the tests' a table. Folios the lookup finds absent are
 //! dropped, and count against the budget, which bounds the lookups (they are syscalls).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use tierd_engine::types::{NodeId, PageRef, PageSize, Pfn, SpaceId, Vpn};
 use tierd_engine::Observation;
@@ -38,6 +38,13 @@ pub trait Locator {
     /// # Errors
     /// When the process cannot be asked at all (the daemon counts it and goes on).
     fn nodes(&mut self, pid: u32, addrs: &[u64]) -> Result<Vec<Result<NodeId, i32>>, Self::Error>;
+    /// The node of physical frame `pfn`, when it can be told without asking the kernel
+    /// (the daemon's: from the nodes' memory blocks, [`crate::read::topology::NodeFrames`]).
+    /// Folios whose head frame the folio map read (pagemap) and this answers are not passed
+    /// to [`Self::nodes`]. The default tells none.
+    fn node_of_frame(&self, _pfn: Pfn) -> Option<NodeId> {
+        None
+    }
 }
 
 /// How a pass's ranges are turned into observations.
@@ -59,6 +66,9 @@ pub struct LocateParams {
 pub struct LocateStats {
     /// Folios looked up (one node lookup each, at the folio's head).
     pub looked_up: u64,
+    /// Of those, folios whose node came from their head's frame
+    /// ([`Locator::node_of_frame`]) rather than from a location query.
+    pub by_frame: u64,
     /// Base pages found absent (their folio's head not present or unmapped, or their process
     /// gone).
     pub absent: u64,
@@ -177,6 +187,8 @@ pub fn locate<L: Locator>(
         size: PageSize,
         weight: u32,
         pfn: Option<Pfn>,
+        /// The head's frame as the folio map read it.
+        frame: Option<Pfn>,
         range: AccessedRange,
         keep: bool,
     }
@@ -188,10 +200,12 @@ pub fn locate<L: Locator>(
     folios.begin_pass();
     let mut budget = params.max_pages;
     let hottest = ranges.iter().map(|r| r.nr_accesses).max().unwrap_or(0);
-    let mut folios_of: BTreeMap<u32, (Vec<Folio>, HashMap<u64, usize>)> = BTreeMap::new();
+    let mut folios_of: BTreeMap<u32, (Vec<Folio>, rustc_hash::FxHashMap<u64, usize>)> =
+        BTreeMap::new();
     let mut covered: Vec<Covered> = Vec::new();
     let mut vpns = Vec::new();
     let mut found = Vec::new();
+    let mut frames = Vec::new();
     for r in ranges {
         if !in_scope(r.pid) {
             stats.out_of_scope += r.nr_pages;
@@ -211,7 +225,8 @@ pub fn locate<L: Locator>(
             vpns.clear();
             vpns.extend((done..done + n).map(|i| Vpn(r.start.0 + i)));
             found.clear();
-            folios.resolve(r.pid, &vpns, &mut found);
+            frames.clear();
+            folios.resolve_frames(r.pid, &vpns, &mut found, &mut frames);
             for (i, vpn) in vpns.iter().enumerate() {
                 let Some(Some(f)) = found.get(i).copied() else {
                     stats.folio_unknown += 1;
@@ -244,6 +259,7 @@ pub fn locate<L: Locator>(
                         size: f.size,
                         weight: r.nr_accesses,
                         pfn,
+                        frame: frames.get(i).copied().flatten(),
                         range: *r,
                         keep: false,
                     });
@@ -268,15 +284,39 @@ pub fn locate<L: Locator>(
     // pages is estimated from all the regions of this pass.
     let mut nodes_of: BTreeMap<u32, Vec<Result<NodeId, i32>>> = BTreeMap::new();
     let mut failed = Vec::new();
+    let mut addrs = Vec::new();
+    let mut asked = Vec::new();
     for (&pid, (list, _)) in &folios_of {
         if list.is_empty() {
             continue;
         }
-        let addrs: Vec<u64> = list.iter().map(|f| f.head.addr()).collect();
-        stats.looked_up += addrs.len() as u64;
+        stats.looked_up += list.len() as u64;
+        // Folios whose head frame tells the node need no query; the others are asked in one
+        // call per process.
+        let mut nodes: Vec<Result<NodeId, i32>> = Vec::with_capacity(list.len());
+        addrs.clear();
+        asked.clear();
+        for (at, f) in list.iter().enumerate() {
+            match f.frame.and_then(|p| locator.node_of_frame(p)) {
+                Some(n) => nodes.push(Ok(n)),
+                None => {
+                    nodes.push(Err(0));
+                    addrs.push(f.head.addr());
+                    asked.push(at);
+                }
+            }
+        }
+        stats.by_frame += (list.len() - asked.len()) as u64;
+        if addrs.is_empty() {
+            nodes_of.insert(pid, nodes);
+            continue;
+        }
         match locator.nodes(pid, &addrs) {
             Ok(n) => {
-                nodes_of.insert(pid, n);
+                for (&at, r) in asked.iter().zip(n) {
+                    nodes[at] = r;
+                }
+                nodes_of.insert(pid, nodes);
             }
             Err(e) => failed.push((pid, e)),
         }
@@ -357,6 +397,8 @@ mod tests {
     struct FakeLocator {
         pages: HashMap<(u32, u64), NodeId>,
         calls: Vec<(u32, usize)>,
+        /// Frame -> node, for `node_of_frame`.
+        frames: HashMap<u64, NodeId>,
     }
 
     impl Locator for FakeLocator {
@@ -370,6 +412,9 @@ mod tests {
                 .iter()
                 .map(|a| self.pages.get(&(pid, a >> 12)).copied().ok_or(libc::ENOENT))
                 .collect())
+        }
+        fn node_of_frame(&self, pfn: Pfn) -> Option<NodeId> {
+            self.frames.get(&pfn.0).copied()
         }
     }
 
@@ -836,5 +881,84 @@ mod tests {
         let thp: Vec<_> = out.iter().filter(|o| o.page.vpn.0 == 512).collect();
         assert_eq!(thp.len(), 1, "kept through the hot region, once");
         assert_eq!(thp[0].weight, 6);
+    }
+
+    /// Base pages whose frame is `vpn + 1000`, except pages from `hidden` on (no frame read).
+    struct FramedFolios {
+        hidden: u64,
+    }
+
+    impl FolioMap for FramedFolios {
+        fn resolve(
+            &mut self,
+            _pid: u32,
+            vpns: &[Vpn],
+            out: &mut Vec<Option<FolioOf>>,
+        ) -> FolioMethod {
+            out.extend(vpns.iter().map(|&v| Some(FolioOf::base(v))));
+            FolioMethod::Kpageflags
+        }
+        fn resolve_frames(
+            &mut self,
+            pid: u32,
+            vpns: &[Vpn],
+            out: &mut Vec<Option<FolioOf>>,
+            frames: &mut Vec<Option<Pfn>>,
+        ) -> FolioMethod {
+            frames.extend(
+                vpns.iter()
+                    .map(|v| (v.0 < self.hidden).then_some(Pfn(v.0 + 1000))),
+            );
+            self.resolve(pid, vpns, out)
+        }
+    }
+
+    #[test]
+    fn folios_whose_frame_tells_the_node_are_not_queried() {
+        // Pages 0..8 of pid 1 on the slow node; frames 1000..1006 are in a block of node 1,
+        // frame 1006 in none (hot-added since the map was read), pages 7.. have no frame.
+        let mut loc = FakeLocator::default();
+        for v in 0..8 {
+            loc.pages.insert((1, v), NodeId(1));
+        }
+        for f in 1000..1006 {
+            loc.frames.insert(f, NodeId(1));
+        }
+        let mut stats = LocateStats::default();
+        let mut out = Vec::new();
+        let failed = locate(
+            &[range(1, 0, 8, 3)],
+            PARAMS,
+            &FAST,
+            |_| true,
+            &mut loc,
+            &mut FramedFolios { hidden: 7 },
+            &mut stats,
+            &mut out,
+        );
+        assert!(failed.is_empty());
+        assert_eq!(loc.calls, vec![(1, 2)], "pages 6 and 7 only");
+        assert_eq!(stats.looked_up, 8);
+        assert_eq!(stats.by_frame, 6);
+        let got: Vec<(u64, u16)> = out.iter().map(|o| (o.page.vpn.0, o.page_node.0)).collect();
+        assert_eq!(got, (0..8).map(|v| (v, 1)).collect::<Vec<_>>());
+        // Every folio told by its frame: no query at all.
+        let mut loc2 = FakeLocator {
+            frames: loc.frames.clone(),
+            ..FakeLocator::default()
+        };
+        let mut out = Vec::new();
+        locate(
+            &[range(1, 0, 4, 3)],
+            PARAMS,
+            &FAST,
+            |_| true,
+            &mut loc2,
+            &mut FramedFolios { hidden: 99 },
+            &mut LocateStats::default(),
+            &mut out,
+        );
+        assert!(loc2.calls.is_empty());
+        assert_eq!(out.len(), 4);
     }
 }
