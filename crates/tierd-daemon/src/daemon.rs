@@ -507,6 +507,57 @@ pub struct LinuxBackend {
     /// refresh, so that memory hot-plug is seen within a refresh period): a folio whose head
     /// frame pagemap showed is located without a `move_pages(2)` query.
     frames: NodeFrames,
+    /// Where the loop's CPU went, by phase.
+    pub phase_cpu: PhaseCpu,
+}
+
+/// The loop's CPU time by phase (this thread's clock, [`tierd_linux::sys::thread_cpu_time`]):
+/// what an operator (and the lab) reads to see what tierd's cost is made of. Phases:
+/// `refresh` (scope, maps, numa_maps, threads, memory blocks), `sources` (reading the
+/// sources: DAMON's regions), `locate` (regions to folios and nodes: pagemap, kpageflags,
+/// location queries), `usage` (node meminfo, cgroups), `engine` (the engine's own work:
+/// ingest, planning), `move` (`move_pages(2)`), `publish` (the `/status` snapshot).
+#[derive(Clone, Debug, Default)]
+pub struct PhaseCpu {
+    secs: BTreeMap<&'static str, Duration>,
+}
+
+impl PhaseCpu {
+    /// The phase names, in loop order.
+    pub const PHASES: [&'static str; 7] = [
+        "refresh", "sources", "locate", "usage", "engine", "move", "publish",
+    ];
+
+    /// Runs `f`, charging its CPU time to `phase`.
+    pub fn time<T>(&mut self, phase: &'static str, f: impl FnOnce() -> T) -> T {
+        let t0 = tierd_linux::sys::thread_cpu_time();
+        let r = f();
+        self.add(
+            phase,
+            tierd_linux::sys::thread_cpu_time().saturating_sub(t0),
+        );
+        r
+    }
+
+    /// Charges `d` to `phase`.
+    pub fn add(&mut self, phase: &'static str, d: Duration) {
+        *self.secs.entry(phase).or_default() += d;
+    }
+
+    /// The CPU time charged to `phase`.
+    #[must_use]
+    pub fn get(&self, phase: &str) -> Duration {
+        self.secs.get(phase).copied().unwrap_or_default()
+    }
+
+    /// Seconds by phase, every phase present.
+    #[must_use]
+    pub fn seconds(&self) -> BTreeMap<String, f64> {
+        Self::PHASES
+            .iter()
+            .map(|p| ((*p).to_string(), self.get(p).as_secs_f64()))
+            .collect()
+    }
 }
 
 /// The daemon's page lookup: `move_pages(2)` through the mover, or a replacement.
@@ -699,6 +750,7 @@ impl LinuxBackend {
             locator: None,
             hugetlb_no_free_pages: 0,
             frames,
+            phase_cpu: PhaseCpu::default(),
         }
     }
 
@@ -1158,6 +1210,7 @@ impl Backend for LinuxBackend {
         now: Nanos,
         out: &mut Vec<Observation>,
     ) -> Result<(), Self::Error> {
+        let t_sources = tierd_linux::sys::thread_cpu_time();
         let mut ranges = std::mem::take(&mut self.ranges);
         ranges.clear();
         let mut events = Vec::new();
@@ -1168,6 +1221,9 @@ impl Backend for LinuxBackend {
             }
             f.drain_events(&mut events);
         }
+        let t_locate = tierd_linux::sys::thread_cpu_time();
+        self.phase_cpu
+            .add("sources", t_locate.saturating_sub(t_sources));
         for e in events {
             self.faults.count(e, 1);
         }
@@ -1234,6 +1290,10 @@ impl Backend for LinuxBackend {
             );
         }
         self.ranges = ranges;
+        self.phase_cpu.add(
+            "locate",
+            tierd_linux::sys::thread_cpu_time().saturating_sub(t_locate),
+        );
         Ok(())
     }
 
@@ -1245,7 +1305,12 @@ impl Backend for LinuxBackend {
     }
 
     fn usage(&mut self, _now: Nanos) -> Result<SystemUsage, Self::Error> {
+        let t0 = tierd_linux::sys::thread_cpu_time();
         let r = self.usage_inner();
+        self.phase_cpu.add(
+            "usage",
+            tierd_linux::sys::thread_cpu_time().saturating_sub(t0),
+        );
         Ok(r)
     }
 
@@ -1254,7 +1319,12 @@ impl Backend for LinuxBackend {
         now: Nanos,
         batch: &MigrationBatch,
     ) -> Result<MigrationReport, Self::Error> {
+        let t0 = tierd_linux::sys::thread_cpu_time();
         let r = self.migrate_inner(now, batch);
+        self.phase_cpu.add(
+            "move",
+            tierd_linux::sys::thread_cpu_time().saturating_sub(t0),
+        );
         Ok(r)
     }
 }
@@ -1495,6 +1565,14 @@ pub struct RunSummary {
     pub snapshot: Snapshot,
 }
 
+/// CPU charged to the backend's phases inside a step (sources, locate, usage, move).
+fn backend_phases(p: &PhaseCpu) -> Duration {
+    ["sources", "locate", "usage", "move"]
+        .iter()
+        .map(|ph| p.get(ph))
+        .sum()
+}
+
 fn nanos_since(start: Instant) -> Nanos {
     Nanos(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX))
 }
@@ -1602,6 +1680,7 @@ fn build_snapshot(
         kernel_vmstat_delta,
         daemon_cpu_s,
         daemon_cpu_sys_s,
+        loop_cpu_s: backend.phase_cpu.seconds(),
         faults: backend.faults.counts().clone(),
         folios: backend.folio_snapshot(),
         ..Snapshot::default()
@@ -1664,11 +1743,26 @@ pub fn run(
         }
         let pass_start = start.elapsed();
         if pass_start >= next_refresh {
+            let t0 = tierd_linux::sys::thread_cpu_time();
             backend.refresh(nanos_since(start));
+            let t1 = tierd_linux::sys::thread_cpu_time();
+            backend.phase_cpu.add("refresh", t1.saturating_sub(t0));
             publish(&engine, &backend);
+            backend.phase_cpu.add(
+                "publish",
+                tierd_linux::sys::thread_cpu_time().saturating_sub(t1),
+            );
             next_refresh = pass_start + refresh;
         }
+        // The engine's share of a step is what the backend's calls did not take.
+        let t0 = tierd_linux::sys::thread_cpu_time();
+        let backend_before = backend_phases(&backend.phase_cpu);
         let Ok(out) = tierd_engine::step(&mut engine, &mut backend, nanos_since(start), &mut bufs);
+        let step_cpu = tierd_linux::sys::thread_cpu_time().saturating_sub(t0);
+        let backend_cpu = backend_phases(&backend.phase_cpu).saturating_sub(backend_before);
+        backend
+            .phase_cpu
+            .add("engine", step_cpu.saturating_sub(backend_cpu));
         summary.passes += 1;
         summary.observations += out.observations as u64;
         summary.moved_pages += out.moved_pages;

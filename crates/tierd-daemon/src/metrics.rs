@@ -544,6 +544,25 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
         "CPU time of the tierd process (user + system)",
         s.daemon_cpu_s,
     );
+    let phases: Vec<(Labels, f64)> = s
+        .loop_cpu_s
+        .iter()
+        .map(|(k, v)| {
+            let v = if v.is_finite() && *v > 0.0 { *v } else { 0.0 };
+            (l(&[("phase", k.clone())]), v)
+        })
+        .collect();
+    if !phases.is_empty() {
+        register_series::<FloatCounter, f64>(
+            &mut reg,
+            "loop_cpu",
+            "CPU time of the tiering loop by phase (refresh, sources, locate, usage, engine, \
+             move, publish)",
+            Some(Unit::Seconds),
+            &phases,
+            set_float_counter,
+        );
+    }
     gauge_family(
         &mut reg,
         "dry_run",
@@ -1175,7 +1194,14 @@ mod tests {
         s.set_engine_stats(&stats);
         s.mover.seconds = 0.25;
         s.daemon_cpu_s = 1.5;
+        s.loop_cpu_s.insert("locate".into(), 0.75);
+        s.loop_cpu_s.insert("engine".into(), 0.125);
         let text = render_prometheus(&s);
+        assert!(
+            text.contains("tierd_loop_cpu_seconds_total{phase=\"locate\"} 0.75"),
+            "{text}"
+        );
+        assert!(text.contains("tierd_loop_cpu_seconds_total{phase=\"engine\"} 0.125"));
         let fams = families(&text);
         assert!(fams.len() > 20, "{fams:?}");
         for (name, _) in &fams {

@@ -1,5 +1,6 @@
 //! From a run's samples to the seed-style row, and the table, JSON and CSV.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -119,6 +120,10 @@ pub struct Summary {
     /// log of every change.
     #[serde(default)]
     pub damon_sample_us: Option<(u64, u64, usize)>,
+    /// tierd's loop CPU by phase at the end (its `/status` `loop_cpu_s`), seconds, with the
+    /// process's system time (`daemon_cpu_sys_s`) as `"sys"`; empty for other rows.
+    #[serde(default)]
+    pub tierd_cpu_phases: BTreeMap<String, f64>,
     /// Checksum failures the workload reported (integrity runs).
     pub checksum_failures: Option<u64>,
     /// The integrity workload's cuts into its own buffer (`--split-every-ms`): pages
@@ -266,6 +271,27 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
         .filter_map(|n| n.split(" intervals sample ").nth(1))
         .filter_map(|r| r.split_whitespace().next()?.parse().ok())
         .collect();
+    let mut tierd_cpu_phases: BTreeMap<String, f64> = d
+        .tierd_status
+        .as_ref()
+        .and_then(|s| s.get("loop_cpu_s"))
+        .and_then(serde_json::Value::as_object)
+        .map(|o| {
+            o.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(sys) = d
+        .tierd_status
+        .as_ref()
+        .and_then(|s| s.get("daemon_cpu_sys_s"))
+        .and_then(serde_json::Value::as_f64)
+    {
+        if !tierd_cpu_phases.is_empty() {
+            tierd_cpu_phases.insert("sys".into(), sys);
+        }
+    }
     let damon_sample_us = match (samples_us.first(), samples_us.last()) {
         (Some(a), Some(b)) => Some((*a, *b, samples_us.len() - 1)),
         _ => None,
@@ -296,6 +322,7 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
         tierd_mib_agreement_pct: tierd_pages.and_then(|t| agreement_pct(t, migrated_pages)),
         tierd_thp_agreement_pct: tierd_thp.and_then(|t| agreement_pct(t, thp_migrated)),
         damon_sample_us,
+        tierd_cpu_phases,
         workload_finished: finished,
         wrong_node_pct,
         tierd_demoted: tierd_stat("pgdemote_success"),
@@ -566,6 +593,25 @@ fn notes(r: &Summary) -> String {
             "DAMON sample {:.0} -> {:.0} ms ({changes})",
             ms(first),
             ms(last)
+        ));
+    }
+    if !r.tierd_cpu_phases.is_empty() {
+        // The phases that took at least 0.1 s, largest first.
+        let mut p: Vec<(&String, &f64)> = r
+            .tierd_cpu_phases
+            .iter()
+            .filter(|(k, v)| k.as_str() != "sys" && **v >= 0.1)
+            .collect();
+        p.sort_by(|a, b| b.1.total_cmp(a.1));
+        let parts: Vec<String> = p.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();
+        n.push(format!(
+            "tierd CPU s: {} (sys {:.1})",
+            if parts.is_empty() {
+                "-".to_string()
+            } else {
+                parts.join(", ")
+            },
+            r.tierd_cpu_phases.get("sys").copied().unwrap_or(0.0)
         ));
     }
     if let Some(w) = r.wrong_node_pct {

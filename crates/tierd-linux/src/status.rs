@@ -155,6 +155,11 @@ pub struct Snapshot {
     /// Of which in the kernel (reading numa_maps and pagemap, move_pages, sysfs), seconds.
     #[serde(default)]
     pub daemon_cpu_sys_s: f64,
+    /// The main loop's CPU time by phase, seconds (`refresh`, `sources`, `locate`, `usage`,
+    /// `engine`, `move`, `publish`; docs/daemon.md "Cost"). Empty from a daemon that
+    /// predates it.
+    #[serde(default)]
+    pub loop_cpu_s: BTreeMap<String, f64>,
     /// What the daemon survived, by reason (docs/daemon.md, "Failure model").
     #[serde(default)]
     pub faults: BTreeMap<String, u64>,

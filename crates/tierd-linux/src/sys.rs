@@ -210,6 +210,28 @@ pub fn page_size() -> usize {
     usize::try_from(r).unwrap_or(4096)
 }
 
+/// CPU time the calling thread has used (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`): user and
+/// system time, in nanoseconds of the thread's own clock (kernel/time/posix-cpu-timers.c).
+/// Unlike wall time it leaves out the time a thread waits (a DAMON sysfs write that blocks
+/// until kdamond answers, a sleep), so the daemon can tell where its CPU goes. Zero if the
+/// clock cannot be read (it always can on Linux 2.6.12+).
+#[must_use]
+pub fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: the kernel writes one `struct timespec` into `ts`, a live local of that type;
+    // nothing else is read or written.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) };
+    if r != 0 {
+        return std::time::Duration::ZERO;
+    }
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u32::try_from(ts.tv_nsec).unwrap_or(0);
+    std::time::Duration::new(secs, nanos)
+}
+
 /// Gives SIGPIPE back its default action (end the process), which the Rust runtime sets to
 /// "ignore" before `main`. With it, a command whose reader went away (`tierd compare | head
 /// -1`) ends at its next write to the pipe, silently and with the status the shell reports as

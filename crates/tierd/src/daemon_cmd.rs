@@ -196,6 +196,14 @@ pub fn render_status(s: &Snapshot) -> String {
         if s.dry_run { " (dry run)" } else { "" },
         s.daemon_cpu_s
     );
+    if !s.loop_cpu_s.is_empty() {
+        let parts: Vec<String> = s
+            .loop_cpu_s
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.2}"))
+            .collect();
+        let _ = writeln!(o, "loop CPU s by phase: {}", parts.join(", "));
+    }
     let _ = writeln!(o, "\nnode  tier  cpus  total MiB   free MiB");
     for n in &s.nodes {
         let _ = writeln!(
