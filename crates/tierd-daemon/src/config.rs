@@ -152,6 +152,14 @@ pub struct DamonSourceConfig {
     pub min_sample_us: u64,
     /// The tuned sampling interval's upper bound, µs (`intervals_goal/max_sample_us`).
     pub max_sample_us: u64,
+    /// While the daemon is idle (`daemon.idle_after_ms`: nothing to promote or demote for a
+    /// while), the sampling interval's range becomes `idle_min_sample_us..=idle_max_sample_us`
+    /// (the aggregation interval stays its multiple): the kdamond samples and tierd reads far
+    /// less often until a region with pages to move shows up, when the configured range comes
+    /// back at once. 0 never backs off.
+    pub idle_min_sample_us: u64,
+    /// The idle range's upper bound, µs.
+    pub idle_max_sample_us: u64,
 }
 
 impl Default for DamonSourceConfig {
@@ -177,6 +185,11 @@ impl Default for DamonSourceConfig {
             intervals_goal_aggrs: 3,
             min_sample_us: 5_000,
             max_sample_us: 100_000,
+            // Twenty times the active floor: the kdamond's cost is its regions times its
+            // sampling rate, and a settled hot set needs no 5 ms resolution. A new hot region
+            // shows within one idle aggregation (2 s at 100 ms), then the active range is back.
+            idle_min_sample_us: 100_000,
+            idle_max_sample_us: 1_000_000,
         }
     }
 }
@@ -259,6 +272,20 @@ pub struct DaemonSection {
     /// `/proc/PID/maps` changed, and otherwise at most this often (for the placement that
     /// `/status` shows).
     pub numa_maps_max_age_ms: u64,
+    /// How long a page found on a fast node is trusted to stay there before the sources'
+    /// reports of it are located again (pagemap, kpageflags, node); 0 locates every reported
+    /// page on every read. A settled hot set is then located once per period instead of on
+    /// every read of the source, and observed with its weight scaled by the reads skipped
+    /// (tierd_linux::source::placement). The trust ends earlier when tierd moves the pages,
+    /// when the process's mappings change, and when the kernel migrates pages itself
+    /// (`pgmigrate_success` grew by more than tierd's own moves). Keep it below
+    /// `engine.pingpong_window_ms`: a fast page's recency is refreshed once per period, and
+    /// the demoter only makes room with pages idle for longer than that window.
+    pub placement_reverify_ms: u64,
+    /// After this long with nothing to move (no page of a slow tier observed, no migration
+    /// planned), the daemon is idle: its sources sample less often
+    /// (`sources.damon.idle_min_sample_us`) until a page to move shows up. 0: never idle.
+    pub idle_after_ms: u64,
     /// Where tierd keeps what must survive an unclean exit: the marker naming the kdamond it
     /// configured, so that a restart takes it over instead of refusing it as someone else's.
     pub state_dir: PathBuf,
@@ -331,6 +358,8 @@ impl Default for DaemonSection {
             liveness_timeout_s: DEFAULT_LIVENESS_TIMEOUT_S,
             metrics_max_processes: 20,
             numa_maps_max_age_ms: 10_000,
+            placement_reverify_ms: 20_000,
+            idle_after_ms: 5_000,
             state_dir: PathBuf::from("/run/tierd"),
             hugetlb: HugetlbPolicy::Leave,
         }
@@ -590,6 +619,18 @@ impl DaemonConfig {
                 ),
             ));
         }
+        if d.idle_min_sample_us > 0
+            && (d.idle_max_sample_us < d.idle_min_sample_us
+                || d.idle_max_sample_us > 3_600_000_000)
+        {
+            return Err(invalid(
+                "sources.damon.idle_max_sample_us",
+                format!(
+                    "need idle_min_sample_us ({}) <= idle_max_sample_us ({}) <= 3600000000",
+                    d.idle_min_sample_us, d.idle_max_sample_us
+                ),
+            ));
+        }
         if !(10..=60_000).contains(&d.read_interval_ms) {
             return Err(invalid(
                 "sources.damon.read_interval_ms",
@@ -652,6 +693,27 @@ impl DaemonConfig {
                 format!(
                     "{} is outside refresh_ms ({})..=3600000",
                     daemon.numa_maps_max_age_ms, daemon.refresh_ms
+                ),
+            ));
+        }
+        if daemon.idle_after_ms > 3_600_000 {
+            return Err(invalid(
+                "daemon.idle_after_ms",
+                format!("{} is outside 0..=3600000", daemon.idle_after_ms),
+            ));
+        }
+        // A cached fast page's recency is refreshed once per period; the demoter makes room
+        // only with pages idle for longer than the ping-pong window, so a period at least that
+        // long would let it take hot pages for idle ones.
+        let window = self.engine.pingpong_window_ms;
+        if daemon.placement_reverify_ms > 3_600_000
+            || (window > 0 && daemon.placement_reverify_ms >= window)
+        {
+            return Err(invalid(
+                "daemon.placement_reverify_ms",
+                format!(
+                    "{} is outside 0..engine.pingpong_window_ms ({window}) and 0..=3600000",
+                    daemon.placement_reverify_ms
                 ),
             ));
         }

@@ -68,7 +68,8 @@ use tierd_linux::read::topology::{read_node_frames, NodeFrames};
 use tierd_linux::read::vmstat::{read_vmstat, Vmstat};
 use tierd_linux::read::ReadError;
 use tierd_linux::source::folio::{FolioMap, FolioMethod, ProcFolios};
-use tierd_linux::source::locate::{locate, LocateParams, LocateStats, Locator};
+use tierd_linux::source::locate::{locate_cached, LocateParams, LocateStats, Locator};
+use tierd_linux::source::placement::PlacementCache;
 use tierd_linux::source::{AccessedRange, Feed};
 use tierd_linux::status::FolioSnapshot;
 
@@ -375,6 +376,9 @@ struct ScopedProcess {
     /// A hash of `/proc/PID/maps` when `numa_maps` was last read: the VMAs and their
     /// policies change only when it does.
     maps_sig: u64,
+    /// Whether `/proc/PID/maps` changed at the last refresh (its pages' known placement is
+    /// dropped: a range may have been unmapped and mapped again elsewhere).
+    maps_changed: bool,
     /// When `numa_maps` was last read; `None` until the first read.
     numa_read_at: Option<Nanos>,
     /// Where its threads run (the accessing node of its unattributed observations).
@@ -509,7 +513,39 @@ pub struct LinuxBackend {
     frames: NodeFrames,
     /// Where the loop's CPU went, by phase.
     pub phase_cpu: PhaseCpu,
+    /// Pages recently found on a fast node, not located again until due
+    /// (`daemon.placement_reverify_ms`).
+    pub placement: PlacementCache,
+    /// `pgmigrate_success` and the mover's moved pages at the last refresh: when the kernel
+    /// moved more than tierd did, the placement cache is dropped.
+    migrated_seen: Option<(u64, u64)>,
+    /// The last usage read and when (see [`USAGE_MAX_AGE`]).
+    usage_cache: Option<(Nanos, SystemUsage)>,
+    /// Whether the loop is idle (nothing to move for `daemon.idle_after_ms`), when it last had
+    /// something to move, and how often it went idle.
+    pub pace: Pace,
 }
+
+/// The daemon's pace (docs/daemon.md, "Cost"): after `daemon.idle_after_ms` with no page of a
+/// slow tier observed and no migration, the sources are told to sample less often
+/// ([`Feed::set_pace`]); the first slow-tier observation or migration brings them back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pace {
+    /// Idle now.
+    pub idle: bool,
+    /// The last time there was something to move (a slow-tier observation or a migration).
+    pub last_work: Option<Nanos>,
+    /// Times the loop went idle.
+    pub idle_periods: u64,
+}
+
+/// How many times less often the idle loop passes and refreshes (see [`Pace`]): a pass every
+/// 500 ms and a refresh every 5 s at the defaults, which bounds how late an eater's pressure
+/// on a fast node (the demoter's cue) and a new process in scope are seen while idle.
+const IDLE_SLOWDOWN: u32 = 5;
+
+/// How long a usage read serves the engine's passes while tierd moves nothing.
+const USAGE_MAX_AGE: Nanos = Nanos(500_000_000);
 
 /// The loop's CPU time by phase (this thread's clock, [`tierd_linux::sys::thread_cpu_time`]):
 /// what an operator (and the lab) reads to see what tierd's cost is made of. Phases:
@@ -687,6 +723,10 @@ impl LinuxBackend {
         dry_run: bool,
     ) -> Self {
         let cgroups = CgroupFs::new(cfg.system.cgroup_root.clone());
+        let placement = PlacementCache::new(
+            Nanos::from_millis(cfg.daemon.placement_reverify_ms),
+            Nanos::from_millis(cfg.sources.damon.read_interval_ms),
+        );
         let mut cgroup_ids = BTreeMap::new();
         cgroup_ids.insert("/".to_string(), CgroupId::ROOT);
         let feeds_stale = vec![false; feeds.len()];
@@ -751,6 +791,10 @@ impl LinuxBackend {
             hugetlb_no_free_pages: 0,
             frames,
             phase_cpu: PhaseCpu::default(),
+            placement,
+            migrated_seen: None,
+            usage_cache: None,
+            pace: Pace::default(),
         }
     }
 
@@ -928,6 +972,7 @@ impl LinuxBackend {
                     mems_allowed: NodeMask::EMPTY,
                     vmas: Vec::new(),
                     maps_sig: 0,
+                    maps_changed: false,
                     numa_read_at: None,
                     threads: ThreadsRead::default(),
                 },
@@ -961,6 +1006,7 @@ impl LinuxBackend {
                 source,
             })?;
             let sig = hash_bytes(&maps);
+            p.maps_changed = sig != p.maps_sig;
             let stale = sig != p.maps_sig
                 || p.numa_read_at
                     .is_none_or(|at| now.saturating_sub(at) >= max_age);
@@ -1066,6 +1112,7 @@ impl LinuxBackend {
         }
         // What was held and is no longer in scope (or could not be read).
         for pid in old.keys() {
+            self.placement.forget(*pid);
             self.folios.forget(*pid);
             out.push(OwnerUpdate::Exited {
                 space: SpaceId(*pid),
@@ -1120,6 +1167,7 @@ impl LinuxBackend {
             f.set_monitored_bytes(mapped);
         }
         let targets_changed = fresh.keys().ne(self.targets.iter());
+        self.refresh_placement(&fresh, now);
         self.procs = fresh;
         self.pending_updates = out;
         self.hot.roll();
@@ -1154,6 +1202,70 @@ impl LinuxBackend {
         }
         self.last_refresh = Some(now);
     }
+    /// Goes idle after `daemon.idle_after_ms` without anything to move, and back at the first
+    /// thing to move (see [`Pace`]). A feed that fails to change pace is counted and asked
+    /// again at the next change.
+    fn update_pace(&mut self, now: Nanos) {
+        let after = Nanos::from_millis(self.cfg.daemon.idle_after_ms);
+        if after.0 == 0 {
+            return;
+        }
+        let last = *self.pace.last_work.get_or_insert(now);
+        let idle = now.saturating_sub(last) >= after;
+        if idle == self.pace.idle {
+            return;
+        }
+        self.pace.idle = idle;
+        if idle {
+            self.pace.idle_periods += 1;
+        }
+        tracing::info!(
+            idle,
+            at_s = Duration::from_nanos(now.0).as_secs_f64(),
+            "pace: {}",
+            if idle {
+                "idle (nothing to move): sources sample less often"
+            } else {
+                "active"
+            }
+        );
+        for f in &mut self.feeds {
+            if let Err(e) = f.set_pace(idle) {
+                let r = io_reason(&format!("{}_pace", f.name()), e.errno());
+                self.faults.record(&r, &chain(&e));
+            }
+        }
+    }
+
+    /// Drops what the placement cache can no longer trust: the runs of processes whose
+    /// mappings changed, and every run when the kernel migrated pages itself since the last
+    /// refresh (`pgmigrate_success` grew by more than tierd's own moves: reclaim's demotion,
+    /// compaction, NUMA balancing); then the runs nothing verified for long.
+    fn refresh_placement(&mut self, fresh: &BTreeMap<u32, ScopedProcess>, now: Nanos) {
+        if !self.placement.enabled() {
+            return;
+        }
+        for (pid, p) in fresh {
+            if p.maps_changed {
+                self.placement.forget(*pid);
+            }
+        }
+        let kernel = read_vmstat(&self.cfg.system.proc_root)
+            .ok()
+            .and_then(|v| v.get("pgmigrate_success"));
+        let ours = self.mover.stats().pages_moved;
+        match (kernel, self.migrated_seen) {
+            (Some(k), Some((k0, o0))) if k.saturating_sub(k0) > ours.saturating_sub(o0) => {
+                self.placement.clear();
+            }
+            // Unreadable: nothing tells whether the kernel moved pages.
+            (None, _) => self.placement.clear(),
+            _ => {}
+        }
+        self.migrated_seen = kernel.map(|k| (k, ours));
+        self.placement.prune(now);
+    }
+
     /// Each feed's intervals in force, by feed name.
     fn feed_intervals(&self) -> Vec<(&'static str, crate::metrics::IntervalsSnapshot)> {
         self.feeds
@@ -1249,13 +1361,15 @@ impl Backend for LinuxBackend {
             other: self.locator.as_deref_mut(),
             frames: &self.frames,
         };
-        let failed = locate(
+        let failed = locate_cached(
             &ranges,
             params,
             &self.fast_nodes,
             |pid| held.contains(&pid),
             &mut lookup,
             &mut self.folios,
+            &mut self.placement,
+            now,
             &mut self.locate_stats,
             out,
         );
@@ -1290,6 +1404,13 @@ impl Backend for LinuxBackend {
             );
         }
         self.ranges = ranges;
+        if out[first..]
+            .iter()
+            .any(|o| !self.fast_nodes.contains(&o.page_node))
+        {
+            self.pace.last_work = Some(now);
+        }
+        self.update_pace(now);
         self.phase_cpu.add(
             "locate",
             tierd_linux::sys::thread_cpu_time().saturating_sub(t_locate),
@@ -1304,9 +1425,25 @@ impl Backend for LinuxBackend {
         Ok(())
     }
 
-    fn usage(&mut self, _now: Nanos) -> Result<SystemUsage, Self::Error> {
+    fn usage(&mut self, now: Nanos) -> Result<SystemUsage, Self::Error> {
+        // Free memory and the cgroups' usage (memory.numa_stat: a walk of the cgroup's
+        // per-node counters) are read at most every USAGE_MAX_AGE while tierd moves nothing:
+        // the engine passes every 100 ms, and between moves of its own nothing it plans with
+        // changes faster than other processes allocate. After a move they are read again.
+        // Idle, the loop passes IDLE_SLOWDOWN times less often, and so does this read.
+        let max_age = if self.pace.idle {
+            Nanos(USAGE_MAX_AGE.0 * u64::from(IDLE_SLOWDOWN))
+        } else {
+            USAGE_MAX_AGE
+        };
+        if let Some((at, u)) = &self.usage_cache {
+            if now.saturating_sub(*at) < max_age {
+                return Ok(u.clone());
+            }
+        }
         let t0 = tierd_linux::sys::thread_cpu_time();
         let r = self.usage_inner();
+        self.usage_cache = Some((now, r.clone()));
         self.phase_cpu.add(
             "usage",
             tierd_linux::sys::thread_cpu_time().saturating_sub(t0),
@@ -1320,7 +1457,20 @@ impl Backend for LinuxBackend {
         batch: &MigrationBatch,
     ) -> Result<MigrationReport, Self::Error> {
         let t0 = tierd_linux::sys::thread_cpu_time();
+        self.usage_cache = None;
+        self.pace.last_work = Some(now);
         let r = self.migrate_inner(now, batch);
+        // What moved is where tierd put it: promoted pages join the placement cache's runs,
+        // demoted ones leave them.
+        for res in &r.results {
+            if let MoveOutcome::Moved(n) = res.outcome {
+                let pid = res.page.space.0;
+                let start = res.page.size.head(res.page.vpn).0;
+                let end = start + res.page.size.nr_pages().0;
+                let fast = self.fast_nodes.contains(&n).then_some(n);
+                self.placement.moved(pid, start, end, fast, now);
+            }
+        }
         self.phase_cpu.add(
             "move",
             tierd_linux::sys::thread_cpu_time().saturating_sub(t0),
@@ -1683,6 +1833,15 @@ fn build_snapshot(
         loop_cpu_s: backend.phase_cpu.seconds(),
         faults: backend.faults.counts().clone(),
         folios: backend.folio_snapshot(),
+        placement: tierd_linux::status::PlacementSnapshot {
+            cached_pages: backend.placement.pages(),
+            skipped_pages: backend.locate_stats.cached_fast,
+            reverified_pages: backend.locate_stats.reverified,
+            cleared: backend.placement.stats.cleared,
+            forgotten: backend.placement.stats.forgotten,
+        },
+        idle: backend.pace.idle,
+        idle_periods: backend.pace.idle_periods,
         ..Snapshot::default()
     };
     snap.set_engine_stats(engine.stats());
@@ -1742,6 +1901,9 @@ pub fn run(
             break;
         }
         let pass_start = start.elapsed();
+        // Idle (nothing to move for daemon.idle_after_ms): the loop passes and refreshes
+        // IDLE_SLOWDOWN times less often, until something to move shows up.
+        let slow = if backend.pace.idle { IDLE_SLOWDOWN } else { 1 };
         if pass_start >= next_refresh {
             let t0 = tierd_linux::sys::thread_cpu_time();
             backend.refresh(nanos_since(start));
@@ -1752,7 +1914,7 @@ pub fn run(
                 "publish",
                 tierd_linux::sys::thread_cpu_time().saturating_sub(t1),
             );
-            next_refresh = pass_start + refresh;
+            next_refresh = pass_start + refresh * slow;
         }
         // The engine's share of a step is what the backend's calls did not take.
         let t0 = tierd_linux::sys::thread_cpu_time();
@@ -1764,6 +1926,20 @@ pub fn run(
             .phase_cpu
             .add("engine", step_cpu.saturating_sub(backend_cpu));
         summary.passes += 1;
+        if summary.passes == 1 {
+            let parts: Vec<String> = backend
+                .phase_cpu
+                .seconds()
+                .iter()
+                .filter(|(_, v)| **v > 0.0)
+                .map(|(k, v)| format!("{k} {v:.3}"))
+                .collect();
+            log(&format!(
+                "first pass done at {:.2} s; its CPU s: {}",
+                start.elapsed().as_secs_f64(),
+                parts.join(", ")
+            ));
+        }
         summary.observations += out.observations as u64;
         summary.moved_pages += out.moved_pages;
         summary.failed_pages += out.failed_pages;
@@ -1781,7 +1957,11 @@ pub fn run(
                 .iter()
                 .find(|(n, _)| n == name)
                 .map(|(_, v)| v);
-            if was != Some(iv) {
+            let same = |w: &crate::metrics::IntervalsSnapshot| {
+                (w.tuning.as_str(), w.sample_us, w.aggr_us)
+                    == (iv.tuning.as_str(), iv.sample_us, iv.aggr_us)
+            };
+            if !was.is_some_and(same) {
                 log(&format!(
                     "{name}: intervals sample {} us, aggregation {} us (tuning: {}) at {:.1} s",
                     iv.sample_us,
@@ -1794,7 +1974,7 @@ pub fn run(
         last_intervals = now_iv;
         // Sleep to the next pass in short slices so a signal is seen quickly; the batch in
         // flight has already finished when we get here.
-        let next = pass_start + interval;
+        let next = pass_start + interval * slow;
         while start.elapsed() < next && !stop.load(Ordering::Relaxed) {
             let left = next.saturating_sub(start.elapsed());
             std::thread::sleep(left.min(Duration::from_millis(20)));

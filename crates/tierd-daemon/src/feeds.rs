@@ -38,6 +38,12 @@ struct DamonFeed {
     marked: u64,
     /// Things survived since the last drain, for the daemon's fault counters.
     events: Vec<&'static str>,
+    /// Reads so far, regions of the last one, most regions of one.
+    reads: (u64, u64, u64),
+    /// The sampling interval's range while active (configured) and while idle (`None`: never
+    /// backs off), µs.
+    active_range: (u64, u64),
+    idle_range: Option<(u64, u64)>,
 }
 
 impl DamonFeed {
@@ -78,12 +84,24 @@ impl Feed for DamonFeed {
         self.monitored_bytes = bytes;
     }
 
+    fn set_pace(&mut self, idle: bool) -> Result<(), SourceError> {
+        let Some(idle_range) = self.idle_range else {
+            return Ok(());
+        };
+        let (min, max) = if idle { idle_range } else { self.active_range };
+        self.mon.set_sample_range(min, max)?;
+        Ok(())
+    }
+
     fn intervals(&self) -> Option<IntervalsSnapshot> {
         let (sample_us, aggr_us) = self.mon.intervals();
         Some(IntervalsSnapshot {
             tuning: self.mon.tuning().name().to_string(),
             sample_us,
             aggr_us,
+            reads: self.reads.0,
+            last_regions: self.reads.1,
+            max_regions: self.reads.2,
         })
     }
 
@@ -96,6 +114,11 @@ impl Feed for DamonFeed {
         }
         self.last = Some(now);
         let (regions, stats) = self.mon.collect(now)?;
+        self.reads = (
+            self.reads.0 + 1,
+            stats.regions,
+            self.reads.2.max(stats.regions),
+        );
         if stats.kdamond_stopped {
             // Every target exited: DAMON stops by itself (mm/damon/core.c kdamond_fn ends
             // when damon_targets_empty / all targets' processes are gone); the next scope
@@ -299,6 +322,15 @@ pub fn start_feeds(
                             marker,
                             marked: 0,
                             events: Vec::new(),
+                            reads: (0, 0, 0),
+                            // Without a goal the intervals are fixed at sample_us.
+                            active_range: if d.intervals_goal_bp > 0 {
+                                (d.min_sample_us, d.max_sample_us)
+                            } else {
+                                (d.sample_us, d.sample_us)
+                            },
+                            idle_range: (d.idle_min_sample_us > 0)
+                                .then_some((d.idle_min_sample_us, d.idle_max_sample_us)),
                         }));
                     }
                     Err(e) => statuses.push(snapshot("damon", false, e.to_string())),

@@ -313,6 +313,47 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
         "Faults the daemon survived (counted, skipped, retried), by reason",
         &faults,
     );
+    gauge_family(
+        &mut reg,
+        "idle",
+        "1 while the loop is idle (nothing to move for daemon.idle_after_ms: the sources \
+         sample less often)",
+        &[(Vec::new(), i64::from(s.idle))],
+    );
+    counter_family(
+        &mut reg,
+        "idle_periods",
+        "Times the loop went idle",
+        &[(Vec::new(), s.idle_periods)],
+    );
+    // The placement cache (docs/daemon.md, "Cost").
+    let pc = &s.placement;
+    gauge_family(
+        &mut reg,
+        "placement_cached_pages",
+        "Base pages known to be on a fast node, not located again until their trust period ends",
+        &[(Vec::new(), i64::try_from(pc.cached_pages).unwrap_or(i64::MAX))],
+    );
+    counter_family(
+        &mut reg,
+        "placement_pages",
+        "Base pages of source reports the placement cache answered (skipped) or sent to be \
+         located again (reverified)",
+        &[
+            (l(&[("kind", "skipped".to_string())]), pc.skipped_pages),
+            (l(&[("kind", "reverified".to_string())]), pc.reverified_pages),
+        ],
+    );
+    counter_family(
+        &mut reg,
+        "placement_drops",
+        "Times the placement cache was dropped: all of it (cleared: the kernel migrated pages \
+         itself) or a process's part (forgotten: its mappings changed or it left)",
+        &[
+            (l(&[("kind", "cleared".to_string())]), pc.cleared),
+            (l(&[("kind", "forgotten".to_string())]), pc.forgotten),
+        ],
+    );
     // Folios (docs/daemon.md, "Huge pages"): the method in force and what it could not tell.
     let f = &s.folios;
     if !f.method.is_empty() {
@@ -1003,6 +1044,7 @@ mod tests {
                         tuning: "userspace".into(),
                         sample_us: 10_000,
                         aggr_us: 200_000,
+                        ..Default::default()
                     }),
                 },
             ],

@@ -196,13 +196,15 @@ impl Mechanism {
             Mechanism::NumabTiering { mode } => numab_tiering_script(*mode),
             Mechanism::DamonMigrateHot(p) => damos_script(p),
             Mechanism::DamonTiering(p) => damon_tiering_script(p),
+            // tierd's own DAMON kdamond works for it: its CPU counts too. tierd starts it a
+            // moment after its own start, so each sample looks for it until found
+            // (`lab_discover`, called by `lab_sample`) rather than the start waiting for it,
+            // which would delay the first sample and every time measured from it.
             Mechanism::Tierd { .. } => "echo 0 > /proc/sys/kernel/numa_balancing\n\
                  /bin/tierd run --config /lab/tierd.toml > /tmp/tierd.out 2> /tmp/tierd.err &\n\
                  PID_promoter=$!\n\
-                 # tierd's own DAMON kdamond works for it: count its CPU too.\n\
-                 sleep 1\n\
-                 K=/sys/kernel/mm/damon/admin/kdamonds/0\n\
-                 [ -r $K/pid ] && PID_kdamond=$(cat $K/pid)\n"
+                 lab_discover() { [ -z \"$PID_kdamond\" ] || return 0; K=/sys/kernel/mm/damon/admin/kdamonds/0; [ -r $K/pid ] || return 0; P=$(cat $K/pid); [ \"$P\" -gt 0 ] 2>/dev/null && PID_kdamond=$P; }\n\
+                 lab_discover\n"
                 .into(),
         }
     }
@@ -226,7 +228,7 @@ impl Mechanism {
             Mechanism::Tierd { .. } => "/bin/tierd status --json > /tmp/status.json 2>/dev/null\n\
                  kill -TERM $PID_promoter; wait $PID_promoter; echo \"LAB TIERD_RC $?\"\n\
                  sed 's/^/LAB TIERD_ERR /' /tmp/tierd.err\n\
-                 grep ' intervals ' /tmp/tierd.out | sed 's/^/LAB TIERD_OUT /'\n\
+                 grep -E ' intervals |first pass done' /tmp/tierd.out | sed 's/^/LAB TIERD_OUT /'\n\
                  tierd_export /tmp/status.json status.json\n"
                 .into(),
         }

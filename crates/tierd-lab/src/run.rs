@@ -76,7 +76,9 @@ lab_huge() {{ echo "LAB THPMAP at=$1 anon_huge_kb=$(sed -n 's/^AnonHugePages: *\
 FAST={fast}; SLOW={slow}
 WATCH="workload promoter kdamond"
 lab_t() {{ cut -d' ' -f1 /proc/uptime; }}
+lab_discover() {{ :; }}
 lab_sample() {{
+  lab_discover
   T=$(lab_t)
 {numa_maps}  echo "LAB VM t=$T $(grep -E '^({vm_re}) ' /proc/vmstat | tr ' ' '=' | tr '\n' ' ')"
   for w in $WATCH; do eval P=\$PID_$w; [ -n "$P" ] && [ -r /proc/$P/stat ] && echo "LAB CPU t=$T who=$w $(sed 's/.*) //' /proc/$P/stat | cut -d' ' -f12,13)"; done
@@ -533,6 +535,7 @@ LAB W chase t=1.000 hot_n0=1 hot_n1=1 hot_other=0 cold_n0=0 cold_n1=6 cold_other
             name: "all".into(),
             addr_key: "addr".into(),
             pages: 1024,
+            in_over: true,
         }];
         let console = "\
 LAB READY integrity pid=7 addr=0x400000 node=1 mib=4 pages=1024 threads=1 ready

@@ -139,7 +139,9 @@ echo 0 > /proc/sys/vm/compaction_proactiveness 2>/dev/null
 echo 0 > /proc/sys/kernel/numa_balancing
 FAST=0; SLOW=1; N={procs}
 lab_t() {{ cut -d' ' -f1 /proc/uptime; }}
+lab_discover() {{ :; }}
 lab_cpu() {{
+  lab_discover
   for w in promoter kdamond; do eval P=\$PID_$w; [ -n "$P" ] && [ -r /proc/$P/stat ] && echo "LAB CPU t=$1 who=$w $(sed 's/.*) //' /proc/$P/stat | cut -d' ' -f12,13)"; done
 }}
 # Every process's hot VMA (the one holding its hot start: largest start not above it), its

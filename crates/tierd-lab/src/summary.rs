@@ -120,6 +120,10 @@ pub struct Summary {
     /// log of every change.
     #[serde(default)]
     pub damon_sample_us: Option<(u64, u64, usize)>,
+    /// MiB of the parts not counted in over-promotion (a server's own structures) on the
+    /// fast node at the end; `None` when the experiment has none.
+    #[serde(default)]
+    pub uncounted_fast_mib: Option<f64>,
     /// tierd's loop CPU by phase at the end (its `/status` `loop_cpu_s`), seconds, with the
     /// process's system time (`daemon_cpu_sys_s`) as `"sys"`; empty for other rows.
     #[serde(default)]
@@ -204,13 +208,22 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
     };
     let last = d.samples.last();
     let hot_fast = last.map_or(0, |s| on_fast(s, &hot.name));
-    let others: u64 = exp.parts[1..].iter().map(|p| p.pages).sum();
-    let others_fast: u64 = last.map_or(0, |s| {
+    // Over-promotion counts the other parts that are the workload's data (cold items, the
+    // cold part); a server's own structures are reported apart.
+    let counted = || exp.parts[1..].iter().filter(|p| p.in_over);
+    let others: u64 = counted().map(|p| p.pages).sum();
+    let others_fast: u64 = last.map_or(0, |s| counted().map(|p| on_fast(s, &p.name)).sum());
+    let uncounted_fast: u64 = last.map_or(0, |s| {
         exp.parts[1..]
             .iter()
+            .filter(|p| !p.in_over)
             .map(|p| on_fast(s, &p.name))
-            .sum::<u64>()
+            .sum()
     });
+    let uncounted_fast_mib = exp.parts[1..]
+        .iter()
+        .any(|p| !p.in_over)
+        .then(|| pages_mib(uncounted_fast));
     let fast_pages = hot_fast + others_fast;
     let promoter = match (cpu_delta(d, "promoter"), cpu_delta(d, "kdamond")) {
         (None, None) => None,
@@ -282,6 +295,20 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
                 .collect()
         })
         .unwrap_or_default();
+    // DAMON reads and regions (what a read costs grows with the regions).
+    if let Some(iv) = d
+        .tierd_status
+        .as_ref()
+        .and_then(|s| s.get("sources"))
+        .and_then(serde_json::Value::as_array)
+        .and_then(|a| a.iter().find_map(|s| s.get("intervals")))
+    {
+        for k in ["reads", "last_regions", "max_regions"] {
+            if let Some(v) = iv.get(k).and_then(serde_json::Value::as_f64) {
+                tierd_cpu_phases.insert(format!("damon_{k}"), v);
+            }
+        }
+    }
     if let Some(sys) = d
         .tierd_status
         .as_ref()
@@ -323,6 +350,7 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
         tierd_thp_agreement_pct: tierd_thp.and_then(|t| agreement_pct(t, thp_migrated)),
         damon_sample_us,
         tierd_cpu_phases,
+        uncounted_fast_mib,
         workload_finished: finished,
         wrong_node_pct,
         tierd_demoted: tierd_stat("pgdemote_success"),
@@ -595,12 +623,15 @@ fn notes(r: &Summary) -> String {
             ms(last)
         ));
     }
+    if let Some(m) = r.uncounted_fast_mib {
+        n.push(format!("server's own pages on fast {m:.1} MiB (not in over)"));
+    }
     if !r.tierd_cpu_phases.is_empty() {
         // The phases that took at least 0.1 s, largest first.
         let mut p: Vec<(&String, &f64)> = r
             .tierd_cpu_phases
             .iter()
-            .filter(|(k, v)| k.as_str() != "sys" && **v >= 0.1)
+            .filter(|(k, v)| k.as_str() != "sys" && !k.starts_with("damon_") && **v >= 0.1)
             .collect();
         p.sort_by(|a, b| b.1.total_cmp(a.1));
         let parts: Vec<String> = p.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();
@@ -613,6 +644,15 @@ fn notes(r: &Summary) -> String {
             },
             r.tierd_cpu_phases.get("sys").copied().unwrap_or(0.0)
         ));
+        let g = |k: &str| r.tierd_cpu_phases.get(k).copied().unwrap_or(0.0);
+        if g("damon_reads") > 0.0 {
+            n.push(format!(
+                "DAMON reads {:.0}, regions last {:.0} max {:.0}",
+                g("damon_reads"),
+                g("damon_last_regions"),
+                g("damon_max_regions")
+            ));
+        }
     }
     if let Some(w) = r.wrong_node_pct {
         n.push(format!("wrong fast node {w:.1} %"));

@@ -79,6 +79,15 @@ pub struct IntervalsSnapshot {
     pub sample_us: u64,
     /// Aggregation interval, µs.
     pub aggr_us: u64,
+    /// Times the regions were read back since the start.
+    #[serde(default)]
+    pub reads: u64,
+    /// Regions of the last read (DAMON's `tried_regions`, every target's).
+    #[serde(default)]
+    pub last_regions: u64,
+    /// The most regions one read returned.
+    #[serde(default)]
+    pub max_regions: u64,
 }
 
 impl SourceSnapshot {
@@ -104,6 +113,22 @@ pub struct MoverSnapshot {
     pub pages_failed: BTreeMap<String, u64>,
     /// Seconds spent inside `move_pages(2)`.
     pub seconds: f64,
+}
+
+/// The placement cache (docs/daemon.md, "Cost"): pages found on a fast node that are not
+/// located again on every read of the sources. Page counts are base pages.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacementSnapshot {
+    /// Pages in the cache now.
+    pub cached_pages: u64,
+    /// Pages of source reports known fast and not located again, summed over the run.
+    pub skipped_pages: u64,
+    /// Pages located again because their trust period ended, summed over the run.
+    pub reverified_pages: u64,
+    /// Times the whole cache was dropped because the kernel migrated pages itself.
+    pub cleared: u64,
+    /// Times a process's entries were dropped (its mappings changed, or it left).
+    pub forgotten: u64,
 }
 
 /// How the daemon maps what its sources saw to folios (THPs, hugetlb pages), and what it
@@ -167,6 +192,16 @@ pub struct Snapshot {
     /// predates it.
     #[serde(default)]
     pub folios: FolioSnapshot,
+    /// The placement cache. Empty from a daemon that predates it.
+    #[serde(default)]
+    pub placement: PlacementSnapshot,
+    /// Whether the loop is idle now (nothing to move for `daemon.idle_after_ms`: the sources
+    /// sample less often), and how many times it went idle.
+    #[serde(default)]
+    pub idle: bool,
+    /// Times the loop went idle since the start.
+    #[serde(default)]
+    pub idle_periods: u64,
 }
 
 fn named(values: Vec<(&'static StatDesc, u64)>) -> BTreeMap<String, u64> {

@@ -601,6 +601,8 @@ pub struct HotScanner {
     seen: Vec<bool>,
     /// Pages holding a hot key's text, in scan order (sorted and deduplicated by `finish`).
     pages: Vec<u64>,
+    /// Pages holding a cold key's text (id at or above `hot_keys`), in scan order.
+    cold: Vec<u64>,
     /// The tail of the previous chunk and its address.
     carry: Vec<u8>,
     carry_addr: u64,
@@ -617,6 +619,7 @@ impl HotScanner {
             page,
             seen: vec![false; usize::try_from(hot_keys).unwrap_or(0)],
             pages: Vec::new(),
+            cold: Vec::new(),
             carry: Vec::with_capacity(2 * KEY_LEN),
             carry_addr: 0,
             matches: 0,
@@ -670,29 +673,60 @@ impl HotScanner {
             return;
         };
         self.matches += 1;
-        if id >= self.hot_keys {
-            return;
-        }
-        if let Some(s) = self.seen.get_mut(usize::try_from(id).unwrap_or(usize::MAX)) {
-            *s = true;
-        }
         let first = at & !(self.page - 1);
         let last = (at + KEY_LEN as u64 - 1) & !(self.page - 1);
+        let list = if id >= self.hot_keys {
+            &mut self.cold
+        } else {
+            if let Some(s) = self.seen.get_mut(usize::try_from(id).unwrap_or(usize::MAX)) {
+                *s = true;
+            }
+            &mut self.pages
+        };
         for p in [first, last] {
-            if self.pages.last() != Some(&p) {
-                self.pages.push(p);
+            if list.last() != Some(&p) {
+                list.push(p);
             }
         }
     }
 
     /// The hot pages, sorted and unique, and how many distinct hot ids were found.
     #[must_use]
-    pub fn finish(mut self) -> (Vec<u64>, u64) {
+    pub fn finish(self) -> (Vec<u64>, u64) {
+        let s = self.finish_all();
+        (s.hot, s.hot_keys_found)
+    }
+
+    /// Every page holding an item's text, split: the hot pages (a hot key's text, whatever
+    /// else they hold), the cold item pages (only cold keys' texts), both sorted and unique,
+    /// and how many distinct hot ids were found.
+    #[must_use]
+    pub fn finish_all(mut self) -> ScanResult {
         self.pages.sort_unstable();
         self.pages.dedup();
+        self.cold.sort_unstable();
+        self.cold.dedup();
+        let hot = &self.pages;
+        // A page with a hot key is hot, whatever cold keys it also holds.
+        self.cold.retain(|p| hot.binary_search(p).is_err());
         let found = self.seen.iter().filter(|s| **s).count() as u64;
-        (self.pages, found)
+        ScanResult {
+            hot: self.pages,
+            cold: self.cold,
+            hot_keys_found: found,
+        }
     }
+}
+
+/// What a [`HotScanner`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanResult {
+    /// Pages holding a hot key's text (key or value copy), sorted.
+    pub hot: Vec<u64>,
+    /// Pages holding only cold keys' texts, sorted.
+    pub cold: Vec<u64>,
+    /// Distinct hot ids seen.
+    pub hot_keys_found: u64,
 }
 
 /// One socket of `/proc/net/tcp` or `tcp6` (net/ipv4/tcp_ipv4.c `get_tcp4_sock()`):
@@ -1058,6 +1092,18 @@ mod tests {
             s.scan(base + i as u64, std::slice::from_ref(b));
         }
         assert_eq!(s.finish(), (vec![base], 1));
+        // Cold item pages: page 1 holds only the cold key 50; page 0 holds hot key 3 and
+        // cold key 60 and stays hot.
+        let mut mem = vec![0u8; 3 * 4096];
+        mem[100..112].copy_from_slice(&key_text(3));
+        mem[200..212].copy_from_slice(&key_text(60));
+        mem[5000..5012].copy_from_slice(&key_text(50));
+        let mut s = HotScanner::new(10, page);
+        s.scan(base, &mem);
+        let r = s.finish_all();
+        assert_eq!(r.hot, vec![base]);
+        assert_eq!(r.cold, vec![base + page]);
+        assert_eq!(r.hot_keys_found, 1);
     }
 
     #[test]

@@ -99,9 +99,14 @@ pub enum KvCmd {
         /// File to write the page addresses to.
         #[arg(long)]
         out: PathBuf,
+        /// Also write the pages that hold only cold keys' texts (the cold items) here.
+        #[arg(long)]
+        cold_out: Option<PathBuf>,
     },
     /// Print, in numa_maps line format, the nodes of the pages listed in --pages (`hot`) and
-    /// of the process's other anonymous pages (`cold`).
+    /// of the process's other anonymous pages (`cold`); with --cold-pages, `cold` is the pages
+    /// listed there (the cold items) and `other` the rest of its anonymous pages (the server's
+    /// own structures: hash table, buffers, stacks).
     Where {
         /// The server's pid.
         #[arg(long)]
@@ -109,6 +114,9 @@ pub enum KvCmd {
         /// The file `hotpages` wrote.
         #[arg(long)]
         pages: PathBuf,
+        /// The file `hotpages --cold-out` wrote.
+        #[arg(long)]
+        cold_pages: Option<PathBuf>,
     },
 }
 
@@ -157,8 +165,17 @@ pub fn run(cmd: KvCmd) -> Result<()> {
             };
             run_kv(&cfg)
         }
-        KvCmd::Hotpages { pid, hot_keys, out } => run_hotpages(pid, hot_keys, &out),
-        KvCmd::Where { pid, pages } => run_where(pid, &pages),
+        KvCmd::Hotpages {
+            pid,
+            hot_keys,
+            out,
+            cold_out,
+        } => run_hotpages(pid, hot_keys, &out, cold_out.as_deref()),
+        KvCmd::Where {
+            pid,
+            pages,
+            cold_pages,
+        } => run_where(pid, &pages, cold_pages.as_deref()),
     }
 }
 
@@ -535,7 +552,7 @@ fn scanned(path: Option<&str>, perms: &str) -> bool {
 /// scanned memory looks touched once. That is why the lab runs this once, right after the
 /// fill, before any mechanism starts watching. Never-written anonymous pages read as the
 /// shared zero page and cost no memory.
-fn run_hotpages(pid: u32, hot_keys: u64, out: &Path) -> Result<()> {
+fn run_hotpages(pid: u32, hot_keys: u64, out: &Path, cold_out: Option<&Path>) -> Result<()> {
     let maps =
         read_maps(Path::new("/proc"), pid).with_context(|| format!("reading /proc/{pid}/maps"))?;
     let mem_path = format!("/proc/{pid}/mem");
@@ -569,19 +586,29 @@ fn run_hotpages(pid: u32, hot_keys: u64, out: &Path) -> Result<()> {
         }
     }
     let matches = scanner.matches;
-    let (pages, found) = scanner.finish();
-    let mut text = String::with_capacity(pages.len() * 13);
-    for p in &pages {
-        text.push_str(&format!("{p:x}\n"));
+    let r = scanner.finish_all();
+    write_pages(out, &r.hot)?;
+    if let Some(c) = cold_out {
+        write_pages(c, &r.cold)?;
     }
-    std::fs::write(out, text).with_context(|| format!("writing {}", out.display()))?;
     emit(&format_args!(
-        "hotpages pid={pid} pages={} keys_found={found} hot_keys={hot_keys} key_texts={matches} \
-         scanned_mib={} skipped_pages={skipped}",
-        pages.len(),
+        "hotpages pid={pid} pages={} cold_item_pages={} keys_found={} hot_keys={hot_keys} \
+         key_texts={matches} scanned_mib={} skipped_pages={skipped}",
+        r.hot.len(),
+        r.cold.len(),
+        r.hot_keys_found,
         scanned_bytes >> 20,
     ))?;
     Ok(())
+}
+
+/// Writes page addresses, hex, one per line.
+fn write_pages(path: &Path, pages: &[u64]) -> Result<()> {
+    let mut text = String::with_capacity(pages.len() * 13);
+    for p in pages {
+        text.push_str(&format!("{p:x}\n"));
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 /// Parses the page list `hotpages` writes: hex addresses (a `0x` prefix allowed), one per
@@ -602,35 +629,61 @@ fn parse_pages(text: &str) -> Result<Vec<usize>> {
 /// `where`: the hot pages' nodes by `move_pages(2)` with no target (a lookup in the page
 /// tables, mm/migrate.c `do_pages_stat()`: it neither faults pages in nor sets Accessed bits),
 /// the cold ones from `numa_maps`.
-fn run_where(pid: u32, pages: &Path) -> Result<()> {
-    let text =
-        std::fs::read_to_string(pages).with_context(|| format!("reading {}", pages.display()))?;
-    let addrs = parse_pages(&text).with_context(|| format!("in {}", pages.display()))?;
+fn run_where(pid: u32, pages: &Path, cold_pages: Option<&Path>) -> Result<()> {
     let ipid = i32::try_from(pid).context("--pid out of range")?;
     let mut mover = Mover::default();
-    let mut hot = NodeCounts::new();
+    let (hot_first, hot) = locate_listed(&mut mover, ipid, pages)?;
+    let listed_cold = cold_pages
+        .map(|c| locate_listed(&mut mover, ipid, c))
+        .transpose()?;
+    let numa = read_numa_maps(Path::new("/proc"), pid)
+        .with_context(|| format!("reading /proc/{pid}/numa_maps"))?;
+    // Everything anonymous that is not listed: with the cold items listed, the server's own
+    // structures; without, everything but the hot pages.
+    let mut listed = hot.clone();
+    if let Some((_, c)) = &listed_cold {
+        for (n, v) in c {
+            *listed.entry(*n).or_default() += v;
+        }
+    }
+    let (lowest, rest) = cold_counts(&numa, &listed);
+    let mut nodes: Vec<_> = hot.keys().chain(rest.keys()).copied().collect();
+    if let Some((_, c)) = &listed_cold {
+        nodes.extend(c.keys().copied());
+    }
+    nodes.sort_unstable();
+    nodes.dedup();
+    emit(&where_line(hot_first, "hot", &hot, &nodes))?;
+    match &listed_cold {
+        Some((first, cold)) => {
+            emit(&where_line(*first, "cold", cold, &nodes))?;
+            emit(&where_line(lowest.unwrap_or(0), "other", &rest, &nodes))?;
+        }
+        None => emit(&where_line(lowest.unwrap_or(0), "cold", &rest, &nodes))?,
+    }
+    Ok(())
+}
+
+/// The nodes of the pages listed in `file` (by `move_pages(2)` with no target), and the
+/// lowest listed address.
+fn locate_listed(mover: &mut Mover, pid: i32, file: &Path) -> Result<(u64, NodeCounts)> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let addrs = parse_pages(&text).with_context(|| format!("in {}", file.display()))?;
+    let mut counts = NodeCounts::new();
     for chunk in addrs.chunks(WHERE_BATCH) {
         // A page not present (ENOENT) or no longer mapped (EFAULT) is on no node: its
         // per-page errno is dropped.
         for n in mover
-            .query(ipid, chunk)
+            .query(pid, chunk)
             .with_context(|| format!("locating pages of {pid} (move_pages)"))?
             .into_iter()
             .flatten()
         {
-            *hot.entry(n).or_default() += 1;
+            *counts.entry(n).or_default() += 1;
         }
     }
-    let numa = read_numa_maps(Path::new("/proc"), pid)
-        .with_context(|| format!("reading /proc/{pid}/numa_maps"))?;
-    let (lowest, cold) = cold_counts(&numa, &hot);
-    let mut nodes: Vec<_> = hot.keys().chain(cold.keys()).copied().collect();
-    nodes.sort_unstable();
-    nodes.dedup();
-    let first = addrs.iter().min().map_or(0, |&a| a as u64);
-    emit(&where_line(first, "hot", &hot, &nodes))?;
-    emit(&where_line(lowest.unwrap_or(0), "cold", &cold, &nodes))?;
-    Ok(())
+    Ok((addrs.iter().min().map_or(0, |&a| a as u64), counts))
 }
 
 #[cfg(test)]

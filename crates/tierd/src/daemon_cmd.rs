@@ -84,7 +84,11 @@ pub fn run_daemon(
         Some(d) => anyhow::bail!("--duration must be a positive number of seconds, got {d}"),
         None => None,
     };
+    // What starting costs, by step (this thread's CPU clock): printed once the loop runs.
+    let cpu = tierd_linux::sys::thread_cpu_time;
+    let t_start = cpu();
     let pre = Preflight::check(&cfg).context("checking the machine")?;
+    let t_preflight = cpu();
     eprint!("{}", pre.describe());
     for w in &pre.warnings {
         eprintln!("tierd: warning: {w}");
@@ -105,11 +109,13 @@ pub fn run_daemon(
         }
     }
     let (feeds, statuses) = start_feeds(&cfg, &cpu_node).context("starting hotness sources")?;
+    let t_sources = cpu();
     for s in &statuses {
         eprintln!("source {:<16} {}: {}", s.name, s.state(), s.reason);
     }
     // How observed pages are mapped to their folios (docs/daemon.md, "Huge pages").
     let method = probe_folio_method(&cfg.system.proc_root);
+    let t_folios = cpu();
     eprintln!(
         "folios {:<16} {}; hugetlb pages: {}",
         method.name(),
@@ -130,6 +136,14 @@ pub fn run_daemon(
         },
     )
     .context("starting the metrics endpoint")?;
+    let t_server = cpu();
+    eprintln!(
+        "start CPU s: preflight {:.3}, sources {:.3}, folios {:.3}, metrics endpoint {:.3}",
+        (t_preflight - t_start).as_secs_f64(),
+        (t_sources - t_preflight).as_secs_f64(),
+        (t_folios - t_sources).as_secs_f64(),
+        (t_server - t_folios).as_secs_f64()
+    );
     eprintln!(
         "metrics on http://{0}/metrics, status on http://{0}/status, liveness on \
          http://{0}/healthz{1}",

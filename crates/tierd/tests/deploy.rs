@@ -511,6 +511,7 @@ fn populated() -> Snapshot {
                     tuning: "userspace".into(),
                     sample_us: 10_000,
                     aggr_us: 200_000,
+                    ..Default::default()
                 }),
             },
             SourceSnapshot {

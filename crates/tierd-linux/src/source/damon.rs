@@ -695,6 +695,57 @@ impl<F: DamonFs> DamonMonitor<F> {
         }
     }
 
+    /// Moves the sampling interval's range to `min_us..=max_us` (the aggregation interval
+    /// stays its multiple): the daemon's pace, wide and short while there is something to
+    /// promote, long when the monitored memory holds nothing to move (docs/daemon.md,
+    /// "Cost"). The interval in force is clamped into the range at once and committed; with
+    /// kernel tuning the goal's `min_sample_us`/`max_sample_us` move too, so the kernel tunes
+    /// within it. Returns whether the intervals in force changed.
+    ///
+    /// # Errors
+    /// An I/O error naming the file (`EINVAL` from `commit` when a target exited meanwhile).
+    pub fn set_sample_range(&mut self, min_us: u64, max_us: u64) -> Result<bool, DamonError> {
+        let (min_us, max_us) = (min_us.max(1), max_us.max(min_us.max(1)));
+        if let Some(g) = &mut self.config.intervals_goal {
+            if (g.min_sample_us, g.max_sample_us) == (min_us, max_us) {
+                return Ok(false);
+            }
+            let raise = min_us > g.min_sample_us;
+            (g.min_sample_us, g.max_sample_us) = (min_us, max_us);
+            if self.tuning == IntervalsTuning::Kernel {
+                let dir = self.ctx().join("monitoring_attrs/intervals/intervals_goal");
+                // Keep min <= max at every step: raising moves max first, lowering min first.
+                let order: [(&str, u64); 2] = if raise {
+                    [("max_sample_us", max_us), ("min_sample_us", min_us)]
+                } else {
+                    [("min_sample_us", min_us), ("max_sample_us", max_us)]
+                };
+                for (f, v) in order {
+                    write(&self.fs, &dir.join(f), &v.to_string())?;
+                }
+            }
+        }
+        let s = self.sample_us.clamp(min_us, max_us);
+        let a = s.saturating_mul(self.aggr_samples);
+        let changed = (s, a) != (self.sample_us, self.aggr_us);
+        if changed {
+            let iv = self.ctx().join("monitoring_attrs/intervals");
+            let order: [(&str, u64); 2] = if s > self.sample_us {
+                [("aggr_us", a), ("sample_us", s)]
+            } else {
+                [("sample_us", s), ("aggr_us", a)]
+            };
+            for (f, v) in order {
+                write(&self.fs, &iv.join(f), &v.to_string())?;
+            }
+            (self.sample_us, self.aggr_us) = (s, a);
+        }
+        if self.on {
+            write(&self.fs, &self.kdamond().join("state"), "commit")?;
+        }
+        Ok(changed)
+    }
+
     fn kdamonds(&self) -> PathBuf {
         self.admin.join("kdamonds")
     }

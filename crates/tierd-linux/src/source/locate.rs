@@ -21,10 +21,11 @@
 
 use std::collections::BTreeMap;
 
-use tierd_engine::types::{NodeId, PageRef, PageSize, Pfn, SpaceId, Vpn};
+use tierd_engine::types::{Nanos, NodeId, PageRef, PageSize, Pfn, SpaceId, Vpn};
 use tierd_engine::Observation;
 
 use super::folio::{FolioMap, HugetlbPolicy};
+use super::placement::{PlacementCache, Split};
 use super::AccessedRange;
 
 /// Finds the node of pages of one process.
@@ -84,6 +85,12 @@ pub struct LocateStats {
     pub hugetlb_left: u64,
     /// Base pages whose folio could not be told (never observed).
     pub folio_unknown: u64,
+    /// Base pages the placement cache knew to be on a fast node: neither resolved nor looked
+    /// up ([`PlacementCache`]).
+    pub cached_fast: u64,
+    /// Base pages of fast folios observed again after their run's verification came due
+    /// (their weight scaled by the reads they were skipped for).
+    pub reverified: u64,
 }
 
 /// The heat to credit each fast-tier page of a region with, in [`slow_part_is_hot`]: the
@@ -175,9 +182,43 @@ pub fn locate<L: Locator>(
     ranges: &[AccessedRange],
     params: LocateParams,
     fast_nodes: &[NodeId],
+    in_scope: impl FnMut(u32) -> bool,
+    locator: &mut L,
+    folios: &mut impl FolioMap,
+    stats: &mut LocateStats,
+    out: &mut Vec<Observation>,
+) -> Vec<(u32, L::Error)> {
+    let now = ranges.iter().map(|r| r.time).max().unwrap_or_default();
+    locate_cached(
+        ranges,
+        params,
+        fast_nodes,
+        in_scope,
+        locator,
+        folios,
+        &mut PlacementCache::disabled(),
+        now,
+        stats,
+        out,
+    )
+}
+
+/// [`locate`] with a [`PlacementCache`]: the pages of each range that `cache` knows to be on a
+/// fast node (and whose verification is not due at `now`) are neither resolved nor looked up
+/// nor observed; they count as fast pages of their range for the slow-part filter. Pages it
+/// locates are learned (fast ones join a run, others leave it), and fast folios of runs whose
+/// verification was due are observed with their weight scaled by the reads they were skipped
+/// for ([`PlacementCache::weight_scale`]).
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)]
+pub fn locate_cached<L: Locator>(
+    ranges: &[AccessedRange],
+    params: LocateParams,
+    fast_nodes: &[NodeId],
     mut in_scope: impl FnMut(u32) -> bool,
     locator: &mut L,
     folios: &mut impl FolioMap,
+    cache: &mut PlacementCache,
+    now: Nanos,
     stats: &mut LocateStats,
     out: &mut Vec<Observation>,
 ) -> Vec<(u32, L::Error)> {
@@ -192,10 +233,13 @@ pub fn locate<L: Locator>(
         range: AccessedRange,
         keep: bool,
     }
-    /// One range's pages, by folio: `(index into its process's folios, pages)`.
+    /// One range's pages, by folio: `(index into its process's folios, pages)`, and its pages
+    /// the cache knows to be on a fast node (not resolved).
     struct Covered {
         range: AccessedRange,
         parts: Vec<(usize, u64)>,
+        known_fast: u64,
+        split: Split,
     }
     folios.begin_pass();
     let mut budget = params.max_pages;
@@ -217,63 +261,77 @@ pub fn locate<L: Locator>(
         }
         let (list, index) = folios_of.entry(r.pid).or_default();
         let mut parts: Vec<(usize, u64)> = Vec::new();
-        let mut done = 0;
-        'range: while done < r.nr_pages {
-            // Resolve in chunks of about what the budget can still take (at least one huge
-            // page's worth): a huge range does not read the folios of pages it cannot look up.
-            let n = (r.nr_pages - done).min(budget.max(PageSize::Huge2M.nr_pages().0));
-            vpns.clear();
-            vpns.extend((done..done + n).map(|i| Vpn(r.start.0 + i)));
-            found.clear();
-            frames.clear();
-            folios.resolve_frames(r.pid, &vpns, &mut found, &mut frames);
-            for (i, vpn) in vpns.iter().enumerate() {
-                let Some(Some(f)) = found.get(i).copied() else {
-                    stats.folio_unknown += 1;
-                    continue;
-                };
-                if f.hugetlb && params.hugetlb == HugetlbPolicy::Leave {
-                    stats.hugetlb_left += 1;
-                    continue;
-                }
-                let at = if let Some(&at) = index.get(&f.head.0) {
-                    let folio: &mut Folio = &mut list[at];
-                    folio.weight = folio.weight.max(r.nr_accesses);
-                    at
-                } else {
-                    if budget == 0 {
-                        stats.over_budget += r.nr_pages - (done + i as u64);
-                        break 'range;
+        let end = r.start.0 + r.nr_pages;
+        let split = cache.split(r.pid, r.start.0, end, now);
+        let known_fast = split.known_pages();
+        stats.cached_fast += known_fast;
+        let gaps = split.gaps(r.start.0, end);
+        'range: for (g, &(gap_start, gap_end)) in gaps.iter().enumerate() {
+            let mut at_vpn = gap_start;
+            while at_vpn < gap_end {
+                // Resolve in chunks of about what the budget can still take (at least one
+                // huge page's worth): a huge range does not read the folios of pages it
+                // cannot look up.
+                let n = (gap_end - at_vpn).min(budget.max(PageSize::Huge2M.nr_pages().0));
+                vpns.clear();
+                vpns.extend((at_vpn..at_vpn + n).map(Vpn));
+                found.clear();
+                frames.clear();
+                folios.resolve_frames(r.pid, &vpns, &mut found, &mut frames);
+                for (i, vpn) in vpns.iter().enumerate() {
+                    let Some(Some(f)) = found.get(i).copied() else {
+                        stats.folio_unknown += 1;
+                        continue;
+                    };
+                    if f.hugetlb && params.hugetlb == HugetlbPolicy::Leave {
+                        stats.hugetlb_left += 1;
+                        continue;
                     }
-                    budget -= 1;
-                    // The frame names the page the source saw: a single-page range; the head's
-                    // frame follows, a folio being physically contiguous and mapped at its
-                    // natural alignment (what FolioOf promises).
-                    let pfn = r
-                        .pfn
-                        .filter(|_| r.nr_pages == 1)
-                        .and_then(|p| p.0.checked_sub(vpn.0 - f.head.0))
-                        .map(Pfn);
-                    list.push(Folio {
-                        head: f.head,
-                        size: f.size,
-                        weight: r.nr_accesses,
-                        pfn,
-                        frame: frames.get(i).copied().flatten(),
-                        range: *r,
-                        keep: false,
-                    });
-                    index.insert(f.head.0, list.len() - 1);
-                    list.len() - 1
-                };
-                match parts.last_mut() {
-                    Some((last, n)) if *last == at => *n += 1,
-                    _ => parts.push((at, 1)),
+                    let at = if let Some(&at) = index.get(&f.head.0) {
+                        let folio: &mut Folio = &mut list[at];
+                        folio.weight = folio.weight.max(r.nr_accesses);
+                        at
+                    } else {
+                        if budget == 0 {
+                            stats.over_budget += gap_end - vpn.0
+                                + gaps[g + 1..].iter().map(|(a, b)| b - a).sum::<u64>();
+                            break 'range;
+                        }
+                        budget -= 1;
+                        // The frame names the page the source saw: a single-page range; the
+                        // head's frame follows, a folio being physically contiguous and
+                        // mapped at its natural alignment (what FolioOf promises).
+                        let pfn = r
+                            .pfn
+                            .filter(|_| r.nr_pages == 1)
+                            .and_then(|p| p.0.checked_sub(vpn.0 - f.head.0))
+                            .map(Pfn);
+                        list.push(Folio {
+                            head: f.head,
+                            size: f.size,
+                            weight: r.nr_accesses,
+                            pfn,
+                            frame: frames.get(i).copied().flatten(),
+                            range: *r,
+                            keep: false,
+                        });
+                        index.insert(f.head.0, list.len() - 1);
+                        list.len() - 1
+                    };
+                    match parts.last_mut() {
+                        Some((last, n)) if *last == at => *n += 1,
+                        _ => parts.push((at, 1)),
+                    }
                 }
+                at_vpn += n;
             }
-            done += n;
         }
-        covered.push(Covered { range: *r, parts });
+        covered.push(Covered {
+            range: *r,
+            parts,
+            known_fast,
+            split,
+        });
     }
     let min_acc = relative_min_nr_accesses(
         hottest,
@@ -326,7 +384,7 @@ pub fn locate<L: Locator>(
     let counts: Vec<(u32, u64, u64)> = covered
         .iter()
         .map(|c| {
-            let (mut fast, mut present) = (0, 0);
+            let (mut fast, mut present) = (c.known_fast, c.known_fast);
             for &(at, n) in &c.parts {
                 if let Some(nd) = node(c.range.pid, at) {
                     present += n;
@@ -340,7 +398,7 @@ pub fn locate<L: Locator>(
         .collect();
     let fast_heat = fast_heat_estimate(&counts, hottest);
     for (c, &(nr, fast, present)) in covered.iter().zip(&counts) {
-        let pages: u64 = c.parts.iter().map(|p| p.1).sum();
+        let pages: u64 = c.parts.iter().map(|p| p.1).sum::<u64>() + c.known_fast;
         stats.absent += pages - present;
         let keep_slow = slow_part_is_hot(nr, fast_heat, fast, present - fast, min_acc);
         if !keep_slow {
@@ -356,16 +414,53 @@ pub fn locate<L: Locator>(
             }
         }
     }
+    // The due parts of every range, by process: the weight scale of the fast folios in them.
+    let mut due: BTreeMap<u32, Vec<(u64, u64, Nanos)>> = BTreeMap::new();
+    for c in &covered {
+        if !c.split.due.is_empty() {
+            due.entry(c.range.pid)
+                .or_default()
+                .extend(c.split.due.iter().copied());
+        }
+    }
     for (pid, (list, _)) in folios_of {
+        let due = due.get(&pid);
+        // What was located is learned in runs of adjacent folios on one node (one cache update
+        // per run, not per page).
+        let mut run: Option<(u64, u64, NodeId)> = None;
         for (at, f) in list.into_iter().enumerate() {
             let Some(page_node) = node(pid, at) else {
                 continue;
+            };
+            let is_fast = fast_nodes.contains(&page_node);
+            let pages = f.size.nr_pages().0;
+            run = match run {
+                Some((a, b, n)) if b == f.head.0 && n == page_node => {
+                    Some((a, b + pages, n))
+                }
+                prev => {
+                    if let Some((a, b, n)) = prev {
+                        cache.learn(pid, a, b, n, fast_nodes.contains(&n), now);
+                    }
+                    Some((f.head.0, f.head.0 + pages, page_node))
+                }
             };
             if !f.keep {
                 continue;
             }
             if f.size.is_huge() {
                 stats.huge_folios += 1;
+            }
+            let mut weight = f.weight;
+            if is_fast {
+                if let Some(obs) = due.and_then(|d| {
+                    d.iter()
+                        .find(|(a, b, _)| (*a..*b).contains(&f.head.0))
+                        .map(|(_, _, t)| *t)
+                }) {
+                    stats.reverified += pages;
+                    weight = weight.saturating_mul(cache.weight_scale(obs, now));
+                }
             }
             out.push(Observation {
                 page: PageRef {
@@ -376,8 +471,11 @@ pub fn locate<L: Locator>(
                 accessing_node: f.range.accessing_node,
                 source: f.range.kind,
                 time: f.range.time,
-                weight: f.weight,
+                weight,
             });
+        }
+        if let Some((a, b, n)) = run {
+            cache.learn(pid, a, b, n, fast_nodes.contains(&n), now);
         }
     }
     failed
@@ -561,6 +659,79 @@ mod tests {
                 .count(),
             7
         );
+    }
+
+    /// Issue 14 (cost): a settled hot set is located once per trust period, not on every
+    /// read; the cached fast pages still explain their region's heat; due runs come back
+    /// with their weight scaled by the reads they were skipped for.
+    #[test]
+    fn the_placement_cache_skips_known_fast_pages_and_keeps_the_slow_part_filter() {
+        use crate::source::placement::PlacementCache;
+        let sec = |s: u64| Nanos(s * 1_000_000_000);
+        let mut loc = FakeLocator::default();
+        // The straddler of the test above: 7 of 10 pages promoted, 3 cold on the slow node.
+        for v in 10..20 {
+            loc.pages.insert((1, v), NodeId(if v < 17 { 0 } else { 1 }));
+        }
+        for v in 0..10 {
+            loc.pages.insert((1, v), NodeId(if v < 9 { 0 } else { 1 }));
+        }
+        let mut cache = PlacementCache::new(sec(10), Nanos(500_000_000));
+        let params = LocateParams {
+            min_nr_accesses: 2,
+            ..PARAMS
+        };
+        let ranges = [range(1, 0, 10, 6), range(1, 10, 10, 4)];
+        let run = |loc: &mut FakeLocator, cache: &mut PlacementCache, now: Nanos| {
+            let mut stats = LocateStats::default();
+            let mut out = Vec::new();
+            locate_cached(
+                &ranges,
+                params,
+                &FAST,
+                |_| true,
+                loc,
+                &mut BaseFolios,
+                cache,
+                now,
+                &mut stats,
+                &mut out,
+            );
+            (stats, out)
+        };
+        // First read: everything located, the fast pages learned.
+        let (stats, out) = run(&mut loc, &mut cache, sec(1));
+        assert_eq!(stats.looked_up, 20);
+        assert_eq!(stats.cached_fast, 0);
+        assert_eq!(cache.pages(), 16);
+        assert_eq!(out.len(), 9 + 1 + 7, "the straddler's slow pages are explained");
+        // Second read, 2 s later: only the slow pages are located; the cached fast ones
+        // still explain the straddler (its 3 slow pages stay out) and feed nothing.
+        loc.calls.clear();
+        let (stats, out) = run(&mut loc, &mut cache, sec(3));
+        assert_eq!(stats.cached_fast, 16);
+        assert_eq!(stats.looked_up, 4);
+        assert_eq!(loc.calls, vec![(1, 4)]);
+        let seen: Vec<u64> = out.iter().map(|o| o.page.vpn.0).collect();
+        assert_eq!(seen, vec![9], "the hot region's slow page only");
+        assert_eq!(stats.slow_explained, 3);
+        // Twelve seconds after learning, the runs are due: located again, the fast pages
+        // observed with their weight times the 22 reads (0.5 s) they missed.
+        let (stats, out) = run(&mut loc, &mut cache, sec(12));
+        assert_eq!(stats.cached_fast, 0);
+        assert_eq!(stats.reverified, 16);
+        let w: Vec<(u64, u32)> = out
+            .iter()
+            .filter(|o| o.page_node == NodeId(0))
+            .map(|o| (o.page.vpn.0, o.weight))
+            .take(2)
+            .collect();
+        assert_eq!(w, vec![(0, 6 * 22), (1, 6 * 22)]);
+        // A page the kernel demoted behind tierd's back leaves the cache once located.
+        loc.pages.insert((1, 3), NodeId(1));
+        let (stats, _) = run(&mut loc, &mut cache, sec(30));
+        assert_eq!(stats.looked_up, 20, "{stats:?} {cache:?}");
+        assert_eq!(cache.split(1, 0, 10, sec(31)).known, vec![(0, 3), (4, 9)], "{cache:?}");
     }
 
     #[test]

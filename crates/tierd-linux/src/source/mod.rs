@@ -16,6 +16,8 @@
 //!   shows; an accessed-bit scan.
 //! - [`damon`]: DAMON's `vaddr` monitoring through its sysfs interface, read back through a
 //!   `stat` scheme's `tried_regions`; an accessed-bit scan at region granularity.
+//! - [`placement`]: the pages `locate` recently found on a fast node, so a settled hot set
+//!   is not located again on every read.
 //! - [`perf`]: hardware memory-access sampling (AMD IBS op, Intel PEBS load latency, ARM SPE)
 //!   through `perf_event_open(2)`: decoders for recorded samples and a small live sampler.
 //!
@@ -31,6 +33,7 @@ pub mod folio;
 pub mod idle;
 pub mod locate;
 pub mod perf;
+pub mod placement;
 
 use std::fmt;
 use std::path::Path;
@@ -212,6 +215,15 @@ pub trait Feed: Send {
     /// The targets' mapped size, bytes (refreshed with the scope); sources that tune their
     /// resolution to the share of memory found accessed use it.
     fn set_monitored_bytes(&mut self, _bytes: u64) {}
+    /// The daemon's pace: `idle` when nothing the source reported for a while was a page to
+    /// move, so a source that can (DAMON) samples less often until something is; `false`
+    /// brings it back to its configured resolution at once.
+    ///
+    /// # Errors
+    /// The source's own error (DAMON: a sysfs write or `commit` failed).
+    fn set_pace(&mut self, _idle: bool) -> Result<(), SourceError> {
+        Ok(())
+    }
     /// The intervals in force, for sources that have them.
     fn intervals(&self) -> Option<crate::status::IntervalsSnapshot> {
         None
