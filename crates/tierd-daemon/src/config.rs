@@ -286,6 +286,12 @@ pub struct DaemonSection {
     /// planned), the daemon is idle: its sources sample less often
     /// (`sources.damon.idle_min_sample_us`) until a page to move shows up. 0: never idle.
     pub idle_after_ms: u64,
+    /// Before a promotion of a page DAMON reported (with its whole region), ask the page's
+    /// own accessed bit through idle page tracking: mark it idle when first planned, move it
+    /// when planned again at least this long later only if it was touched meanwhile
+    /// (tierd_linux::source::verify). 0 moves what DAMON's regions say. Off when the `idle`
+    /// source runs (they would share the bitmap) or the bitmap is absent.
+    pub verify_window_ms: u64,
     /// Where tierd keeps what must survive an unclean exit: the marker naming the kdamond it
     /// configured, so that a restart takes it over instead of refusing it as someone else's.
     pub state_dir: PathBuf,
@@ -360,6 +366,7 @@ impl Default for DaemonSection {
             numa_maps_max_age_ms: 10_000,
             placement_reverify_ms: 20_000,
             idle_after_ms: 5_000,
+            verify_window_ms: 1_000,
             state_dir: PathBuf::from("/run/tierd"),
             hugetlb: HugetlbPolicy::Leave,
         }
@@ -620,8 +627,7 @@ impl DaemonConfig {
             ));
         }
         if d.idle_min_sample_us > 0
-            && (d.idle_max_sample_us < d.idle_min_sample_us
-                || d.idle_max_sample_us > 3_600_000_000)
+            && (d.idle_max_sample_us < d.idle_min_sample_us || d.idle_max_sample_us > 3_600_000_000)
         {
             return Err(invalid(
                 "sources.damon.idle_max_sample_us",
@@ -715,6 +721,12 @@ impl DaemonConfig {
                     "{} is outside 0..engine.pingpong_window_ms ({window}) and 0..=3600000",
                     daemon.placement_reverify_ms
                 ),
+            ));
+        }
+        if daemon.verify_window_ms > 600_000 {
+            return Err(invalid(
+                "daemon.verify_window_ms",
+                format!("{} is outside 0..=600000", daemon.verify_window_ms),
             ));
         }
         if !daemon.state_dir.is_absolute() {

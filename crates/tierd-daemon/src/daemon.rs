@@ -44,8 +44,8 @@ use tierd_engine::policy::{Owner, PolicyMode};
 use tierd_engine::topology::Topology;
 use tierd_engine::types::{Bytes, CgroupId, Nanos, NodeId, NodeMask, SpaceId, PAGE_SHIFT};
 use tierd_engine::{
-    Backend, Engine, MigrationBatch, MigrationReport, MoveError, MoveOutcome, Observation,
-    OwnerUpdate, StepBuffers, SystemUsage,
+    Backend, Engine, MigrationBatch, MigrationKind, MigrationReport, MoveError, MoveOutcome,
+    Observation, OwnerUpdate, StepBuffers, SystemUsage,
 };
 
 use crate::config::{DaemonConfig, HugetlbPolicy};
@@ -70,6 +70,7 @@ use tierd_linux::read::ReadError;
 use tierd_linux::source::folio::{FolioMap, FolioMethod, ProcFolios};
 use tierd_linux::source::locate::{locate_cached, LocateParams, LocateStats, Locator};
 use tierd_linux::source::placement::PlacementCache;
+use tierd_linux::source::verify::{AccessVerifier, Verdict};
 use tierd_linux::source::{AccessedRange, Feed};
 use tierd_linux::status::FolioSnapshot;
 
@@ -524,6 +525,44 @@ pub struct LinuxBackend {
     /// Whether the loop is idle (nothing to move for `daemon.idle_after_ms`), when it last had
     /// something to move, and how often it went idle.
     pub pace: Pace,
+    /// The access check of promotion candidates (`daemon.verify_window_ms`), when on.
+    pub verifier: Option<AccessVerifier>,
+    /// Why the access check is off (`None` while it runs).
+    pub verify_off: Option<String>,
+}
+
+/// The access check, if it can run (`daemon.verify_window_ms` > 0, DAMON on, the idle source
+/// off: it would share the bitmap, and its own observations are per page already; not in a
+/// dry run, which must touch nothing), and else why not.
+fn open_verifier(cfg: &DaemonConfig, dry_run: bool) -> (Option<AccessVerifier>, Option<String>) {
+    let off = |why: &str| (None, Some(why.to_string()));
+    if cfg.daemon.verify_window_ms == 0 {
+        return off("daemon.verify_window_ms = 0");
+    }
+    if dry_run {
+        return off("dry run");
+    }
+    if !cfg
+        .sources
+        .enabled
+        .contains(&crate::config::SourceName::Damon)
+    {
+        return off("no region-granular source (damon) enabled");
+    }
+    if cfg
+        .sources
+        .enabled
+        .contains(&crate::config::SourceName::Idle)
+    {
+        return off("the idle source uses the idle bitmap");
+    }
+    match AccessVerifier::open(
+        &cfg.system.sys_root,
+        Nanos::from_millis(cfg.daemon.verify_window_ms),
+    ) {
+        Ok(v) => (Some(v), None),
+        Err(e) => (None, Some(chain(&e))),
+    }
 }
 
 /// The daemon's pace (docs/daemon.md, "Cost"): after `daemon.idle_after_ms` with no page of a
@@ -723,6 +762,14 @@ impl LinuxBackend {
         dry_run: bool,
     ) -> Self {
         let cgroups = CgroupFs::new(cfg.system.cgroup_root.clone());
+        let (verifier, verify_off) = open_verifier(&cfg, dry_run);
+        match &verify_off {
+            None => tracing::info!(
+                window_ms = cfg.daemon.verify_window_ms,
+                "access check on: a DAMON candidate moves only if its own accessed bit says so"
+            ),
+            Some(why) => tracing::info!(reason = %why, "access check off"),
+        }
         let placement = PlacementCache::new(
             Nanos::from_millis(cfg.daemon.placement_reverify_ms),
             Nanos::from_millis(cfg.sources.damon.read_interval_ms),
@@ -795,6 +842,8 @@ impl LinuxBackend {
             migrated_seen: None,
             usage_cache: None,
             pace: Pace::default(),
+            verifier,
+            verify_off,
         }
     }
 
@@ -875,6 +924,59 @@ impl LinuxBackend {
             }
         }
         out
+    }
+
+    /// Holds back the promotion candidates the access check does not pass yet
+    /// ([`AccessVerifier`]): `Deferred` while their window runs, `Untouched` when it found
+    /// them untouched. A bitmap that stops answering turns the check off for the rest of the
+    /// run (a fault reason and a warning), and the candidates move.
+    fn hold_back_unverified(
+        &mut self,
+        now: Nanos,
+        batch: &MigrationBatch,
+        held: &mut [Option<MoveOutcome>],
+    ) {
+        let Some(verifier) = self.verifier.as_mut() else {
+            return;
+        };
+        let idx: Vec<usize> = (0..batch.pages.len())
+            .filter(|i| held[*i].is_none())
+            .collect();
+        let pages: Vec<(u32, Vpn)> = idx
+            .iter()
+            .map(|i| {
+                let p = &batch.pages[*i].page;
+                (p.space.0, p.size.head(p.vpn))
+            })
+            .collect();
+        let proc_root = self.cfg.system.proc_root.clone();
+        let procs = &self.procs;
+        let open = |pid: u32| {
+            // Only a process tierd holds a live handle on: a reused pid is never read.
+            let p = procs.get(&pid)?;
+            if !p.handle.is_alive(&proc_root) {
+                return None;
+            }
+            tierd_linux::pagemap::Pagemap::open(&proc_root, pid).ok()
+        };
+        match verifier.check(now, &pages, open) {
+            Ok(verdicts) => {
+                for (i, v) in idx.into_iter().zip(verdicts) {
+                    held[i] = match v {
+                        Verdict::Move => None,
+                        Verdict::Deferred => Some(MoveOutcome::Failed(MoveError::Deferred)),
+                        Verdict::Untouched => Some(MoveOutcome::Failed(MoveError::Untouched)),
+                    };
+                }
+            }
+            Err(e) => {
+                let why = chain(&e);
+                self.faults.record("verify_bitmap", &why);
+                tracing::warn!(error = %why, "access check off: the idle bitmap failed");
+                self.verify_off = Some(format!("the idle bitmap failed: {why}"));
+                self.verifier = None;
+            }
+        }
     }
 
     /// The mover (for its statistics).
@@ -1540,8 +1642,11 @@ impl LinuxBackend {
         usage
     }
 
-    fn migrate_inner(&mut self, _now: Nanos, batch: &MigrationBatch) -> MigrationReport {
-        let held = self.hold_back_hugetlb(batch);
+    fn migrate_inner(&mut self, now: Nanos, batch: &MigrationBatch) -> MigrationReport {
+        let mut held = self.hold_back_hugetlb(batch);
+        if batch.kind == MigrationKind::Promote {
+            self.hold_back_unverified(now, batch, &mut held);
+        }
         if held.iter().all(Option::is_none) {
             return self.execute(batch);
         }

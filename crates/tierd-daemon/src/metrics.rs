@@ -332,7 +332,10 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
         &mut reg,
         "placement_cached_pages",
         "Base pages known to be on a fast node, not located again until their trust period ends",
-        &[(Vec::new(), i64::try_from(pc.cached_pages).unwrap_or(i64::MAX))],
+        &[(
+            Vec::new(),
+            i64::try_from(pc.cached_pages).unwrap_or(i64::MAX),
+        )],
     );
     counter_family(
         &mut reg,
@@ -341,7 +344,10 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
          located again (reverified)",
         &[
             (l(&[("kind", "skipped".to_string())]), pc.skipped_pages),
-            (l(&[("kind", "reverified".to_string())]), pc.reverified_pages),
+            (
+                l(&[("kind", "reverified".to_string())]),
+                pc.reverified_pages,
+            ),
         ],
     );
     counter_family(

@@ -124,8 +124,13 @@ pub fn step<B: Backend>(
             let n = r.page.size.nr_pages().0;
             match r.outcome {
                 MoveOutcome::Moved(_) => out.moved_pages += n,
-                // A split folio's pages that moved come as results of their own.
-                MoveOutcome::Failed(crate::plan::MoveError::Split) => {}
+                // A split folio's pages that moved come as results of their own; a page
+                // held back for (or refused by) the access check did not fail to move.
+                MoveOutcome::Failed(
+                    crate::plan::MoveError::Split
+                    | crate::plan::MoveError::Deferred
+                    | crate::plan::MoveError::Untouched,
+                ) => {}
                 MoveOutcome::Failed(_) => out.failed_pages += n,
             }
         }

@@ -1176,6 +1176,8 @@ impl Engine {
                             MoveError::NoProcess => &mut e.pgpromote_fail_gone,
                             MoveError::Fault | MoveError::NotPresent => &mut e.pgpromote_fail_fault,
                             MoveError::Other(_) | MoveError::Split => &mut e.pgpromote_fail_other,
+                            MoveError::Deferred => &mut e.pgpromote_deferred,
+                            MoveError::Untouched => &mut e.pgpromote_untouched,
                         } += nr;
                     }
                     match err {

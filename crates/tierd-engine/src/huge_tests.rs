@@ -696,3 +696,42 @@ proptest! {
         run_mixed(relative, two, rate_mbps, batch_nr, &steps);
     }
 }
+
+/// Pages the backend held back for its access check (deferred) or refused after it
+/// (untouched) are counted as such, not as failures, and are not backed off: they are planned
+/// again as soon as they are ready again.
+#[test]
+fn pages_held_for_the_access_check_are_counted_apart_and_not_backed_off() {
+    let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
+    let u = usage(&topo, Bytes::gib(16), Bytes(0));
+    let mut e = Engine::new(kcfg(), topo).unwrap();
+    e.observe(&[
+        fobs(1, 0, PageSize::Huge2M, N1, 0),
+        fobs(1, 5000, PageSize::Base, N1, 0),
+    ]);
+    let now = Nanos::from_millis(100);
+    let plan = e.tick(now, &u);
+    apply_with(&mut e, now, &plan, MoveOutcome::Failed(MoveError::Deferred));
+    let s = e.stats().engine.clone();
+    assert_eq!(s.pgpromote_deferred, 512 + 1);
+    assert_eq!(s.pgpromote_untouched, 0);
+    assert_eq!(s.pgmigrate_backoff, 0);
+    assert_eq!(s.pgpromote_fail_other + s.pgpromote_fail_busy, 0);
+    // Observed again, planned again (no back-off), and refused this time.
+    e.observe(&[
+        fobs(1, 0, PageSize::Huge2M, N1, 200),
+        fobs(1, 5000, PageSize::Base, N1, 200),
+    ]);
+    let later = Nanos::from_millis(300);
+    let plan = e.tick(later, &u);
+    assert_eq!(moves(&plan, MigrationKind::Promote).len(), 2);
+    apply_with(
+        &mut e,
+        later,
+        &plan,
+        MoveOutcome::Failed(MoveError::Untouched),
+    );
+    let s = e.stats().engine.clone();
+    assert_eq!(s.pgpromote_untouched, 512 + 1);
+    assert_eq!(s.pgpromote_success, 0);
+}

@@ -123,6 +123,13 @@ pub enum MoveError {
     /// the base pages that did move are reported as results of their own in the same report,
     /// so its pages are not counted as failed here.
     Split,
+    /// Not an errno: the backend asks the page's own accessed bit before moving it (a
+    /// region-granular source observed it with its region), and the answer is not in yet.
+    /// Not a failure: the page is planned again when it is ready again.
+    Deferred,
+    /// Not an errno: the backend's check found the page untouched for a whole window: its
+    /// region's accesses were its neighbours'. Not moved; it must earn readiness again.
+    Untouched,
 }
 
 /// What happened to one page.

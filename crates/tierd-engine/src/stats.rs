@@ -107,6 +107,8 @@ stats_struct! {
         pgpromote_fail_gone: Counter, Pages, "tierd: promotions whose process had exited (ESRCH).";
         pgpromote_fail_fault: Counter, Pages, "tierd: promotions of pages no longer mapped or present (EFAULT, ENOENT).";
         pgpromote_fail_other: Counter, Pages, "tierd: promotions that failed for another reason.";
+        pgpromote_deferred: Counter, Pages, "tierd: planned promotions held back while the backend asks the page's own accessed bit (idle page tracking) before moving it.";
+        pgpromote_untouched: Counter, Pages, "tierd: planned promotions refused because the page was found untouched for a whole verification window (its region's accesses were its neighbours').";
         pgpromote_cold: Counter, Pages, "tierd: ready pages rejected as not hot enough: last access older than the hot threshold (fixed mode), or heat below the relative threshold.";
         pgpromote_rate_limited: Counter, Pages, "tierd: ready pages rejected by the per-node rate limit.";
         pgpromote_policy_skipped: Counter, Pages, "tierd: ready pages with no fast node allowed by their mempolicy.";

@@ -624,7 +624,9 @@ fn notes(r: &Summary) -> String {
         ));
     }
     if let Some(m) = r.uncounted_fast_mib {
-        n.push(format!("server's own pages on fast {m:.1} MiB (not in over)"));
+        n.push(format!(
+            "server's own pages on fast {m:.1} MiB (not in over)"
+        ));
     }
     if !r.tierd_cpu_phases.is_empty() {
         // The phases that took at least 0.1 s, largest first.

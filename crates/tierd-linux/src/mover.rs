@@ -105,7 +105,9 @@ impl FailureCounts {
             MoveError::NoProcess => &mut self.no_process,
             MoveError::Fault => &mut self.fault,
             MoveError::NotPresent => &mut self.not_present,
-            MoveError::Other(_) => &mut self.other,
+            // The mover never makes the access check's outcomes (the daemon does, before
+            // calling it); counted as other should one come here.
+            MoveError::Other(_) | MoveError::Deferred | MoveError::Untouched => &mut self.other,
             MoveError::Split => &mut self.split,
         };
         *slot += pages;

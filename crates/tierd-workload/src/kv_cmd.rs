@@ -65,6 +65,10 @@ pub enum KvCmd {
         /// The hot keys: ids below this (reported as hot_share).
         #[arg(long, default_value_t = 4096)]
         hot_keys: u64,
+        /// Reads choose among the ids below this (Zipf over them); the keys above are stored
+        /// and never read, as most of a cache's items are not read again (default: --keys).
+        #[arg(long)]
+        read_keys: Option<u64>,
         /// Order of the fill.
         #[arg(long, value_enum, default_value = "hot-first")]
         fill_order: Order,
@@ -130,6 +134,7 @@ pub fn run(cmd: KvCmd) -> Result<()> {
             value_bytes,
             zipf,
             hot_keys,
+            read_keys,
             fill_order,
             secs,
             interval_ms,
@@ -152,6 +157,7 @@ pub fn run(cmd: KvCmd) -> Result<()> {
                 value_bytes,
                 zipf,
                 hot_keys,
+                read_keys: read_keys.unwrap_or(keys),
                 order: match fill_order {
                     Order::HotFirst => FillOrder::HotFirst,
                     Order::Random => FillOrder::Random,
@@ -186,6 +192,7 @@ struct KvArgs {
     value_bytes: usize,
     zipf: f64,
     hot_keys: u64,
+    read_keys: u64,
     order: FillOrder,
     secs: f64,
     interval: Duration,
@@ -416,10 +423,14 @@ fn run_kv(a: &KvArgs) -> Result<()> {
         "--value-bytes must be in 12..={MAX_VALUE} (a value holds at least its key text)"
     );
     ensure!(a.hot_keys <= a.keys, "--hot-keys exceeds --keys");
+    ensure!(
+        (1..=a.keys).contains(&a.read_keys),
+        "--read-keys must be in 1..=--keys"
+    );
     ensure!(a.secs.is_finite() && a.secs >= 0.0, "--secs must be >= 0");
     ensure!((1..=1024).contains(&a.conns), "--conns must be in 1..=1024");
     ensure!((1..=4096).contains(&a.batch), "--batch must be in 1..=4096");
-    let zipf = Zipf::new(a.keys, a.zipf).context("--zipf")?;
+    let zipf = Zipf::new(a.read_keys, a.zipf).context("--zipf")?;
     crate::graceful_sigterm()?;
     let server_pid = match a.server_pid {
         Some(p) => p,
@@ -438,7 +449,7 @@ fn run_kv(a: &KvArgs) -> Result<()> {
         FillOrder::Random => "random",
     };
     emit(&format_args!(
-        "kv pid={server_pid} server={} port={} keys={} value_bytes={} hot_keys={} zipf={} \
+        "kv pid={server_pid} server={} port={} keys={} read_keys={} value_bytes={} hot_keys={} zipf={} \
          expected_hot_share={:.4} fill_order={order} batch={} conns={} fill_s={:.2} ready",
         match a.proto {
             Proto::Memcached => "memcached",
@@ -446,6 +457,7 @@ fn run_kv(a: &KvArgs) -> Result<()> {
         },
         a.port,
         a.keys,
+        a.read_keys,
         a.value_bytes,
         a.hot_keys,
         a.zipf,

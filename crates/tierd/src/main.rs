@@ -144,8 +144,10 @@ enum Command {
     Top(top_cmd::TopArgs),
     /// Run the lab: tierd against the kernel's own promotion in a tiered QEMU guest, measured.
     Lab {
-        /// Experiments to run (default: all but chaos). Known: a, churn, three-node, mempolicy,
-        /// mempolicy-balancing, integrity, chaos (issue 12's fault run, alone).
+        /// Experiments to run (default: all but chaos and scale). Known: a, churn, three-node,
+        /// three-node-procs, mempolicy, mempolicy-balancing, integrity, memcached, redis,
+        /// memcached-pm, memcached-pm-balancing; chaos (issue 12's fault run) and scale (cost
+        /// against the number of processes) run alone.
         experiments: Vec<String>,
         /// The short versions (what CI runs).
         #[arg(long)]

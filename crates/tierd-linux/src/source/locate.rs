@@ -435,9 +435,7 @@ pub fn locate_cached<L: Locator>(
             let is_fast = fast_nodes.contains(&page_node);
             let pages = f.size.nr_pages().0;
             run = match run {
-                Some((a, b, n)) if b == f.head.0 && n == page_node => {
-                    Some((a, b + pages, n))
-                }
+                Some((a, b, n)) if b == f.head.0 && n == page_node => Some((a, b + pages, n)),
                 prev => {
                     if let Some((a, b, n)) = prev {
                         cache.learn(pid, a, b, n, fast_nodes.contains(&n), now);
@@ -704,7 +702,11 @@ mod tests {
         assert_eq!(stats.looked_up, 20);
         assert_eq!(stats.cached_fast, 0);
         assert_eq!(cache.pages(), 16);
-        assert_eq!(out.len(), 9 + 1 + 7, "the straddler's slow pages are explained");
+        assert_eq!(
+            out.len(),
+            9 + 1 + 7,
+            "the straddler's slow pages are explained"
+        );
         // Second read, 2 s later: only the slow pages are located; the cached fast ones
         // still explain the straddler (its 3 slow pages stay out) and feed nothing.
         loc.calls.clear();
@@ -731,7 +733,11 @@ mod tests {
         loc.pages.insert((1, 3), NodeId(1));
         let (stats, _) = run(&mut loc, &mut cache, sec(30));
         assert_eq!(stats.looked_up, 20, "{stats:?} {cache:?}");
-        assert_eq!(cache.split(1, 0, 10, sec(31)).known, vec![(0, 3), (4, 9)], "{cache:?}");
+        assert_eq!(
+            cache.split(1, 0, 10, sec(31)).known,
+            vec![(0, 3), (4, 9)],
+            "{cache:?}"
+        );
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub mod idle;
 pub mod locate;
 pub mod perf;
 pub mod placement;
+pub mod verify;
 
 use std::fmt;
 use std::path::Path;

@@ -377,7 +377,10 @@ mod tests {
         let c = cache();
         assert_eq!(c.weight_scale(S, S), 1);
         assert_eq!(c.weight_scale(S, Nanos(6 * S.0)), 10);
-        assert_eq!(c.weight_scale(Nanos(0), Nanos(1000 * S.0)), MAX_WEIGHT_SCALE);
+        assert_eq!(
+            c.weight_scale(Nanos(0), Nanos(1000 * S.0)),
+            MAX_WEIGHT_SCALE
+        );
     }
 
     #[test]
