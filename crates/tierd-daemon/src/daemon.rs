@@ -566,7 +566,8 @@ fn open_verifier(cfg: &DaemonConfig, dry_run: bool) -> (Option<AccessVerifier>, 
 }
 
 /// The daemon's pace (docs/daemon.md, "Cost"): after `daemon.idle_after_ms` with no page of a
-/// slow tier observed and no migration, the sources are told to sample less often
+/// slow tier observed, no accessed region below the floors that is not known fast, and no
+/// migration, the sources are told to sample less often
 /// ([`Feed::set_pace`]); the first slow-tier observation or migration brings them back.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Pace {
@@ -1455,6 +1456,27 @@ impl Backend for LinuxBackend {
             .copied()
             .filter(|p| self.held(*p))
             .collect();
+        // Idle only when nothing on a slow tier may be accessed. A range DAMON saw accessed
+        // but that the floors keep from the engine (a few hot pages diluted in a large cold
+        // region that DAMON is still splitting: lab memcached) is work unless every page of
+        // it is known to be on a fast node; going idle then would slow DAMON's aggregations,
+        // and with them the region splits that find those pages, tenfold.
+        let floor = tierd_linux::source::locate::relative_min_nr_accesses(
+            ranges.iter().map(|r| r.nr_accesses).max().unwrap_or(0),
+            params.min_nr_accesses,
+            params.min_relative_permille,
+        );
+        if ranges.iter().any(|r| {
+            r.nr_accesses >= 1
+                && r.nr_accesses < floor
+                && self
+                    .placement
+                    .split(r.pid, r.start.0, r.start.0.saturating_add(r.nr_pages), now)
+                    .known_pages()
+                    < r.nr_pages
+        }) {
+            self.pace.last_work = Some(now);
+        }
         let first = out.len();
         let unknown_before = self.locate_stats.folio_unknown;
         let read_failures_before = self.folios.stats().read_failures;

@@ -361,3 +361,91 @@ fn a_target_outside_the_process_cpuset_is_refused_without_a_syscall() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// The access check (`daemon.verify_window_ms`) over this process's own pages, with a
+/// regular file standing in for `/sys/kernel/mm/page_idle/bitmap` (the captured guest has no
+/// idle page tracking): a promotion candidate is deferred while its frame is marked, refused
+/// when its bit is still set a window later, and moved once the bit is clear (the kernel
+/// clears it when the page is touched). Without root, pagemap hides PFNs: the candidates are
+/// passed to the mover unasked.
+#[test]
+fn a_promotion_candidate_moves_only_when_its_own_accessed_bit_says_it_was_touched() {
+    let d = common::copy_fixture();
+    let root = d.path().join("root");
+    let idle_dir = root.join("sys/kernel/mm/page_idle");
+    std::fs::create_dir_all(&idle_dir).unwrap();
+    let bitmap = idle_dir.join("bitmap");
+    std::fs::write(&bitmap, b"").unwrap();
+    let pid = std::process::id();
+    let text = format!(
+        "[scope]\npids = [{pid}]\n[system]\nsys_root = \"{0}/sys\"\nproc_root = \"/proc\"\ncgroup_root = \"{0}/sys/fs/cgroup\"\n",
+        root.display()
+    );
+    let cfg = DaemonConfig::parse(&text, Path::new("live.toml")).unwrap();
+    assert_eq!(cfg.daemon.verify_window_ms, 1000, "on by default");
+    let mut fx = cfg.clone();
+    fx.system.proc_root = root.join("proc");
+    let pre = Preflight::check(&fx).unwrap();
+    let mut b = LinuxBackend::new(cfg, &pre.topology, Vec::new(), false);
+    assert!(b.verify_off.is_none(), "check on: {:?}", b.verify_off);
+    b.refresh(Nanos::ZERO);
+    // Four touched pages of this process.
+    let mut buf = vec![1u8; 6 * 4096];
+    let first = (buf.as_mut_ptr() as u64).div_ceil(4096);
+    let batch = MigrationBatch {
+        id: 1,
+        kind: MigrationKind::Promote,
+        target: NodeId(0),
+        cgroup: CgroupId::ROOT,
+        pages: (0..4)
+            .map(|i| PlannedMove {
+                page: PageRef::base(SpaceId(pid), Vpn(first + i)),
+                from: NodeId(1),
+            })
+            .collect(),
+    };
+    let outcomes = |b: &mut LinuxBackend, ms: u64| -> Vec<MoveOutcome> {
+        b.migrate(Nanos::from_millis(ms), &batch)
+            .unwrap()
+            .results
+            .iter()
+            .map(|r| r.outcome)
+            .collect()
+    };
+    let o = outcomes(&mut b, 10);
+    if o[0] != MoveOutcome::Failed(MoveError::Deferred) {
+        // Not root: no PFN, so nothing to ask; the mover had them (they are on node 0).
+        assert!(o.iter().all(|x| !matches!(
+            x,
+            MoveOutcome::Failed(MoveError::Deferred | MoveError::Untouched)
+        )));
+        println!("SKIP the rest: pagemap shows no PFNs to this user");
+        return;
+    }
+    assert!(o
+        .iter()
+        .all(|x| *x == MoveOutcome::Failed(MoveError::Deferred)));
+    assert!(
+        std::fs::metadata(&bitmap).unwrap().len() > 0,
+        "the frames were marked"
+    );
+    let calls = b.mover().stats().move_calls;
+    // Within the window: still deferred.
+    assert!(outcomes(&mut b, 500)
+        .iter()
+        .all(|x| *x == MoveOutcome::Failed(MoveError::Deferred)));
+    // A window later the bits are still set (nothing cleared them): refused, never moved.
+    assert!(outcomes(&mut b, 1100)
+        .iter()
+        .all(|x| *x == MoveOutcome::Failed(MoveError::Untouched)));
+    assert_eq!(b.mover().stats().move_calls, calls);
+    // The "kernel" clears the bits of touched pages: they move (they are on node 0 already).
+    let len = std::fs::metadata(&bitmap).unwrap().len();
+    std::fs::write(&bitmap, vec![0u8; usize::try_from(len).unwrap()]).unwrap();
+    assert!(outcomes(&mut b, 1200)
+        .iter()
+        .all(|x| *x == MoveOutcome::Moved(NodeId(0))));
+    assert!(b.mover().stats().move_calls > calls);
+    buf[0] = 2;
+    assert_eq!(buf[0] + buf[4096], 3);
+}

@@ -608,6 +608,9 @@ LAB NMP t=6.0 proc=1 200000000 default anon=49152 N1=52 N2=49100 kernelpagesize_
         assert!(s.contains("/bin/tierd run --config /lab/tierd.toml"));
         assert!(s.contains("DURATION=120\n"), "{s}");
         assert!(s.contains("while [ $k -lt $DURATION ]"));
+        // The loop counts the guest's seconds since the start, not its samples (a sample
+        // takes more than a second under TCG on a busy host).
+        assert!(s.contains("k=$(awk -v t0=$T_START '{ printf \"%d\", $1 - t0 }' /proc/uptime)"));
         // The short run ends once 95 % of the 32768 hot pages sat on node 0 for 3 samples.
         assert!(s.contains("$(( 32768 * 950 ))"), "{s}");
         assert!(s.contains("[ $ok -ge 3 ] && [ $k -ge 20 ]"));
@@ -620,7 +623,9 @@ LAB NMP t=6.0 proc=1 200000000 default anon=49152 N1=52 N2=49100 kernelpagesize_
         assert!(s.contains("echo 0 > /proc/sys/vm/compaction_proactiveness"));
         assert!(s.contains("echo \"LAB THP enabled=$(lab_word $THPD/enabled) defrag="));
         assert!(
-            s.contains("lab_huge start\nDURATION=120\necho \"LAB START"),
+            s.contains(
+                "lab_huge start\nDURATION=120\nT_START=$(lab_t)\necho \"LAB START $T_START\""
+            ),
             "{s}"
         );
         assert!(!s.contains("--thp follow"));

@@ -182,11 +182,11 @@ i=0; while ! grep -q 'ready' /tmp/eater.log; do sleep 0.2; i=$((i+1)); [ $i -gt 
 echo "LAB SCALE eater node0_free_kb=$(sed -n 's/.*MemFree: *\([0-9]*\).*/\1/p' /sys/devices/system/node/node0/meminfo)"
 T=$(lab_t); echo "LAB HOT t=$T $(lab_hot)"
 DURATION={duration}
-{start}T=$(lab_t); echo "LAB START $T"; lab_cpu $T
+{start}T=$(lab_t); T_START=$T; echo "LAB START $T"; lab_cpu $T
 k=0
 while [ $k -lt $DURATION ]; do
   sleep 1
-  k=$((k+1))
+  k=$(awk -v t0=$T_START '{{ printf "%d", $1 - t0 }}' /proc/uptime)
   T=$(lab_t); echo "LAB HOT t=$T $(lab_hot)"; lab_cpu $T
 done
 T=$(lab_t); lab_cpu $T; echo "LAB END $T"

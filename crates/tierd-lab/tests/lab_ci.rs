@@ -239,9 +239,22 @@ fn chaos_short_tierd_survives_and_never_moves_what_it_must_not() {
     let _one = GUEST
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let Some(env) = env_or_skip("chaos_short") else {
+    let Some(mut env) = env_or_skip("chaos_short") else {
         return;
     };
+    // The chaos bounds (issue 12: /metrics within 1 s, tiering resumed within 30 s of a
+    // SIGKILL) were set on Debian's 6.12 guest; under TCG the newest kernel's guest runs
+    // about 4 times slower on the same host (docs/lab.md), which turns a 1 s bound into a
+    // measure of the host's speed. The run is about the daemon, not the kernel's
+    // mechanisms: 6.12 unless TIERD_LAB_KERNEL names one (`tierd lab chaos --kernel newest`
+    // for the other).
+    if std::env::var_os(tierd_vm::kernel::KERNEL_ENV).is_none() {
+        env.kernel = tierd_vm::Kernel::fetch_choice(
+            &tierd_vm::default_cache_dir(),
+            tierd_vm::KernelChoice::Lts,
+        )
+        .expect("the 6.12 kernel");
+    }
     let (r, console) = tierd_lab::chaos::run_chaos(&env, &tierd_lab::chaos::ChaosParams::quick())
         .expect("chaos run");
     if let Some(h) = &r.host {

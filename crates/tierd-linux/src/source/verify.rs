@@ -189,11 +189,16 @@ impl AccessVerifier {
             let pfns: Vec<Pfn> = to_read.iter().map(|(_, p)| *p).collect();
             let idle = self.bitmap.idle_bits(&pfns)?;
             for ((i, _), idle) in to_read.iter().zip(idle) {
-                self.pending.remove(&(pages[*i].0, pages[*i].1 .0));
                 if idle {
+                    // The question stays open: the frame is still marked (a read leaves an
+                    // idle page idle), so the next time the page is planned the bit says
+                    // whether it was touched at any time since the first mark. A page read
+                    // less than once per window is not refused again and again for missing
+                    // one window; a never-touched one is refused until its question expires.
                     self.stats.untouched += 1;
                     out[*i] = Verdict::Untouched;
                 } else {
+                    self.pending.remove(&(pages[*i].0, pages[*i].1 .0));
                     self.stats.touched += 1;
                 }
             }
