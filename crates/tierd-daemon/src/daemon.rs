@@ -1461,20 +1461,27 @@ impl Backend for LinuxBackend {
         // region that DAMON is still splitting: lab memcached) is work unless every page of
         // it is known to be on a fast node; going idle then would slow DAMON's aggregations,
         // and with them the region splits that find those pages, tenfold.
+        // (The floor as locate takes it: from the hottest region not known to be fast.)
+        let unplaced = |r: &AccessedRange| {
+            self.placement
+                .split(r.pid, r.start.0, r.start.0.saturating_add(r.nr_pages), now)
+                .known_pages()
+                < r.nr_pages
+        };
         let floor = tierd_linux::source::locate::relative_min_nr_accesses(
-            ranges.iter().map(|r| r.nr_accesses).max().unwrap_or(0),
+            ranges
+                .iter()
+                .filter(|r| unplaced(r))
+                .map(|r| r.nr_accesses)
+                .max()
+                .unwrap_or(0),
             params.min_nr_accesses,
             params.min_relative_permille,
         );
-        if ranges.iter().any(|r| {
-            r.nr_accesses >= 1
-                && r.nr_accesses < floor
-                && self
-                    .placement
-                    .split(r.pid, r.start.0, r.start.0.saturating_add(r.nr_pages), now)
-                    .known_pages()
-                    < r.nr_pages
-        }) {
+        if ranges
+            .iter()
+            .any(|r| r.nr_accesses >= 1 && r.nr_accesses < floor && unplaced(r))
+        {
             self.pace.last_work = Some(now);
         }
         let first = out.len();

@@ -333,8 +333,20 @@ pub fn locate_cached<L: Locator>(
             split,
         });
     }
+    // The relative floor is taken from the hottest region that may still hold slow pages:
+    // a region whose every page is known to be on a fast node (the placement cache) cannot
+    // be promoted, and a small, very hot one there (a load generator's buffers, a server's
+    // connection state) would otherwise set a floor that hides every candidate of a
+    // process whose hot set DAMON still sees diluted in larger regions (lab memcached).
+    // Before anything is known fast, every region counts.
+    let hottest_candidate = covered
+        .iter()
+        .filter(|c| c.known_fast < c.range.nr_pages)
+        .map(|c| c.range.nr_accesses)
+        .max()
+        .unwrap_or(hottest);
     let min_acc = relative_min_nr_accesses(
-        hottest,
+        hottest_candidate,
         params.min_nr_accesses,
         params.min_relative_permille,
     );
