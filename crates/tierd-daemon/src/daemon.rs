@@ -1456,35 +1456,8 @@ impl Backend for LinuxBackend {
             .copied()
             .filter(|p| self.held(*p))
             .collect();
-        // Idle only when nothing on a slow tier may be accessed. A range DAMON saw accessed
-        // but that the floors keep from the engine (a few hot pages diluted in a large cold
-        // region that DAMON is still splitting: lab memcached) is work unless every page of
-        // it is known to be on a fast node; going idle then would slow DAMON's aggregations,
-        // and with them the region splits that find those pages, tenfold.
-        // (The floor as locate takes it: from the hottest region not known to be fast.)
-        let unplaced = |r: &AccessedRange| {
-            self.placement
-                .split(r.pid, r.start.0, r.start.0.saturating_add(r.nr_pages), now)
-                .known_pages()
-                < r.nr_pages
-        };
-        let floor = tierd_linux::source::locate::relative_min_nr_accesses(
-            ranges
-                .iter()
-                .filter(|r| unplaced(r))
-                .map(|r| r.nr_accesses)
-                .max()
-                .unwrap_or(0),
-            params.min_nr_accesses,
-            params.min_relative_permille,
-        );
-        if ranges
-            .iter()
-            .any(|r| r.nr_accesses >= 1 && r.nr_accesses < floor && unplaced(r))
-        {
-            self.pace.last_work = Some(now);
-        }
         let first = out.len();
+        let hidden_before = self.locate_stats.hidden_below_floor;
         let unknown_before = self.locate_stats.folio_unknown;
         let read_failures_before = self.folios.stats().read_failures;
         let mut lookup = Lookup {
@@ -1535,9 +1508,14 @@ impl Backend for LinuxBackend {
             );
         }
         self.ranges = ranges;
-        if out[first..]
-            .iter()
-            .any(|o| !self.fast_nodes.contains(&o.page_node))
+        // Idle only when nothing on a slow tier may be accessed: an accessed range that the
+        // floors keep from the engine and that is not wholly known fast is work too (a few
+        // hot pages diluted in a large cold region are found only by DAMON's region splits,
+        // which idle sampling would slow tenfold: lab memcached).
+        if self.locate_stats.hidden_below_floor > hidden_before
+            || out[first..]
+                .iter()
+                .any(|o| !self.fast_nodes.contains(&o.page_node))
         {
             self.pace.last_work = Some(now);
         }

@@ -679,20 +679,27 @@ impl<F: DamonFs> DamonMonitor<F> {
                     return Ok(false);
                 }
                 let a = s.saturating_mul(self.aggr_samples);
-                // Grow: aggregation first, so that sample <= aggr holds at every step.
-                let order: [(&str, u64); 2] = if s > self.sample_us {
-                    [("aggr_us", a), ("sample_us", s)]
-                } else {
-                    [("sample_us", s), ("aggr_us", a)]
-                };
-                for (f, v) in order {
-                    write(&self.fs, &iv.join(f), &v.to_string())?;
-                }
+                self.write_intervals(s, a)?;
                 write(&self.fs, &self.kdamond().join("state"), "commit")?;
-                (self.sample_us, self.aggr_us) = (s, a);
                 Ok(true)
             }
         }
+    }
+
+    /// Writes the sampling and aggregation intervals (not yet committed) and records them:
+    /// when growing, aggregation first, so that sample <= aggr holds at every step.
+    fn write_intervals(&mut self, sample_us: u64, aggr_us: u64) -> Result<(), DamonError> {
+        let iv = self.ctx().join("monitoring_attrs/intervals");
+        let order: [(&str, u64); 2] = if sample_us > self.sample_us {
+            [("aggr_us", aggr_us), ("sample_us", sample_us)]
+        } else {
+            [("sample_us", sample_us), ("aggr_us", aggr_us)]
+        };
+        for (f, v) in order {
+            write(&self.fs, &iv.join(f), &v.to_string())?;
+        }
+        (self.sample_us, self.aggr_us) = (sample_us, aggr_us);
+        Ok(())
     }
 
     /// Moves the sampling interval's range to `min_us..=max_us` (the aggregation interval
@@ -729,16 +736,7 @@ impl<F: DamonFs> DamonMonitor<F> {
         let a = s.saturating_mul(self.aggr_samples);
         let changed = (s, a) != (self.sample_us, self.aggr_us);
         if changed {
-            let iv = self.ctx().join("monitoring_attrs/intervals");
-            let order: [(&str, u64); 2] = if s > self.sample_us {
-                [("aggr_us", a), ("sample_us", s)]
-            } else {
-                [("sample_us", s), ("aggr_us", a)]
-            };
-            for (f, v) in order {
-                write(&self.fs, &iv.join(f), &v.to_string())?;
-            }
-            (self.sample_us, self.aggr_us) = (s, a);
+            self.write_intervals(s, a)?;
         }
         if self.on {
             write(&self.fs, &self.kdamond().join("state"), "commit")?;

@@ -91,6 +91,11 @@ pub struct LocateStats {
     /// Base pages of fast folios observed again after their run's verification came due
     /// (their weight scaled by the reads they were skipped for).
     pub reverified: u64,
+    /// Accessed ranges (`nr_accesses` >= 1) kept from the engine by the floors, over budget
+    /// or not, that may still hold slow pages (not every page known fast): a few hot pages
+    /// diluted in a large region DAMON is still splitting. The daemon's pace stays active
+    /// while this grows.
+    pub hidden_below_floor: u64,
 }
 
 /// The heat to credit each fast-tier page of a region with, in [`slow_part_is_hot`]: the
@@ -247,6 +252,8 @@ pub fn locate_cached<L: Locator>(
     let mut folios_of: BTreeMap<u32, (Vec<Folio>, rustc_hash::FxHashMap<u64, usize>)> =
         BTreeMap::new();
     let mut covered: Vec<Covered> = Vec::new();
+    // In scope, beyond the budget: not covered, but still counted for the pace below.
+    let mut skipped: Vec<&AccessedRange> = Vec::new();
     let mut vpns = Vec::new();
     let mut found = Vec::new();
     let mut frames = Vec::new();
@@ -257,6 +264,7 @@ pub fn locate_cached<L: Locator>(
         }
         if budget == 0 {
             stats.over_budget += r.nr_pages;
+            skipped.push(r);
             continue;
         }
         let (list, index) = folios_of.entry(r.pid).or_default();
@@ -350,6 +358,20 @@ pub fn locate_cached<L: Locator>(
         params.min_nr_accesses,
         params.min_relative_permille,
     );
+    let hidden = |r: &AccessedRange, known_fast: u64| {
+        r.nr_accesses >= 1 && r.nr_accesses < min_acc && known_fast < r.nr_pages
+    };
+    stats.hidden_below_floor += covered
+        .iter()
+        .filter(|c| hidden(&c.range, c.known_fast))
+        .count() as u64;
+    stats.hidden_below_floor += skipped
+        .iter()
+        .filter(|r| {
+            let end = r.start.0.saturating_add(r.nr_pages);
+            hidden(r, cache.split(r.pid, r.start.0, end, now).known_pages())
+        })
+        .count() as u64;
     // Every process's lookup first, then the filter: the heat credited to a region's fast
     // pages is estimated from all the regions of this pass.
     let mut nodes_of: BTreeMap<u32, Vec<Result<NodeId, i32>>> = BTreeMap::new();
@@ -674,6 +696,55 @@ mod tests {
     /// Issue 14 (cost): a settled hot set is located once per trust period, not on every
     /// read; the cached fast pages still explain their region's heat; due runs come back
     /// with their weight scaled by the reads they were skipped for.
+    /// The relative floor comes from the hottest range that may still hold slow pages: once
+    /// a small, very hot range is known fast, it no longer hides a colder one on the slow
+    /// node; until then the hidden range is counted for the daemon's pace.
+    #[test]
+    fn a_range_known_fast_no_longer_sets_the_relative_floor() {
+        use crate::source::placement::PlacementCache;
+        let sec = |s: u64| Nanos(s * 1_000_000_000);
+        let mut loc = FakeLocator::default();
+        for v in 0..10 {
+            loc.pages.insert((1, v), NodeId(0));
+        }
+        for v in 100..110 {
+            loc.pages.insert((1, v), NodeId(1));
+        }
+        let mut cache = PlacementCache::new(sec(10), Nanos(500_000_000));
+        let params = LocateParams {
+            min_relative_permille: 250,
+            ..PARAMS
+        };
+        let ranges = [range(1, 0, 10, 20), range(1, 100, 10, 2)];
+        let mut run = |now: Nanos| {
+            let mut stats = LocateStats::default();
+            let mut out = Vec::new();
+            locate_cached(
+                &ranges,
+                params,
+                &FAST,
+                |_| true,
+                &mut loc,
+                &mut BaseFolios,
+                &mut cache,
+                now,
+                &mut stats,
+                &mut out,
+            );
+            let slow: Vec<u64> = out
+                .iter()
+                .filter(|o| o.page_node == NodeId(1))
+                .map(|o| o.page.vpn.0)
+                .collect();
+            (stats.hidden_below_floor, slow)
+        };
+        // Nothing known yet: the hot fast range sets the floor at 5; the slow one (2) is
+        // hidden, and counted.
+        assert_eq!(run(sec(1)), (1, vec![]));
+        // The hot range is known fast now: the floor comes from the slow range itself.
+        assert_eq!(run(sec(2)), (0, (100..110).collect::<Vec<u64>>()));
+    }
+
     #[test]
     fn the_placement_cache_skips_known_fast_pages_and_keeps_the_slow_part_filter() {
         use crate::source::placement::PlacementCache;

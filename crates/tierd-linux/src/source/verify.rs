@@ -120,11 +120,6 @@ impl AccessVerifier {
         self.pending.len()
     }
 
-    /// Forgets every question of `pid` (the process is gone or its maps changed).
-    pub fn forget_pid(&mut self, pid: u32) {
-        self.pending.retain(|(p, _), _| *p != pid);
-    }
-
     /// The verdict on each candidate `(pid, head vpn)`, in order. `pagemap(pid)` opens the
     /// process's pagemap (`None`: gone or not readable, its pages pass unasked).
     ///
