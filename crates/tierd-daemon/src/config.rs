@@ -129,6 +129,10 @@ pub struct DamonSourceConfig {
     pub min_nr_regions: u64,
     /// `monitoring_attrs/nr_regions/max`.
     pub max_nr_regions: u64,
+    /// Keep DAMON's regions at most about this size, KiB: `min_nr_regions` is raised to the
+    /// targets' mapped size / this (at most 1000 regions), `max_nr_regions` to twice that.
+    /// 0 leaves the two as configured.
+    pub max_region_kib: u64,
     /// Regions whose `nr_accesses` reach this feed observations (an absolute floor; see
     /// `min_relative_permille`).
     pub min_nr_accesses: u32,
@@ -173,6 +177,9 @@ impl Default for DamonSourceConfig {
             update_us: 1_000_000,
             min_nr_regions: 10,
             max_nr_regions: 10_000,
+            // A few MiB: a server's hot items are a few MiB among hundreds (docs/lab.md,
+            // memcached), and DAMON merges regions up to mapped size / min_nr_regions.
+            max_region_kib: 2048,
             min_nr_accesses: 1,
             max_pages_per_pass: 262_144,
             read_interval_ms: 500,
@@ -590,6 +597,21 @@ impl DaemonConfig {
                 ),
             ));
         }
+        if d.max_region_kib != 0 && d.max_region_kib < 4 {
+            return Err(invalid(
+                "sources.damon.max_region_kib",
+                format!(
+                    "{} is below one page (4 KiB); 0 turns fitting off",
+                    d.max_region_kib
+                ),
+            ));
+        }
+        if d.max_region_kib > 1 << 40 {
+            return Err(invalid(
+                "sources.damon.max_region_kib",
+                format!("{} is above 2^40 KiB", d.max_region_kib),
+            ));
+        }
         let max_acc = d.aggr_us / d.sample_us;
         if u64::from(d.min_nr_accesses) > max_acc {
             return Err(invalid(
@@ -868,6 +890,17 @@ mod tests {
     fn bad_damon_settings_are_refused_with_the_kernel_rule() {
         let m = err("[scope]\npids = [1]\n[sources.damon]\nmin_nr_regions = 2\n");
         assert!(m.contains("sources.damon.min_nr_regions"), "{m}");
+        let m = err("[scope]\npids = [1]\n[sources.damon]\nmax_region_kib = 2\n");
+        assert!(
+            m.contains("sources.damon.max_region_kib") && m.contains("below one page"),
+            "{m}"
+        );
+        for ok in ["0", "4", "2048"] {
+            let c = parse(&format!(
+                "[scope]\npids = [1]\n[sources.damon]\nmax_region_kib = {ok}\n"
+            ));
+            assert!(c.is_ok(), "max_region_kib = {ok}: {c:?}");
+        }
         let m = err("[scope]\npids = [1]\n[sources.damon]\nmin_nr_accesses = 21\n");
         assert!(m.contains("never be reached"), "{m}");
         let m = err("[scope]\npids = [1]\n[sources.damon]\nsample_us = 200000\n");

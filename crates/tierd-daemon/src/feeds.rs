@@ -32,6 +32,8 @@ struct DamonFeed {
     last: Option<Nanos>,
     /// The targets' mapped bytes, DAMON vaddr's monitored size (for the tuning score).
     monitored_bytes: u64,
+    /// `sources.damon.max_region_kib` in bytes (0: DAMON's regions as configured).
+    region_cap: u64,
     /// The marker a restart reads to take this kdamond over.
     marker: Marker,
     /// [`DamonMonitor::on_count`] when the marker was last written.
@@ -82,6 +84,24 @@ impl Feed for DamonFeed {
 
     fn set_monitored_bytes(&mut self, bytes: u64) {
         self.monitored_bytes = bytes;
+        match self.mon.fit_regions(bytes, self.region_cap) {
+            Ok(true) => {
+                let (min, max) = self.mon.nr_regions();
+                tracing::info!(
+                    monitored_mib = bytes >> 20,
+                    min_nr_regions = min,
+                    max_nr_regions = max,
+                    "damon: regions fitted to the targets' size"
+                );
+            }
+            Ok(false) => {}
+            // Typically EINVAL from the commit when a target exited meanwhile; the next
+            // refresh tries again.
+            Err(e) => {
+                tracing::debug!(error = %crate::daemon::chain(&e), "damon: cannot fit the regions");
+                self.events.push("damon_fit_regions");
+            }
+        }
     }
 
     fn set_pace(&mut self, idle: bool) -> Result<(), SourceError> {
@@ -319,6 +339,7 @@ pub fn start_feeds(
                             min_nr_accesses: u64::from(d.min_nr_accesses),
                             last: None,
                             monitored_bytes: 0,
+                            region_cap: d.max_region_kib << 10,
                             marker,
                             marked: 0,
                             events: Vec::new(),

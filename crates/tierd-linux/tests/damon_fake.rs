@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use tierd_engine::types::Nanos;
 use tierd_linux::source::damon::{
     probe_with, DamonConfig, DamonError, DamonFs, DamonMonitor, DamonRegion, IntervalsGoal,
-    IntervalsTuning, RealFs, ADMIN_PATH,
+    IntervalsTuning, RealFs, ADMIN_PATH, MAX_FIT_REGIONS,
 };
 
 /// (start, end, nr_accesses, age)
@@ -180,6 +180,13 @@ impl FakeKernel {
                 let s: u64 = rd(&iv.join("sample_us")).parse().unwrap();
                 let a: u64 = rd(&iv.join("aggr_us")).parse().unwrap();
                 if s > a {
+                    return Err(einval());
+                }
+                // damon_set_attrs(): min_nr_regions < 3 or min > max is -EINVAL.
+                let nr = k.join("contexts/0/monitoring_attrs/nr_regions");
+                let min: u64 = rd(&nr.join("min")).parse().unwrap();
+                let max: u64 = rd(&nr.join("max")).parse().unwrap();
+                if min < 3 || min > max {
                     return Err(einval());
                 }
             }
@@ -380,6 +387,68 @@ fn target_change_commits_and_drop_cleans_up() {
     assert!(log
         .iter()
         .any(|(p, v)| p == "kdamonds/0/state" && v == "off"));
+}
+
+/// `fit_regions`: the minimum follows mapped size / cap within the configured minimum and
+/// `MAX_FIT_REGIONS`, the maximum stays at least twice it, min <= max holds after every single
+/// write (the order flips when lowering), a running kdamond gets a commit, and small changes
+/// are not written.
+#[test]
+fn regions_are_fitted_to_the_targets_size_in_an_order_the_kernel_accepts() {
+    let (t, k) = setup();
+    let a = admin(&t);
+    let nr = a.join("kdamonds/0/contexts/0/monitoring_attrs/nr_regions");
+    let cfg = DamonConfig {
+        min_regions: 10,
+        max_regions: 1000,
+        ..DamonConfig::default()
+    };
+    let mut m = DamonMonitor::new(&k, &t.path().join("sys"), cfg).unwrap();
+    m.set_targets(&[100]).unwrap();
+    let mib = 1u64 << 20;
+    let writes = |k: &FakeKernel| -> Vec<(String, String)> {
+        k.log
+            .borrow()
+            .iter()
+            .filter(|(p, _)| p.contains("nr_regions/") || p.ends_with("/state"))
+            .cloned()
+            .collect()
+    };
+    k.log.borrow_mut().clear();
+    // 1200 MiB at a 2 MiB cap: 600 regions, max 1200.
+    assert!(m.fit_regions(1200 * mib, 2 * mib).unwrap());
+    assert_eq!(m.nr_regions(), (600, 1200));
+    assert_eq!(
+        (rd(&nr.join("min")), rd(&nr.join("max"))),
+        ("600".into(), "1200".into())
+    );
+    let w = writes(&k);
+    let at = |f: &str| w.iter().position(|(p, _)| p.ends_with(f)).unwrap();
+    assert!(
+        at("nr_regions/max") < at("nr_regions/min"),
+        "raising: max first: {w:?}"
+    );
+    assert_eq!(w.last().unwrap().1, "commit");
+    // 10 % more: not worth a commit.
+    k.log.borrow_mut().clear();
+    assert!(!m.fit_regions(1320 * mib, 2 * mib).unwrap());
+    assert!(writes(&k).is_empty());
+    // Far more than the cap allows: MAX_FIT_REGIONS.
+    assert!(m.fit_regions(100_000 * mib, 2 * mib).unwrap());
+    assert_eq!(m.nr_regions(), (MAX_FIT_REGIONS, 2 * MAX_FIT_REGIONS));
+    // Shrunk to almost nothing: back to the configured minimum, the maximum never below the
+    // configured one; lowering writes min first.
+    k.log.borrow_mut().clear();
+    assert!(m.fit_regions(4 * mib, 2 * mib).unwrap());
+    assert_eq!(m.nr_regions(), (10, 1000));
+    let w = writes(&k);
+    let at = |f: &str| w.iter().position(|(p, _)| p.ends_with(f)).unwrap();
+    assert!(
+        at("nr_regions/min") < at("nr_regions/max"),
+        "lowering: min first: {w:?}"
+    );
+    // Off: a zero cap writes nothing.
+    assert!(!m.fit_regions(1200 * mib, 0).unwrap());
 }
 
 #[test]

@@ -56,6 +56,12 @@ use tierd_engine::SourceKind;
 
 use super::{AccessedRange, Privileges, SourceName, SourceStatus};
 
+/// The most regions [`DamonMonitor::fit_regions`] asks for: DAMON checks one page per region
+/// per sample, so at its 5 ms sampling floor this is 200 000 checks a second (a few percent of
+/// a core natively; the intervals tuning raises the interval when few accesses show). Larger
+/// targets get regions above the cap rather than a costlier kdamond.
+pub const MAX_FIT_REGIONS: u64 = 1_000;
+
 /// The DAMON sysfs admin directory, relative to the `/sys` root.
 pub const ADMIN_PATH: &str = "kernel/mm/damon/admin";
 
@@ -524,6 +530,8 @@ pub struct DamonMonitor<F: DamonFs> {
     took_over: bool,
     /// How many times tierd turned the kdamond on (its thread id changes each time).
     on_count: u64,
+    /// The configured `nr_regions` bounds, which [`Self::fit_regions`] only raises.
+    base_regions: (u64, u64),
 }
 
 impl<F: DamonFs> DamonMonitor<F> {
@@ -569,6 +577,7 @@ impl<F: DamonFs> DamonMonitor<F> {
             last_tune: None,
             took_over,
             on_count: 0,
+            base_regions: (config.min_regions.max(3), config.max_regions),
         };
         write(&m.fs, &m.kdamonds().join("nr_kdamonds"), "1")?;
         m.owned = true;
@@ -742,6 +751,64 @@ impl<F: DamonFs> DamonMonitor<F> {
             write(&self.fs, &self.kdamond().join("state"), "commit")?;
         }
         Ok(changed)
+    }
+
+    /// The regions bounds in force (`nr_regions/{min,max}`).
+    #[must_use]
+    pub fn nr_regions(&self) -> (u64, u64) {
+        (self.config.min_regions, self.config.max_regions)
+    }
+
+    /// Keeps DAMON's regions at most about `cap_bytes` over `monitored_bytes` of targets, by
+    /// raising `nr_regions/min` to `monitored_bytes / cap_bytes` (and `nr_regions/max` to
+    /// twice that when below), within [`Self::new`]'s configured minimum and
+    /// [`MAX_FIT_REGIONS`]. Returns whether it wrote anything.
+    ///
+    /// Why: mm/damon/core.c `damon_region_sz_limit()` lets `kdamond_merge_regions()` merge
+    /// neighbours of similar `nr_accesses` up to the monitored size / `min_nr_regions`, and
+    /// `kdamond_split_regions()` splits only while fewer than `max_nr_regions / 2` regions
+    /// exist. With DAMON's default 10 regions a server of 500 MiB of mappings gets 50 MiB
+    /// regions: a hot set of a few MiB scattered by the allocator is sampled as one page in
+    /// many cold ones, and never stands out. The kernel's limit is computed from the regions
+    /// it monitors (the mappings and the small gaps between them), a little more than the
+    /// mapped bytes, so regions may come out slightly above the cap.
+    ///
+    /// A change below a quarter of the current minimum is not written (each write commits,
+    /// and mappings change size all the time).
+    ///
+    /// # Errors
+    /// An I/O error naming the file (`EINVAL` from `commit` when a target exited meanwhile).
+    pub fn fit_regions(
+        &mut self,
+        monitored_bytes: u64,
+        cap_bytes: u64,
+    ) -> Result<bool, DamonError> {
+        if cap_bytes == 0 || monitored_bytes == 0 {
+            return Ok(false);
+        }
+        let want = monitored_bytes
+            .div_ceil(cap_bytes)
+            .clamp(self.base_regions.0.max(3), MAX_FIT_REGIONS);
+        let cur = self.config.min_regions;
+        if want.abs_diff(cur) * 4 < cur {
+            return Ok(false);
+        }
+        let max = self.base_regions.1.max(want.saturating_mul(2));
+        let attrs = self.ctx().join("monitoring_attrs/nr_regions");
+        // Keep min <= max at every step: raising writes max first, lowering min first.
+        let order: [(&str, u64); 2] = if want > cur {
+            [("max", max), ("min", want)]
+        } else {
+            [("min", want), ("max", max)]
+        };
+        for (f, v) in order {
+            write(&self.fs, &attrs.join(f), &v.to_string())?;
+        }
+        (self.config.min_regions, self.config.max_regions) = (want, max);
+        if self.on {
+            write(&self.fs, &self.kdamond().join("state"), "commit")?;
+        }
+        Ok(true)
     }
 
     fn kdamonds(&self) -> PathBuf {
