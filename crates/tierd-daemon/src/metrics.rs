@@ -892,28 +892,6 @@ pub struct MetricsServer {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-/// The listen backlog asked for; the kernel caps it at `net.core.somaxconn` (4096 since
-/// Linux 5.4). Why not tokio's 1024: a local client that opens connections in a loop keeps
-/// the accept queue full between the server's accepts (the server closes the surplus, the
-/// client reconnects), and with the queue full the kernel drops a new SYN
-/// (net/ipv4/tcp_input.c `tcp_conn_request()`), so a scraper's connect waits for its SYN's
-/// retransmission, 1 s later. The lab's chaos run (1000 idle connections from one client)
-/// saw four such 1 s connects in 249 probes with 1024; 4096 is more than one process holds
-/// under the default descriptor limit (1024) and the 128 the server keeps, several times over.
-const LISTEN_BACKLOG: u32 = 4096;
-
-/// Binds a listener with [`LISTEN_BACKLOG`] (address reuse as `TcpListener::bind` sets it).
-async fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(LISTEN_BACKLOG)
-}
-
 impl MetricsServer {
     /// Binds `addr` and serves `shared` from a background thread, with the default limits and
     /// no heartbeat.
@@ -943,7 +921,9 @@ impl MetricsServer {
             .enable_time()
             .build()
             .map_err(fail)?;
-        let listener = rt.block_on(listen(addr)).map_err(fail)?;
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind(addr))
+            .map_err(fail)?;
         let bound = listener.local_addr().unwrap_or(addr);
         Self::spawn(rt, bound, listener, shared, opts)
     }
