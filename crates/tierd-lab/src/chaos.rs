@@ -136,6 +136,9 @@ echo "LAB CHAOS harness started t=$(lab_t) tasks=$(cut -d' ' -f4 /proc/loadavg)"
 for p in $A; do wait $p; done
 kill -TERM $PID_integrity; wait $PID_integrity
 echo "LAB CHAOS harness vmstat1 $(grep -E '^(pgmigrate_success|thp_migration_success) ' /proc/vmstat | tr ' ' '=' | tr '\n' ' ')"
+# Accept-queue overflows and dropped SYNs (TcpExt ListenOverflows / ListenDrops), for a
+# failed probe's reader: a connect that timed out is a SYN the kernel dropped.
+echo "LAB CHAOS harness netstat $(awk '/^TcpExt:/ {{ if (!h) {{ split($0, k); h=1 }} else {{ for (i=2; i<=NF; i++) if (k[i] ~ /^Listen/) printf "%s=%s ", k[i], $i }} }}' /proc/net/netstat)"
 echo "LAB CHAOS harness end t=$(lab_t) tasks=$(cut -d' ' -f4 /proc/loadavg)"
 for f in $C/*.log; do n=$(basename $f .log); sed "s/^/LAB CHAOS $n /" $f; done
 "#,

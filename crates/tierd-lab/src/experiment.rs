@@ -283,6 +283,19 @@ fn cycling_eater(mib: u64, period: u32, on: u32, off: u32) -> String {
     )
 }
 
+/// The short integrity run's eater: on at second `on`, off once tierd's `/status` counts a
+/// demotion (or after `max_on` seconds). A fixed on-time is a bet on the host's speed: under
+/// TCG on a busy host, touching 1400 MiB took longer than the 20 s the cycle gave it, node 0
+/// never fell below tierd's watermark, and the run saw no demotion (CI, twice). Once off, the
+/// pages come back, so the run sees both directions; the full run keeps its cycles.
+fn eater_until_demoted(mib: u64, on: u32, max_on: u32) -> String {
+    format!(
+        "  if [ -z \"$EATER_DONE\" ] && [ -z \"$PID_eater\" ] && [ $k -ge {on} ]; then /bin/tierd-workload hold --mib {mib} --node 0 --secs 100000 > /tmp/eater.log 2>&1 & PID_eater=$!; EATER_K=$k; echo \"LAB EATER on t=$(lab_t)\"; fi\n\
+           if [ -n \"$PID_eater\" ]; then dem=$(/bin/tierd status --json 2>/dev/null | grep -o '\"pgdemote_success\": *[0-9]*' | head -n1 | tr -dc 0-9)\n\
+           if [ \"${{dem:-0}}\" -gt 0 ] || [ $((k - EATER_K)) -ge {max_on} ]; then kill $PID_eater; wait $PID_eater 2>/dev/null; PID_eater=; EATER_DONE=1; echo \"LAB EATER off t=$(lab_t) demoted=${{dem:-0}}\"; fi; fi\n"
+    )
+}
+
 /// tierd's configuration for the integrity run: promote everything DAMON sees (threshold 1,
 /// one access), demote between 25 % and 35 % free on node 0. DAMON samples every 100 ms: the
 /// integrity workload reads each page once per pass (~0.2 s for 64 MiB under TCG), too
@@ -301,7 +314,7 @@ pub(crate) fn tierd_integrity_config() -> String {
 #[must_use]
 pub fn experiment_integrity(quick: bool) -> Experiment {
     let mib = 64;
-    let duration_s = if quick { 45 } else { 150 };
+    let duration_s = if quick { 60 } else { 150 };
     Experiment {
         id: "integrity".into(),
         title: "Integrity: tierd promotes and demotes while every page is checksummed".into(),
@@ -310,9 +323,14 @@ pub fn experiment_integrity(quick: bool) -> Experiment {
         slow: 1,
         setup: String::new(),
         // 1400 MiB on node 0 next to the promoted buffer leaves ~20 % free: below tierd's
-        // 25 % watermark, far above the kernel's reclaim point. It stays 20 s: touching
-        // 1400 MiB takes several seconds under TCG, more on a busy host.
-        tick: cycling_eater(1400, 30, 5, 25),
+        // 25 % watermark, far above the kernel's reclaim point. In the full run it stays 20 s
+        // of every 30 (touching 1400 MiB takes several seconds under TCG, more on a busy
+        // host); the short run holds it until tierd has demoted.
+        tick: if quick {
+            eater_until_demoted(1400, 5, duration_s - 10)
+        } else {
+            cycling_eater(1400, 30, 5, 25)
+        },
         workload: format!("integrity --mib {mib} --node 1 --secs 100000 --interval-ms 2000"),
         parts: vec![Part {
             name: "all".into(),
@@ -515,6 +533,52 @@ mod tests {
 
     fn ids(e: &Experiment) -> Vec<&str> {
         e.runs.iter().map(|(id, _)| id.as_str()).collect()
+    }
+
+    /// The short integrity eater, run by `sh` with `/bin/tierd-workload`, `/bin/tierd` and
+    /// `lab_t` replaced: on at second 5, kept on while tierd reports no demotion, off at the
+    /// first one, never on again; the cap ends it when no demotion comes.
+    #[test]
+    fn the_short_integrity_eater_holds_until_tierd_has_demoted() {
+        let tick = eater_until_demoted(1400, 5, 20)
+            .replace(
+                "/bin/tierd-workload hold --mib 1400 --node 0 --secs 100000 > /tmp/eater.log 2>&1",
+                "sleep 100",
+            )
+            .replace("/bin/tierd status --json", "printf '%s' \"$STATUS\"");
+        assert!(
+            tick.contains("sleep 100") && tick.contains("$STATUS"),
+            "{tick}"
+        );
+        let run = |demote_at: u32| -> String {
+            // tierd status --json is pretty-printed: `"pgdemote_success": N`.
+            let script = format!(
+                "lab_t() {{ echo $k; }}\nk=0\nwhile [ $k -lt 40 ]; do\n  \
+                 if [ $k -ge {demote_at} ]; then d=7; else d=0; fi\n  \
+                 STATUS=\"{{ \\\"engine\\\": {{ \\\"pgdemote_success\\\": $d }} }}\"\n\
+                 {tick}  k=$((k+1))\ndone\n[ -n \"$PID_eater\" ] && kill $PID_eater\nexit 0\n"
+            );
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(&script)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap()
+        };
+        assert_eq!(run(12), "LAB EATER on t=5\nLAB EATER off t=12 demoted=7\n");
+        // No demotion: off at the cap (20 s after it came), and not again.
+        assert_eq!(
+            run(1000),
+            "LAB EATER on t=5\nLAB EATER off t=25 demoted=0\n"
+        );
+        // The full run keeps its cycles.
+        assert!(experiment_integrity(false).tick.contains("k % 30"));
+        assert!(experiment_integrity(true).tick.contains("EATER_DONE"));
     }
 
     #[test]

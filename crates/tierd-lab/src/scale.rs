@@ -111,7 +111,7 @@ pub fn tierd_row() -> (String, Mechanism) {
 pub fn script(p: &ScaleParams, procs: u32, mech: &Mechanism, migrate: bool) -> String {
     let migrate_sh = if migrate && p.migrate_mib > 0 {
         format!(
-            r#"KVIA=syscall; [ -x /usr/bin/migratepages ] && KVIA=numactl
+            r#"KVIA=syscall; [ -x /usr/bin/migratepages ] && KVIA=numactl && PATH=$PATH:/usr/bin
 echo "LAB SCALE migrate kernel_via=$KVIA mib={mib}"
 r=0
 while [ $r -lt {reps} ]; do
