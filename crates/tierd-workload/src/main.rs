@@ -181,8 +181,8 @@ enum Cmd {
         /// Target node.
         #[arg(long)]
         to: u16,
-        /// Addresses per move_pages call.
-        #[arg(long, default_value_t = 512)]
+        /// Addresses per move_pages call (the daemon's mover uses 8192).
+        #[arg(long, default_value_t = 8192)]
         chunk_pages: usize,
     },
     /// Fill memory on a node with per-page distinct contents, then verify and rewrite it
