@@ -653,6 +653,18 @@ impl Rootfs {
             return Ok(r);
         }
         let base = cache_dir.join("rootfs");
+        std::fs::create_dir_all(&base).map_err(io(&base))?;
+        // One fetch at a time: two at once (the tests of one binary run on threads; a lab run
+        // beside the test command) share apt's lists directory, and the second apt-get
+        // fails with "Unable to lock directory". flock(2) through std: an exclusive lock on
+        // a file of the cache, held until this function returns; whoever waited finds the
+        // tree the first one built.
+        let lock_path = base.join(".fetch.lock");
+        let lock = std::fs::File::create(&lock_path).map_err(io(&lock_path))?;
+        lock.lock().map_err(io(&lock_path))?;
+        if let Some(r) = Self::cached(cache_dir, packages) {
+            return Ok(r);
+        }
         let apt = base.join("apt");
         for d in ["lists/partial", "cache/archives/partial"] {
             let p = apt.join(d);
