@@ -422,6 +422,24 @@ pub struct LeftBehind {
 /// Checks that no kdamond runs (and, unless `take_over_idle`, none is configured), except the
 /// one a previous tierd `left` (turned off here); returns the `nr_kdamonds` to restore on
 /// stop and whether a previous tierd's kdamond was taken over.
+/// Writes two files of `dir` that hold a pair `lo <= hi` in the order that keeps the pair
+/// ordered after each single write: `hi` first when `lo` grows (`raise`), `lo` first
+/// otherwise. The kernel refuses a pair out of order when it is committed (e.g.
+/// mm/damon/core.c `damon_set_attrs()`: sample <= aggregation, min <= max regions).
+fn write_ordered_pair(
+    fs: &impl DamonFs,
+    dir: &Path,
+    lo: (&str, u64),
+    hi: (&str, u64),
+    raise: bool,
+) -> Result<(), DamonError> {
+    let order = if raise { [hi, lo] } else { [lo, hi] };
+    for (f, v) in order {
+        write(fs, &dir.join(f), &v.to_string())?;
+    }
+    Ok(())
+}
+
 fn check_free(
     fs: &impl DamonFs,
     admin: &Path,
@@ -699,14 +717,13 @@ impl<F: DamonFs> DamonMonitor<F> {
     /// when growing, aggregation first, so that sample <= aggr holds at every step.
     fn write_intervals(&mut self, sample_us: u64, aggr_us: u64) -> Result<(), DamonError> {
         let iv = self.ctx().join("monitoring_attrs/intervals");
-        let order: [(&str, u64); 2] = if sample_us > self.sample_us {
-            [("aggr_us", aggr_us), ("sample_us", sample_us)]
-        } else {
-            [("sample_us", sample_us), ("aggr_us", aggr_us)]
-        };
-        for (f, v) in order {
-            write(&self.fs, &iv.join(f), &v.to_string())?;
-        }
+        write_ordered_pair(
+            &self.fs,
+            &iv,
+            ("sample_us", sample_us),
+            ("aggr_us", aggr_us),
+            sample_us > self.sample_us,
+        )?;
         (self.sample_us, self.aggr_us) = (sample_us, aggr_us);
         Ok(())
     }
@@ -730,15 +747,13 @@ impl<F: DamonFs> DamonMonitor<F> {
             (g.min_sample_us, g.max_sample_us) = (min_us, max_us);
             if self.tuning == IntervalsTuning::Kernel {
                 let dir = self.ctx().join("monitoring_attrs/intervals/intervals_goal");
-                // Keep min <= max at every step: raising moves max first, lowering min first.
-                let order: [(&str, u64); 2] = if raise {
-                    [("max_sample_us", max_us), ("min_sample_us", min_us)]
-                } else {
-                    [("min_sample_us", min_us), ("max_sample_us", max_us)]
-                };
-                for (f, v) in order {
-                    write(&self.fs, &dir.join(f), &v.to_string())?;
-                }
+                write_ordered_pair(
+                    &self.fs,
+                    &dir,
+                    ("min_sample_us", min_us),
+                    ("max_sample_us", max_us),
+                    raise,
+                )?;
             }
         }
         let s = self.sample_us.clamp(min_us, max_us);
@@ -788,22 +803,14 @@ impl<F: DamonFs> DamonMonitor<F> {
         }
         let want = monitored_bytes
             .div_ceil(cap_bytes)
-            .clamp(self.base_regions.0.max(3), MAX_FIT_REGIONS);
+            .clamp(self.base_regions.0, MAX_FIT_REGIONS);
         let cur = self.config.min_regions;
         if want.abs_diff(cur) * 4 < cur {
             return Ok(false);
         }
         let max = self.base_regions.1.max(want.saturating_mul(2));
         let attrs = self.ctx().join("monitoring_attrs/nr_regions");
-        // Keep min <= max at every step: raising writes max first, lowering min first.
-        let order: [(&str, u64); 2] = if want > cur {
-            [("max", max), ("min", want)]
-        } else {
-            [("min", want), ("max", max)]
-        };
-        for (f, v) in order {
-            write(&self.fs, &attrs.join(f), &v.to_string())?;
-        }
+        write_ordered_pair(&self.fs, &attrs, ("min", want), ("max", max), want > cur)?;
         (self.config.min_regions, self.config.max_regions) = (want, max);
         if self.on {
             write(&self.fs, &self.kdamond().join("state"), "commit")?;
