@@ -76,9 +76,7 @@ impl Guest {
         // One more boot when the guest died of QEMU's, not the kernel's or the test's, fault.
         let died = match &res {
             Ok(out) => emulator_int3_oops(out),
-            Err(Error::Timeout { tail, .. }) => {
-                detect_accel() == Accel::Tcg && tail.contains("Oops: int3")
-            }
+            Err(Error::Timeout { tail, .. }) => tcg_int3_oops(detect_accel(), tail),
             Err(_) => false,
         };
         if died {
@@ -109,7 +107,13 @@ impl Guest {
 /// about the workload, so the guest is booted again, once; never with KVM.
 #[must_use]
 pub fn emulator_int3_oops(out: &GuestOutput) -> bool {
-    out.accel == Accel::Tcg && out.rc.is_none_or(|rc| rc != 0) && out.console.contains("Oops: int3")
+    out.rc.is_none_or(|rc| rc != 0) && tcg_int3_oops(out.accel, &out.console)
+}
+
+/// The console of a TCG guest shows an int3 Oops (the finished run's console, or a timed-out
+/// run's tail).
+fn tcg_int3_oops(accel: Accel, console: &str) -> bool {
+    accel == Accel::Tcg && console.contains("Oops: int3")
 }
 
 /// What a finished guest run produced.
