@@ -1389,11 +1389,11 @@ impl Supervisor {
         // before it could answer would make the bound ("resumed within N s") depend on where
         // the last kill fell and on the host's speed (a slow CI host once saw the last restart
         // cut short 9 s after its kill, and counted it as not resumed).
-        if let Some(killed) = cur
+        if let Some((n, killed)) = cur
             .as_ref()
-            .and_then(|inc| (t.answered < inc.n).then_some(inc.after_kill).flatten())
+            .filter(|inc| t.answered < inc.n)
+            .and_then(|inc| Some((inc.n, inc.after_kill?)))
         {
-            let n = cur.as_ref().map_or(0, |inc| inc.n);
             emit(&format_args!(
                 "supervisor end-waits-for-resume n={n} t={:.1}",
                 uptime()
