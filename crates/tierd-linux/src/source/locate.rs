@@ -519,6 +519,14 @@ mod tests {
     use crate::source::folio::{BaseFolios, FolioMethod, FolioOf};
     use std::collections::HashMap;
     use tierd_engine::types::{Nanos, Pfn};
+
+    /// The virtual pages of the observations that found their page on `node`, in order.
+    fn vpns_on(out: &[Observation], node: NodeId) -> Vec<u64> {
+        out.iter()
+            .filter(|o| o.page_node == node)
+            .map(|o| o.page.vpn.0)
+            .collect()
+    }
     use tierd_engine::SourceKind;
 
     /// A table of page -> node per process; a missing page is not present (ENOENT); a
@@ -677,12 +685,7 @@ mod tests {
             &mut stats,
             &mut out,
         );
-        let slow_seen: Vec<u64> = out
-            .iter()
-            .filter(|o| o.page_node == NodeId(1))
-            .map(|o| o.page.vpn.0)
-            .collect();
-        assert_eq!(slow_seen, vec![9, 20, 21, 22, 23, 24]);
+        assert_eq!(vpns_on(&out, NodeId(1)), vec![9, 20, 21, 22, 23, 24]);
         assert_eq!(stats.slow_explained, 3);
         // Fast pages of the straddler are still observed (their heat is real).
         assert_eq!(
@@ -731,12 +734,7 @@ mod tests {
                 &mut stats,
                 &mut out,
             );
-            let slow: Vec<u64> = out
-                .iter()
-                .filter(|o| o.page_node == NodeId(1))
-                .map(|o| o.page.vpn.0)
-                .collect();
-            (stats.hidden_below_floor, slow)
+            (stats.hidden_below_floor, vpns_on(&out, NodeId(1)))
         };
         // Nothing known yet: the hot fast range sets the floor at 5; the slow one (2) is
         // hidden, and counted.
