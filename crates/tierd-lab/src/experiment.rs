@@ -278,10 +278,21 @@ const EATER_WAIT: &str = "i=0; while ! grep -q 'ready' /tmp/eater.log; do sleep 
 /// `period` seconds, to put the fast node under pressure and take it off again.
 fn cycling_eater(mib: u64, period: u32, on: u32, off: u32) -> String {
     format!(
-        "  if [ $((k % {period})) -eq {on} ]; then /bin/tierd-workload hold --mib {mib} --node 0 --secs 100000 > /tmp/eater.log 2>&1 & PID_eater=$!; echo \"LAB EATER on t=$(lab_t)\"; fi\n\
-           if [ $((k % {period})) -eq {off} ] && [ -n \"$PID_eater\" ]; then kill $PID_eater; wait $PID_eater 2>/dev/null; PID_eater=; echo \"LAB EATER off t=$(lab_t)\"; fi\n"
+        "  if [ $((k % {period})) -eq {on} ]; then {start}; fi\n\
+           if [ $((k % {period})) -eq {off} ] && [ -n \"$PID_eater\" ]; then {EATER_STOP}; echo \"LAB EATER off t=$(lab_t)\"; fi\n",
+        start = eater_start(mib),
     )
 }
+
+/// Shell that starts the eater holding `mib` of node 0 (`$PID_eater`) and says so.
+fn eater_start(mib: u64) -> String {
+    format!(
+        "/bin/tierd-workload hold --mib {mib} --node 0 --secs 100000 > /tmp/eater.log 2>&1 & PID_eater=$!; echo \"LAB EATER on t=$(lab_t)\""
+    )
+}
+
+/// Shell that stops the eater and forgets its pid.
+const EATER_STOP: &str = "kill $PID_eater; wait $PID_eater 2>/dev/null; PID_eater=";
 
 /// The short integrity run's eater: on at second `on`, off once tierd's `/status` counts a
 /// demotion (or after `max_on` seconds). A fixed on-time is a bet on the host's speed: under
@@ -290,9 +301,10 @@ fn cycling_eater(mib: u64, period: u32, on: u32, off: u32) -> String {
 /// pages come back, so the run sees both directions; the full run keeps its cycles.
 fn eater_until_demoted(mib: u64, on: u32, max_on: u32) -> String {
     format!(
-        "  if [ -z \"$EATER_DONE\" ] && [ -z \"$PID_eater\" ] && [ $k -ge {on} ]; then /bin/tierd-workload hold --mib {mib} --node 0 --secs 100000 > /tmp/eater.log 2>&1 & PID_eater=$!; EATER_K=$k; echo \"LAB EATER on t=$(lab_t)\"; fi\n\
+        "  if [ -z \"$EATER_DONE\" ] && [ -z \"$PID_eater\" ] && [ $k -ge {on} ]; then EATER_K=$k; {start}; fi\n\
            if [ -n \"$PID_eater\" ]; then dem=$(/bin/tierd status --json 2>/dev/null | grep -o '\"pgdemote_success\": *[0-9]*' | head -n1 | tr -dc 0-9)\n\
-           if [ \"${{dem:-0}}\" -gt 0 ] || [ $((k - EATER_K)) -ge {max_on} ]; then kill $PID_eater; wait $PID_eater 2>/dev/null; PID_eater=; EATER_DONE=1; echo \"LAB EATER off t=$(lab_t) demoted=${{dem:-0}}\"; fi; fi\n"
+           if [ \"${{dem:-0}}\" -gt 0 ] || [ $((k - EATER_K)) -ge {max_on} ]; then {EATER_STOP}; EATER_DONE=1; echo \"LAB EATER off t=$(lab_t) demoted=${{dem:-0}}\"; fi; fi\n",
+        start = eater_start(mib),
     )
 }
 
