@@ -519,6 +519,7 @@ mod tests {
     use crate::source::folio::{BaseFolios, FolioMethod, FolioOf};
     use std::collections::HashMap;
     use tierd_engine::types::{Nanos, Pfn};
+    use tierd_engine::SourceKind;
 
     /// The virtual pages of the observations that found their page on `node`, in order.
     fn vpns_on(out: &[Observation], node: NodeId) -> Vec<u64> {
@@ -527,7 +528,6 @@ mod tests {
             .map(|o| o.page.vpn.0)
             .collect()
     }
-    use tierd_engine::SourceKind;
 
     /// A table of page -> node per process; a missing page is not present (ENOENT); a
     /// missing process fails as a whole (ESRCH).
