@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 secs="${1:-${TIERD_FUZZ_SECONDS:-8}}"
 shift || true
-all=(numa_maps proc_files meminfo_vmstat cgroup topology damon_regions perf_sample ibs spe
+all=(numa_maps proc_files meminfo_vmstat cgroup topology damon_regions damon_trace perf_sample ibs spe
   pagemap daemon_config scenario smaps kpageflags)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")

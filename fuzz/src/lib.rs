@@ -174,6 +174,40 @@ pub fn damon_regions(data: &[u8]) {
     let _ = damon::parse_u64(&dir, &t);
 }
 
+/// DAMON's `damon_aggregated` trace lines (`damon_trace`): the input is `trace_pipe`'s text,
+/// fed in two chunks cut at the first byte's value; every aggregation assembled must hold
+/// `nr_regions` regions of one target in rising, non-empty address ranges.
+pub fn damon_trace(data: &[u8]) {
+    use tierd_linux::source::damon_trace::{feed_text, lost_events, parse_line, Assembler};
+    let t = text(data);
+    for line in t.lines() {
+        if let Ok(Some(e)) = parse_line(line) {
+            assert!(e.start < e.end && e.nr_regions > 0, "{e:?}");
+        }
+        let _ = lost_events(line);
+    }
+    let cut = data.first().map_or(0, |&b| usize::from(b)).min(t.len());
+    let cut = (0..=cut)
+        .rev()
+        .find(|&i| t.is_char_boundary(i))
+        .unwrap_or(0);
+    let mut asm = Assembler::default();
+    let mut pending = String::new();
+    for task in [0, 1234] {
+        feed_text(&mut asm, &mut pending, &t[..cut], task);
+        feed_text(&mut asm, &mut pending, &t[cut..], task);
+        for (idx, evs) in asm.take() {
+            assert_eq!(evs.len(), evs[0].nr_regions as usize);
+            for w in evs.windows(2) {
+                assert!(w[0].end <= w[1].start, "{w:?}");
+            }
+            assert!(evs
+                .iter()
+                .all(|e| e.target_idx == idx && e.task_pid == task));
+        }
+    }
+}
+
 /// perf ring-buffer records (`perf_event_header` + sample body) for a `sample_type` taken
 /// from the first 8 bytes; each sample goes through the IBS and `data_src` conversions.
 pub fn perf_sample(data: &[u8]) {
@@ -349,13 +383,14 @@ pub fn scenario(data: &[u8]) {
 pub type Target = fn(&[u8]);
 
 /// Every target by name, for the corpus replay and scripts/fuzz.sh's list.
-pub const TARGETS: [(&str, Target); 14] = [
+pub const TARGETS: [(&str, Target); 15] = [
     ("numa_maps", numa_maps),
     ("proc_files", proc_files),
     ("meminfo_vmstat", meminfo_vmstat),
     ("cgroup", cgroup),
     ("topology", topology),
     ("damon_regions", damon_regions),
+    ("damon_trace", damon_trace),
     ("perf_sample", perf_sample),
     ("ibs", ibs),
     ("spe", spe),

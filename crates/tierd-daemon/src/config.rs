@@ -164,6 +164,12 @@ pub struct DamonSourceConfig {
     pub idle_min_sample_us: u64,
     /// The idle range's upper bound, µs.
     pub idle_max_sample_us: u64,
+    /// Read the regions from DAMON's `damon_aggregated` tracepoint through a tracefs
+    /// instance of tierd's (`/sys/kernel/tracing/instances/tierd`): one read of a pipe per
+    /// aggregation instead of four sysfs files per region. Without tracefs or the
+    /// tracepoint, and for any read where the trace gave no whole aggregation in time, the
+    /// regions are read through sysfs as with `false`.
+    pub tracepoint: bool,
 }
 
 impl Default for DamonSourceConfig {
@@ -197,6 +203,7 @@ impl Default for DamonSourceConfig {
             // shows within one idle aggregation (2 s at 100 ms), then the active range is back.
             idle_min_sample_us: 100_000,
             idle_max_sample_us: 1_000_000,
+            tracepoint: true,
         }
     }
 }

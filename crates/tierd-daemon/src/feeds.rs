@@ -46,6 +46,8 @@ struct DamonFeed {
     /// backs off), µs.
     active_range: (u64, u64),
     idle_range: Option<(u64, u64)>,
+    /// Reads that fell back from the tracepoint to sysfs.
+    trace_fallbacks: u64,
 }
 
 impl DamonFeed {
@@ -122,6 +124,12 @@ impl Feed for DamonFeed {
             reads: self.reads.0,
             last_regions: self.reads.1,
             max_regions: self.reads.2,
+            read_from: if self.mon.trace_stats().is_some() {
+                "tracepoint".into()
+            } else {
+                "sysfs".into()
+            },
+            trace_fallbacks: self.trace_fallbacks,
         })
     }
 
@@ -132,8 +140,17 @@ impl Feed for DamonFeed {
         if self.last.is_some_and(|t| now.saturating_sub(t) < every) {
             return Ok(());
         }
-        self.last = Some(now);
         let (regions, stats) = self.mon.collect(now)?;
+        if stats.stale {
+            // The tracepoint had no aggregation finished yet: ask again at the next pass
+            // (the pipe is read without blocking, so an early read costs one system call).
+            return Ok(());
+        }
+        self.last = Some(now);
+        if stats.trace_fallback {
+            self.trace_fallbacks += 1;
+            self.events.push("damon_trace_fallback");
+        }
         self.reads = (
             self.reads.0 + 1,
             stats.regions,
@@ -320,7 +337,19 @@ pub fn start_feeds(
                     ..DamonSysfsConfig::default()
                 };
                 match DamonMonitor::take_over(RealFs, sys, dc, left) {
-                    Ok(mon) => {
+                    Ok(mut mon) => {
+                        if d.tracepoint {
+                            match mon.read_from_trace(sys) {
+                                Ok(dir) => tracing::info!(
+                                    instance = %dir.display(),
+                                    "damon: regions read from the damon_aggregated tracepoint"
+                                ),
+                                Err(e) => tracing::info!(
+                                    reason = %crate::daemon::chain(&e),
+                                    "damon: regions read through sysfs (tried_regions)"
+                                ),
+                            }
+                        }
                         let reason = if mon.took_over() {
                             // Not the probe's reason: with the old kdamond still on, the
                             // probe said "busy".
@@ -352,6 +381,7 @@ pub fn start_feeds(
                             },
                             idle_range: (d.idle_min_sample_us > 0)
                                 .then_some((d.idle_min_sample_us, d.idle_max_sample_us)),
+                            trace_fallbacks: 0,
                         }));
                     }
                     Err(e) => statuses.push(snapshot("damon", false, e.to_string())),

@@ -88,6 +88,14 @@ pub struct IntervalsSnapshot {
     /// The most regions one read returned.
     #[serde(default)]
     pub max_regions: u64,
+    /// Where the regions are read from: `tracepoint` (DAMON's `damon_aggregated`, through a
+    /// tracefs instance) or `sysfs` (`tried_regions`); empty for other sources.
+    #[serde(default)]
+    pub read_from: String,
+    /// Reads that went through sysfs because the tracepoint gave no whole aggregation in
+    /// time.
+    #[serde(default)]
+    pub trace_fallbacks: u64,
 }
 
 impl SourceSnapshot {

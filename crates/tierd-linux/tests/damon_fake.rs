@@ -693,3 +693,127 @@ fn a_restart_takes_over_a_kdamond_that_stopped_by_itself_meanwhile() {
         left.prev_nr_kdamonds.to_string()
     );
 }
+
+/// The tracefs instance tierd would `mkdir` (pre-made here, as after an unclean exit: a
+/// plain directory cannot make the kernel's files on mkdir).
+fn trace_instance(t: &tempfile::TempDir) -> PathBuf {
+    let inst = t.path().join("sys/kernel/tracing/instances/tierd");
+    for f in [
+        "events/damon/damon_aggregated/enable",
+        "buffer_size_kb",
+        "set_event_pid",
+        "tracing_on",
+        "trace_pipe",
+    ] {
+        put(&inst.join(f), "");
+    }
+    inst
+}
+
+/// Appends one aggregation of every target of kdamond 0, as `kdamond_reset_aggregated()`
+/// emits it (all regions, accessed or not, target after target), from task `task`;
+/// `only_first`: just the first line, as a buffer read mid-aggregation.
+fn emit_aggregation(k: &FakeKernel, inst: &Path, task: u32, only_first: bool) {
+    use std::io::Write;
+    let ctx = k.admin.join("kdamonds/0/contexts/0");
+    let nt: usize = rd(&ctx.join("targets/nr_targets")).parse().unwrap();
+    let mut text = String::new();
+    for ti in 0..nt {
+        let pid: u32 = rd(&ctx.join(format!("targets/{ti}/pid_target")))
+            .parse()
+            .unwrap();
+        let view = k.view.borrow();
+        let regions = view.get(&pid).cloned().unwrap_or_default();
+        for (i, r) in regions.iter().enumerate() {
+            if only_first && (i > 0 || ti > 0) {
+                break;
+            }
+            text.push_str(&format!(
+                "       kdamond.0-{task}    [001] ..... 100.{ti:06}: damon_aggregated: \
+                 target_id={ti} nr_regions={} {}-{}: {} {}\n",
+                regions.len(),
+                r.0,
+                r.1,
+                r.2,
+                r.3
+            ));
+        }
+    }
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(inst.join("trace_pipe"))
+        .unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}
+
+fn tried_region_updates(k: &FakeKernel) -> usize {
+    k.log
+        .borrow()
+        .iter()
+        .filter(|(_, v)| v == "update_schemes_tried_regions")
+        .count()
+}
+
+#[test]
+fn regions_come_from_the_tracepoint_whole_aggregations_only_and_sysfs_when_it_stays_silent() {
+    let (t, k) = setup();
+    let sys = t.path().join("sys");
+    let cfg = DamonConfig {
+        min_nr_accesses: 1,
+        ..DamonConfig::default()
+    };
+    let mut m = DamonMonitor::new(&k, &sys, cfg).unwrap();
+    // No tracefs yet: a clear error, sysfs stays.
+    let e = m.read_from_trace(&sys).unwrap_err();
+    assert!(matches!(e, DamonError::NoTracepoint { .. }), "{e}");
+    let inst = trace_instance(&t);
+    assert_eq!(m.read_from_trace(&sys).unwrap(), inst);
+    assert_eq!(rd(&inst.join("buffer_size_kb")), "256");
+    m.set_targets(&[100, 200]).unwrap();
+
+    // First read: follows the kdamond's thread, nothing aggregated yet.
+    let (r, s) = m.collect(Nanos(0)).unwrap();
+    assert!(r.is_empty() && s.stale && !s.trace_fallback);
+    assert_eq!(rd(&inst.join("set_event_pid")), "4321");
+    assert_eq!(rd(&inst.join("events/damon/damon_aggregated/enable")), "1");
+
+    // One aggregation (and a line of someone else's kdamond): pids by target index, the
+    // region below min_nr_accesses left out, no sysfs read-back.
+    emit_aggregation(&k, &inst, 999, false);
+    emit_aggregation(&k, &inst, 4321, false);
+    let (r, s) = m.collect(Nanos(1_000)).unwrap();
+    assert!(!s.stale && !s.trace_fallback);
+    let got: Vec<(u32, u64, u64, u64, u64)> = r
+        .iter()
+        .map(|r| (r.pid, r.start, r.end, r.nr_accesses, r.age))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(100, 0x1000, 0x5000, 7, 3), (200, 0x1000, 0x2000, 2, 0)]
+    );
+    assert_eq!(tried_region_updates(&k), 0);
+    let ts = m.trace_stats().unwrap();
+    assert_eq!((ts.aggregations, ts.foreign), (2, 3));
+
+    // Half an aggregation is not used; after three aggregation intervals (100 ms each)
+    // without a whole one, one read goes through sysfs.
+    emit_aggregation(&k, &inst, 4321, true);
+    let (r, s) = m.collect(Nanos(2_000)).unwrap();
+    assert!(r.is_empty() && s.stale);
+    let (r, s) = m.collect(Nanos(400_000_000)).unwrap();
+    assert!(s.trace_fallback && !s.stale);
+    assert_eq!(r.len(), 2);
+    assert_eq!(tried_region_updates(&k), 1);
+
+    // A target change discards what was emitted under the old order.
+    emit_aggregation(&k, &inst, 4321, false);
+    m.set_targets(&[200]).unwrap();
+    let (r, s) = m.collect(Nanos(400_001_000)).unwrap();
+    assert!(r.is_empty() && s.stale);
+    emit_aggregation(&k, &inst, 4321, false);
+    let (r, _) = m.collect(Nanos(400_002_000)).unwrap();
+    assert_eq!(r.iter().map(|r| r.pid).collect::<Vec<_>>(), vec![200]);
+
+    drop(m);
+    assert_eq!(rd(&inst.join("events/damon/damon_aggregated/enable")), "0");
+}

@@ -4,7 +4,8 @@
 //! Each generator models the kernel's printing function, cited at the generator: numa_maps
 //! and maps (fs/proc/task_mmu.c), policies (mm/mempolicy.c `mpol_to_str()`), meminfo and
 //! vmstat, `/proc/PID/status` and `stat` (fs/proc/array.c), cgroup v2 files, `%*pbl` lists,
-//! DAMON's region files (mm/damon/sysfs-schemes.c) and pagemap entries
+//! DAMON's region files (mm/damon/sysfs-schemes.c) and `damon_aggregated` trace lines, and
+//! pagemap entries
 //! (Documentation/admin-guide/mm/pagemap.rst).
 //!
 //! File names are arbitrary bytes (NUL and, in paths, nothing else excluded). The readers
@@ -574,6 +575,62 @@ proptest! {
             prop_assert_eq!((g.nr_accesses, g.age), (*nr, u64::from(*age)));
             prop_assert_eq!((g.pid, g.time), (pid, Nanos(9)));
         }
+    }
+
+    /// DAMON's `damon_aggregated` events as trace_pipe prints them (kernel/trace/
+    /// trace_output.c `trace_print_context()`: `%16s-%-7d`, with `(%7d) ` under
+    /// `record-tgid`, `[%03d]`, the irq flags, `%5lu.%06lu: `; the event's `TP_printk` in
+    /// include/trace/events/damon.h), read in chunks cut anywhere, come back as the regions
+    /// of each target's aggregation, whatever the task's comm holds.
+    #[test]
+    fn damon_aggregated_lines_read_back_as_whole_aggregations(
+        comm in "[a-z0-9 ()\\[\\]._-]{1,15}",
+        task in 1u32..4_194_304,
+        tgid in any::<bool>(),
+        cpu in 0u32..4096,
+        targets in prop::collection::vec(
+            prop::collection::vec((1u64..1 << 20, 0u32..=20, any::<u32>()), 1..12), 1..4),
+        base in 0u64..1 << 46,
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
+    ) {
+        use tierd_linux::source::damon_trace::{feed_text, Assembler};
+        let mut text = String::new();
+        for (ti, regions) in targets.iter().enumerate() {
+            let mut at = base;
+            for (len, nr, age) in regions {
+                let tg = if tgid { format!("({task:>7}) ") } else { String::new() };
+                text.push_str(&format!(
+                    "{comm:>16}-{task:<7} {tg}[{cpu:03}] d..2. {:>5}.{:06}: damon_aggregated: \
+                     target_id={ti} nr_regions={} {}-{}: {nr} {age}\n",
+                    12, 345, regions.len(), at << 12, (at + len) << 12
+                ));
+                at += len;
+            }
+        }
+        let mut idx: Vec<usize> = cuts.iter().map(|c| c.index(text.len() + 1)).collect();
+        idx.push(text.len());
+        idx.sort_unstable();
+        let mut asm = Assembler::default();
+        let mut pending = String::new();
+        let mut from = 0;
+        for to in idx {
+            feed_text(&mut asm, &mut pending, &text[from..to], task);
+            from = to;
+        }
+        let got = asm.take();
+        prop_assert!(pending.is_empty());
+        prop_assert_eq!(got.len(), targets.len());
+        for (ti, regions) in targets.iter().enumerate() {
+            let evs = &got[&(ti as u64)];
+            prop_assert_eq!(evs.len(), regions.len());
+            let mut at = base;
+            for (e, (len, nr, age)) in evs.iter().zip(regions) {
+                prop_assert_eq!((e.start, e.end), (at << 12, (at + len) << 12));
+                prop_assert_eq!((e.nr_accesses, e.age, e.task_pid), (*nr, *age, task));
+                at += len;
+            }
+        }
+        prop_assert_eq!(asm.stats().malformed + asm.stats().partial, 0);
     }
 
     /// pagemap entries as pagemap_read() builds them (PM_PFRAME_BITS 55, PM_SOFT_DIRTY 55,

@@ -2,7 +2,7 @@
 //! `/init`, the caller's `/lab/run.sh`, and any files the caller adds (static binaries,
 //! data).
 //!
-//! `/init` (see [`INIT_SCRIPT`]) mounts proc, sysfs, devtmpfs, debugfs and cgroup2, enables
+//! `/init` (see [`INIT_SCRIPT`]) mounts proc, sysfs, devtmpfs, debugfs, tracefs and cgroup2, enables
 //! the memory controller for child cgroups, sources [`LIB_SCRIPT`] (the file-export
 //! helpers of [`crate::export`]) and runs `/lab/run.sh`, then prints
 //! `TIERD-VM: END rc=<rc>` and powers off. Words `KEY=VALUE` on the kernel command line
@@ -31,6 +31,8 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 exec </dev/console >/dev/console 2>&1
 mount -t debugfs debugfs /sys/kernel/debug || echo "TIERD-VM: warning: no debugfs"
+# Where systemd mounts it on a host: tierd reads DAMON's regions from a tracefs instance.
+mount -t tracefs tracefs /sys/kernel/tracing || echo "TIERD-VM: warning: no tracefs"
 mount -t cgroup2 cgroup2 /sys/fs/cgroup || echo "TIERD-VM: warning: no cgroup2"
 echo +memory > /sys/fs/cgroup/cgroup.subtree_control || echo "TIERD-VM: warning: memory controller not enabled"
 mkdir -p /tmp

@@ -54,6 +54,7 @@ use tierd_engine::feedback::intervals_adaptation_bp;
 use tierd_engine::types::{Nanos, Vpn, PAGE_SHIFT};
 use tierd_engine::SourceKind;
 
+use super::damon_trace::{DamonTrace, TraceStats};
 use super::{AccessedRange, Privileges, SourceName, SourceStatus};
 
 /// The most regions [`DamonMonitor::fit_regions`] asks for: DAMON checks one page per region
@@ -203,6 +204,12 @@ pub enum DamonError {
         path: PathBuf,
         /// What it held.
         value: String,
+    },
+    /// The kernel has no `damon_aggregated` tracepoint (or tracefs lacks it).
+    #[error("{path} absent: no damon_aggregated tracepoint")]
+    NoTracepoint {
+        /// The event's `enable` file looked for.
+        path: PathBuf,
     },
     /// `vaddr` is not among `avail_operations`.
     #[error("DAMON operations set vaddr not available (avail_operations: {avail})")]
@@ -524,7 +531,17 @@ pub struct DamonPassStats {
     pub regions: u64,
     /// The kdamond had stopped by itself (every target process exited).
     pub kdamond_stopped: bool,
+    /// Read from the tracepoint, which had no aggregation finished since the last read:
+    /// nothing new, ask again soon (not "no region accessed").
+    pub stale: bool,
+    /// Read through sysfs because the tracepoint gave no whole aggregation for
+    /// [`TRACE_FALLBACK_AGGRS`] aggregation intervals.
+    pub trace_fallback: bool,
 }
+
+/// Aggregation intervals without a whole aggregation from the tracepoint after which one
+/// read goes through sysfs (lost events, a buffer smaller than one aggregation).
+pub const TRACE_FALLBACK_AGGRS: u64 = 3;
 
 /// A kdamond owned by tierd, monitoring the virtual address spaces of a set of processes.
 #[derive(Debug)]
@@ -550,6 +567,12 @@ pub struct DamonMonitor<F: DamonFs> {
     on_count: u64,
     /// The configured `nr_regions` bounds, which [`Self::fit_regions`] only raises.
     base_regions: (u64, u64),
+    /// The regions' tracepoint reader, when [`Self::read_from_trace`] set it up.
+    trace: Option<DamonTrace>,
+    /// [`Self::on_count`] when the trace last followed the kdamond's thread.
+    trace_follows: u64,
+    /// When the trace last gave a whole aggregation (or began following).
+    trace_last: Option<Nanos>,
 }
 
 impl<F: DamonFs> DamonMonitor<F> {
@@ -596,6 +619,9 @@ impl<F: DamonFs> DamonMonitor<F> {
             took_over,
             on_count: 0,
             base_regions: (config.min_regions.max(3), config.max_regions),
+            trace: None,
+            trace_follows: 0,
+            trace_last: None,
         };
         write(&m.fs, &m.kdamonds().join("nr_kdamonds"), "1")?;
         m.owned = true;
@@ -872,12 +898,41 @@ impl<F: DamonFs> DamonMonitor<F> {
         self.pids = pids.to_vec();
         if self.on {
             write(&self.fs, &state, "commit")?;
+            // The commit returns once applied: lines read from now on use the new order.
+            if let Some(t) = &mut self.trace {
+                t.discard()?;
+            }
         } else {
             write(&self.fs, &state, "on")?;
             self.on = true;
             self.on_count += 1;
         }
         Ok(())
+    }
+
+    /// Reads the regions from DAMON's `damon_aggregated` tracepoint (a tracefs instance of
+    /// tierd's, [`super::damon_trace`]) instead of `tried_regions`. Returns the instance's
+    /// directory.
+    ///
+    /// # Errors
+    /// No tracefs under `sys_root` ([`DamonError::NoTracepoint`] naming where it looked),
+    /// no tracepoint, or an I/O error naming the file; the sysfs read-back stays.
+    pub fn read_from_trace(&mut self, sys_root: &Path) -> Result<PathBuf, DamonError> {
+        let tracefs =
+            super::damon_trace::find_tracefs(sys_root).ok_or_else(|| DamonError::NoTracepoint {
+                path: sys_root.join("kernel/tracing/instances"),
+            })?;
+        let t = DamonTrace::open(&tracefs)?;
+        let dir = t.dir().to_path_buf();
+        self.trace = Some(t);
+        self.trace_follows = 0;
+        Ok(dir)
+    }
+
+    /// The tracepoint reader's counters, when it is used.
+    #[must_use]
+    pub fn trace_stats(&self) -> Option<TraceStats> {
+        self.trace.as_ref().map(DamonTrace::stats)
     }
 
     /// Whether a previous tierd's kdamond was taken over at start.
@@ -945,11 +1000,31 @@ impl<F: DamonFs> DamonMonitor<F> {
         if !self.on {
             return Ok((Vec::new(), stats));
         }
+        // With the tracepoint the pipe is read first: lines from the kdamond say it runs, and
+        // a pass between two aggregations costs one read of the pipe, not a sysfs read too.
+        // `state` is read when the trace has been silent for too long.
+        let from_trace = if self.trace.is_some() && self.trace_follows == self.on_count {
+            self.collect_trace(now, &mut stats)?
+        } else {
+            None
+        };
+        if let Some(r) = from_trace {
+            return Ok((r, stats));
+        }
         let kd = self.kdamond();
         if read_str(&self.fs, &kd.join("state"))? != "on" {
             self.on = false;
             stats.kdamond_stopped = true;
             return Ok((Vec::new(), stats));
+        }
+        if self.trace.is_some() {
+            if self.trace_follows != self.on_count {
+                // Turned on since: follow its thread (the first read of it is stale).
+                if let Some(r) = self.collect_trace(now, &mut stats)? {
+                    return Ok((r, stats));
+                }
+            }
+            stats.trace_fallback = true;
         }
         write(&self.fs, &kd.join("state"), "update_schemes_tried_regions")?;
         let mut regions = Vec::new();
@@ -961,11 +1036,73 @@ impl<F: DamonFs> DamonMonitor<F> {
         Ok((regions, stats))
     }
 
+    /// [`Self::collect`] from the tracepoint: `Some` regions (empty and `stats.stale` when no
+    /// aggregation finished since the last read), `None` when sysfs should be read instead
+    /// (no whole aggregation for [`TRACE_FALLBACK_AGGRS`] intervals).
+    fn collect_trace(
+        &mut self,
+        now: Nanos,
+        stats: &mut DamonPassStats,
+    ) -> Result<Option<Vec<DamonRegion>>, DamonError> {
+        if self.trace_follows != self.on_count {
+            let pid = read_u64(&self.fs, &self.kdamond().join("pid"))?;
+            let pid = u32::try_from(pid).map_err(|_| DamonError::Parse {
+                path: self.kdamond().join("pid"),
+                value: pid.to_string(),
+            })?;
+            if let Some(t) = &mut self.trace {
+                t.follow(pid)?;
+            }
+            self.trace_follows = self.on_count;
+            self.trace_last = Some(now);
+        }
+        let Some(t) = &mut self.trace else {
+            return Ok(None);
+        };
+        let aggs = t.read()?;
+        if aggs.is_empty() {
+            let waited = now.saturating_sub(self.trace_last.unwrap_or(now));
+            let limit = Nanos(self.aggr_us.saturating_mul(1000 * TRACE_FALLBACK_AGGRS));
+            if waited > limit {
+                self.trace_last = Some(now);
+                return Ok(None);
+            }
+            stats.stale = true;
+            return Ok(Some(Vec::new()));
+        }
+        self.trace_last = Some(now);
+        let min = self.config.min_nr_accesses;
+        let mut regions = Vec::new();
+        for (idx, evs) in aggs {
+            // A target index past the pid list cannot happen after a discard; skip it.
+            let Some(&pid) = usize::try_from(idx).ok().and_then(|i| self.pids.get(i)) else {
+                continue;
+            };
+            regions.extend(
+                evs.iter()
+                    .filter(|e| u64::from(e.nr_accesses) >= min)
+                    .map(|e| DamonRegion {
+                        pid,
+                        start: e.start,
+                        end: e.end,
+                        nr_accesses: u64::from(e.nr_accesses),
+                        age: u64::from(e.age),
+                        time: now,
+                    }),
+            );
+        }
+        stats.regions = regions.len() as u64;
+        Ok(Some(regions))
+    }
+
     /// Turns the kdamond off and gives `nr_kdamonds` back its old value. Idempotent.
     ///
     /// # Errors
     /// An I/O error naming the file.
     pub fn stop(&mut self) -> Result<(), DamonError> {
+        if let Some(t) = &mut self.trace {
+            t.close();
+        }
         if !self.owned {
             return Ok(());
         }

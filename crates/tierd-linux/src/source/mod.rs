@@ -15,7 +15,8 @@
 //! - [`idle`]: idle page tracking (`/sys/kernel/mm/page_idle/bitmap`) over the pages pagemap
 //!   shows; an accessed-bit scan.
 //! - [`damon`]: DAMON's `vaddr` monitoring through its sysfs interface, read back through a
-//!   `stat` scheme's `tried_regions`; an accessed-bit scan at region granularity.
+//!   `stat` scheme's `tried_regions`, or from its `damon_aggregated` tracepoint
+//!   ([`damon_trace`]); an accessed-bit scan at region granularity.
 //! - [`placement`]: the pages `locate` recently found on a fast node, so a settled hot set
 //!   is not located again on every read.
 //! - [`perf`]: hardware memory-access sampling (AMD IBS op, Intel PEBS load latency, ARM SPE)
@@ -29,6 +30,7 @@
 //! should run at most one of the two.
 
 pub mod damon;
+pub mod damon_trace;
 pub mod folio;
 pub mod idle;
 pub mod locate;
