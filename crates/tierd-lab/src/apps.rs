@@ -234,8 +234,8 @@ fn tierd_row() -> (String, Mechanism) {
 }
 
 /// A real server whose hot items start on the slow node with node 0 filled (experiment A's
-/// setting); `quick`: tierd's row only, ending once 95 % of the hot pages held on node 0 for
-/// 3 s (at least 20 s, at most 120 s), for CI.
+/// setting); `quick`: tierd's row only, ending once 90 % of the hot pages (the bound CI
+/// asserts) held on node 0 for 3 s (at least 20 s, at most 120 s), for CI.
 #[must_use]
 pub fn experiment_server(server: Server, quick: bool) -> Experiment {
     let hot_pages = HOT_KEYS * ITEM_MILLIPAGES / 1000;
@@ -279,7 +279,7 @@ pub fn experiment_server(server: Server, quick: bool) -> Experiment {
         runs,
         home_nodes: Vec::new(),
         until: quick.then_some(Until {
-            hot_permille: 950,
+            hot_permille: 900,
             consecutive: 3,
             min_s: 20,
         }),
@@ -418,7 +418,7 @@ mod tests {
         assert!(s.contains("tierd-workload where --pid $PID_workload --pages /tmp/hot.pages"));
         assert!(!s.contains("/proc/$PID_workload/numa_maps\n"));
         assert!(s.contains("echo $(( n * 1183 / tot ))"), "{s}");
-        assert!(s.contains("$(( 1183 * 950 ))"));
+        assert!(s.contains("$(( 1183 * 900 ))"));
         // The load generator is stopped (its totals printed) before the server is killed.
         let fin = s.find("kill $PID_kv").expect("finish");
         assert!(fin < s.find("kill $PID_workload").expect("kill server"));

@@ -280,17 +280,14 @@ fn chaos_short_tierd_survives_and_never_moves_what_it_must_not() {
 /// its pages moved to the slow node, node 0 filled by an eater, then tierd while the Zipf load
 /// runs. tierd must bring >= 90 % of the pages holding the hot items (`hotpages`' scan) to
 /// node 0 with <= 10 % over-promotion (the server's other pages that reach node 0, against the
-/// hot pages). The run ends once 95 % held for 3 s (at least 20 s, at most 120 s). ops/s is
-/// printed, not asserted: under TCG both nodes cost the same per access, so ops/s shows
-/// overhead, not placement.
+/// hot pages). The run ends once 90 % held for 3 s (at least 20 s, at most 120 s: a run that
+/// never gets there fails at 120 s). ops/s is printed, not asserted: under TCG both nodes cost
+/// the same per access, so ops/s shows overhead, not placement.
 ///
-/// Ignored in the test command until tierd meets it: on the newest kernel under TCG tierd
-/// places 79-85 % of memcached's 1230 hot item pages in 120 s with no cold item page moved
-/// (docs/lab.md, "Real servers in the guest"; 0 % before DAMON's regions were fitted to the
-/// server's size): the Zipf tail's regions stay below the relative floor.
-/// `cargo test -p tierd-lab --test lab_ci -- --ignored memcached_short` runs it.
+/// Ignored until DAMON's regions were read from the tracepoint: with the sysfs read-back each
+/// daemon pass blocked up to an aggregation and tierd placed 79-85 % in 120 s (docs/lab.md,
+/// "Real servers in the guest").
 #[test]
-#[ignore = "unmet: tierd places 79-85 % of memcached's hot items in 120 s, 90 % asserted (docs/lab.md)"]
 fn memcached_short_tierd_row_brings_the_hot_items_to_the_fast_node_without_over_promoting() {
     let _one = GUEST
         .lock()
