@@ -117,6 +117,7 @@ impl Feed for DamonFeed {
 
     fn intervals(&self) -> Option<IntervalsSnapshot> {
         let (sample_us, aggr_us) = self.mon.intervals();
+        let ts = self.mon.trace_stats().unwrap_or_default();
         Some(IntervalsSnapshot {
             tuning: self.mon.tuning().name().to_string(),
             sample_us,
@@ -130,6 +131,9 @@ impl Feed for DamonFeed {
                 "sysfs".into()
             },
             trace_fallbacks: self.trace_fallbacks,
+            trace_partial: ts.partial,
+            trace_lost: ts.lost,
+            trace_malformed: ts.malformed,
         })
     }
 

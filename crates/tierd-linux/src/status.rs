@@ -96,6 +96,16 @@ pub struct IntervalsSnapshot {
     /// time.
     #[serde(default)]
     pub trace_fallbacks: u64,
+    /// Trace runs dropped incomplete, events the kernel reported lost, and lines that did
+    /// not parse (skipped), since the start: what the tracepoint reader survived.
+    #[serde(default)]
+    pub trace_partial: u64,
+    /// See `trace_partial`.
+    #[serde(default)]
+    pub trace_lost: u64,
+    /// See `trace_partial`.
+    #[serde(default)]
+    pub trace_malformed: u64,
 }
 
 impl SourceSnapshot {
