@@ -117,7 +117,8 @@ impl Feed for DamonFeed {
 
     fn intervals(&self) -> Option<IntervalsSnapshot> {
         let (sample_us, aggr_us) = self.mon.intervals();
-        let ts = self.mon.trace_stats().unwrap_or_default();
+        let trace = self.mon.trace_stats();
+        let ts = trace.unwrap_or_default();
         Some(IntervalsSnapshot {
             tuning: self.mon.tuning().name().to_string(),
             sample_us,
@@ -125,7 +126,7 @@ impl Feed for DamonFeed {
             reads: self.reads.0,
             last_regions: self.reads.1,
             max_regions: self.reads.2,
-            read_from: if self.mon.trace_stats().is_some() {
+            read_from: if trace.is_some() {
                 "tracepoint".into()
             } else {
                 "sysfs".into()

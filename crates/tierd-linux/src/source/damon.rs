@@ -1020,6 +1020,7 @@ impl<F: DamonFs> DamonMonitor<F> {
         if self.trace.is_some() {
             if self.trace_follows != self.on_count {
                 // Turned on since: follow its thread (the first read of it is stale).
+                self.follow_kdamond(now)?;
                 if let Some(r) = self.collect_trace(now, &mut stats)? {
                     return Ok((r, stats));
                 }
@@ -1036,6 +1037,23 @@ impl<F: DamonFs> DamonMonitor<F> {
         Ok((regions, stats))
     }
 
+    /// Points the trace at the kdamond's thread as it runs now (its id changes each time it
+    /// is turned on).
+    fn follow_kdamond(&mut self, now: Nanos) -> Result<(), DamonError> {
+        let path = self.kdamond().join("pid");
+        let pid = read_u64(&self.fs, &path)?;
+        let pid = u32::try_from(pid).map_err(|_| DamonError::Parse {
+            path,
+            value: pid.to_string(),
+        })?;
+        if let Some(t) = &mut self.trace {
+            t.follow(pid)?;
+        }
+        self.trace_follows = self.on_count;
+        self.trace_last = Some(now);
+        Ok(())
+    }
+
     /// [`Self::collect`] from the tracepoint: `Some` regions (empty and `stats.stale` when no
     /// aggregation finished since the last read), `None` when sysfs should be read instead
     /// (no whole aggregation for [`TRACE_FALLBACK_AGGRS`] intervals).
@@ -1044,18 +1062,6 @@ impl<F: DamonFs> DamonMonitor<F> {
         now: Nanos,
         stats: &mut DamonPassStats,
     ) -> Result<Option<Vec<DamonRegion>>, DamonError> {
-        if self.trace_follows != self.on_count {
-            let pid = read_u64(&self.fs, &self.kdamond().join("pid"))?;
-            let pid = u32::try_from(pid).map_err(|_| DamonError::Parse {
-                path: self.kdamond().join("pid"),
-                value: pid.to_string(),
-            })?;
-            if let Some(t) = &mut self.trace {
-                t.follow(pid)?;
-            }
-            self.trace_follows = self.on_count;
-            self.trace_last = Some(now);
-        }
         let Some(t) = &mut self.trace else {
             return Ok(None);
         };

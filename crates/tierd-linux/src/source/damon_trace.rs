@@ -314,8 +314,37 @@ fn io_err(op: &str, path: &Path, source: io::Error) -> DamonError {
     }
 }
 
+/// Writes a tracefs file as `echo >` does: with `O_TRUNC`, which matters here (not
+/// [`super::damon::RealFs`], which writes sysfs without it): `set_event_pid` opened without
+/// it adds to the list instead of replacing it (kernel/trace/trace_events.c
+/// `ftrace_event_set_pid_open()`).
 fn write_file(path: &Path, value: &str) -> Result<(), DamonError> {
     std::fs::write(path, value).map_err(|e| io_err(&format!("writing {value:?} to"), path, e))
+}
+
+/// Reads `pipe` until it is empty, handing each chunk to `each`.
+fn drain(
+    pipe: Option<&mut File>,
+    buf: &mut [u8],
+    dir: &Path,
+    mut each: impl FnMut(&str),
+) -> Result<(), DamonError> {
+    let Some(pipe) = pipe else {
+        return Ok(());
+    };
+    // A read of trace_pipe returns at most about a page (trace.c `tracing_read_pipe()`);
+    // bound the loop so a kdamond emitting faster than tierd reads cannot hold it here.
+    for _ in 0..4096 {
+        let n = match pipe.read(buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io_err("reading", &dir.join("trace_pipe"), e)),
+        };
+        each(&String::from_utf8_lossy(&buf[..n]));
+    }
+    Ok(())
 }
 
 /// tierd's tracefs instance with the `damon_aggregated` event of its kdamond.
@@ -394,7 +423,7 @@ impl DamonTrace {
     /// # Errors
     /// An I/O error reading the pipe.
     pub fn discard(&mut self) -> Result<(), DamonError> {
-        self.drain(|_| {})?;
+        drain(self.pipe.as_mut(), &mut self.buf, &self.dir, |_| {})?;
         self.pending.clear();
         self.asm.reset();
         Ok(())
@@ -409,34 +438,10 @@ impl DamonTrace {
         let Some(pid) = self.pid else {
             return Ok(BTreeMap::new());
         };
-        let mut asm = std::mem::take(&mut self.asm);
-        let mut pending = std::mem::take(&mut self.pending);
-        let r = self.drain(|text| feed_text(&mut asm, &mut pending, text, pid));
-        self.asm = asm;
-        self.pending = pending;
-        r?;
+        drain(self.pipe.as_mut(), &mut self.buf, &self.dir, |text| {
+            feed_text(&mut self.asm, &mut self.pending, text, pid);
+        })?;
         Ok(self.asm.take())
-    }
-
-    /// Reads the pipe until it is empty, handing each chunk to `each`.
-    fn drain(&mut self, mut each: impl FnMut(&str)) -> Result<(), DamonError> {
-        let Some(pipe) = self.pipe.as_mut() else {
-            return Ok(());
-        };
-        // A read of trace_pipe returns at most about a page (trace.c
-        // `tracing_read_pipe()`); bound the loop so a kdamond emitting faster than tierd
-        // reads cannot hold it here.
-        for _ in 0..4096 {
-            let n = match pipe.read(&mut self.buf) {
-                Ok(0) => return Ok(()),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io_err("reading", &self.dir.join("trace_pipe"), e)),
-            };
-            each(&String::from_utf8_lossy(&self.buf[..n]));
-        }
-        Ok(())
     }
 
     /// The reader's counters.
