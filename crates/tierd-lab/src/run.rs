@@ -484,8 +484,17 @@ pub fn run_one(
     // setup and a real server's fill take up to a few minutes there.
     let timeout = Duration::from_secs(u64::from(exp.duration_s) * 2 + 150);
     let out = Guest::new(kernel.clone(), work_dir.to_path_buf()).run(&spec, &fs, "", timeout)?;
+    // A guest that died mid-run (a kernel Oops panics it) measured nothing: an error row with
+    // the kernel's last words, never the samples up to its death as a result.
+    out.require_finished()?;
     let mut data = parse_console(&out.console, &exp.parts)?;
     data.wall_s = out.wall.as_secs_f64();
+    if out.reboots > 0 {
+        data.notes.push(format!(
+            "GUEST booted {} times (the earlier boots died of the emulator's int3 Oops)",
+            out.reboots + 1
+        ));
+    }
     if let Some(f) = out.file("status.json") {
         data.tierd_status = serde_json::from_slice(&f.data).ok();
     }

@@ -312,11 +312,11 @@ fn memcached_short_tierd_row_brings_the_hot_items_to_the_fast_node_without_over_
     println!("{}", summary::table(&res.experiment, &res.rows));
     let t1 = res.rows.iter().find(|r| r.id == "T1").expect("tierd row");
     if let Some(d) = res.runs.iter().find(|(id, _)| id == "T1").map(|(_, d)| d) {
-        for n in d
-            .notes
-            .iter()
-            .filter(|n| n.starts_with("APP") || n.starts_with("READY") || n.starts_with("UNTIL"))
-        {
+        for n in d.notes.iter().filter(|n| {
+            ["APP", "READY", "UNTIL", "TIERD", "GUEST"]
+                .iter()
+                .any(|p| n.starts_with(p))
+        }) {
             println!("{n}");
         }
         for l in d.workload_lines.iter().filter(|l| l.starts_with("kv done")) {
@@ -348,4 +348,36 @@ fn memcached_short_tierd_row_brings_the_hot_items_to_the_fast_node_without_over_
     );
     assert!(t1.workload_finished, "the load generator ended normally");
     assert!(t1.kv_ops_s.is_some_and(|o| o > 0.0), "the load ran");
+    // DAMON's regions came from the tracepoint (the event filtered by the kdamond's pid), not
+    // the sysfs fallback, which would pass the bounds above more slowly and hide a broken
+    // trace reader.
+    let d = &res
+        .runs
+        .iter()
+        .find(|(id, _)| id == "T1")
+        .expect("T1 run")
+        .1;
+    let intervals = d
+        .tierd_status
+        .as_ref()
+        .and_then(|s| {
+            s.get("sources")?
+                .as_array()?
+                .first()?
+                .get("intervals")
+                .cloned()
+        })
+        .expect("tierd's /status has the DAMON source's intervals");
+    assert_eq!(
+        intervals.get("read_from").and_then(|v| v.as_str()),
+        Some("tracepoint"),
+        "{intervals}"
+    );
+    assert!(
+        intervals
+            .get("reads")
+            .and_then(serde_json::Value::as_u64)
+            .is_some_and(|n| n > 0),
+        "{intervals}"
+    );
 }

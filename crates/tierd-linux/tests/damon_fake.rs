@@ -700,13 +700,16 @@ fn trace_instance(t: &tempfile::TempDir) -> PathBuf {
     let inst = t.path().join("sys/kernel/tracing/instances/tierd");
     for f in [
         "events/damon/damon_aggregated/enable",
+        "events/damon/damon_aggregated/filter",
         "buffer_size_kb",
-        "set_event_pid",
         "tracing_on",
         "trace_pipe",
+        "set_event",
     ] {
         put(&inst.join(f), "");
     }
+    put(&inst.join("options/record-cmd"), "1");
+    put(&inst.join("../../set_event"), "");
     inst
 }
 
@@ -774,7 +777,15 @@ fn regions_come_from_the_tracepoint_whole_aggregations_only_and_sysfs_when_it_st
     // First read: follows the kdamond's thread, nothing aggregated yet.
     let (r, s) = m.collect(Nanos(0)).unwrap();
     assert!(r.is_empty() && s.stale && !s.trace_fallback);
-    assert_eq!(rd(&inst.join("set_event_pid")), "4321");
+    // The kdamond's events only, by the event's filter, not the instance's set_event_pid
+    // (which hooks every context switch).
+    assert_eq!(
+        rd(&inst.join("events/damon/damon_aggregated/filter")),
+        "common_pid == 4321"
+    );
+    assert!(!inst.join("set_event_pid").exists());
+    // Nobody else traces: no task names, so no probe on the context switch either.
+    assert_eq!(rd(&inst.join("options/record-cmd")), "0");
     assert_eq!(rd(&inst.join("events/damon/damon_aggregated/enable")), "1");
 
     // One aggregation (and a line of someone else's kdamond): pids by target index, the

@@ -28,6 +28,11 @@ pub fn build_static(workspace: &Path, packages: &[&str]) -> Result<PathBuf, Erro
         .arg("--target-dir")
         .arg(&target_dir)
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        // No debug info (the release profile's `debug = 1` is for profiling on the host): the
+        // guest binaries are never profiled, and DWARF for the whole dependency tree is a good
+        // part of this build on CI's two cores. Debug info does not change the code rustc
+        // generates, so the lab's CPU figures are those of the release build.
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
         // Inside `cargo test` these point at the test build; the nested build has its own.
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("CARGO_BUILD_TARGET");

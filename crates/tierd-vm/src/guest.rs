@@ -18,8 +18,16 @@ use crate::Error;
 pub const QEMU: &str = "qemu-system-x86_64";
 /// Environment variable forcing the accelerator (`tcg` or `kvm`).
 pub const ACCEL_ENV: &str = "TIERD_VM_ACCEL";
-/// Kernel arguments every run gets: serial console, few messages, a panic ends qemu.
-pub const BASE_APPEND: &str = "console=ttyS0 quiet panic=-1";
+/// Kernel arguments every run gets: serial console, few messages, a panic ends qemu, and an
+/// Oops panics (`oops=panic`, Documentation/admin-guide/kernel-parameters.txt): without it an
+/// Oops in process context kills that task and the kernel goes on, so a run could finish with
+/// its server or its promoter dead and report what it measured as a result (seen in CI,
+/// 2026-12-02: the memcached row placed 0 % after an Oops). A run whose kernel oopsed measured
+/// nothing; it ends there, without its end marker, and says so ([`GuestOutput::rc`] `None`).
+pub const BASE_APPEND: &str = "console=ttyS0 quiet panic=-1 oops=panic";
+/// Boots of one run at most when a TCG guest dies of the emulator's fault
+/// ([`emulator_int3_oops`]): the first and two more.
+pub const MAX_BOOTS: u32 = 3;
 /// The marker `/init` prints when `run.sh` returns.
 pub const END_MARKER: &str = "TIERD-VM: END rc=";
 
@@ -72,23 +80,28 @@ impl Guest {
             .work_dir
             .join(format!("initramfs-{}-{n}.cpio.gz", std::process::id()));
         initramfs.write_gz(&path)?;
-        let mut res = run(spec, &self.kernel.vmlinux, &path, append_extra, timeout);
-        // One more boot when the guest died of QEMU's, not the kernel's or the test's, fault.
-        let died = match &res {
-            Ok(out) => emulator_int3_oops(out),
-            Err(Error::Timeout { tail, .. }) => tcg_int3_oops(detect_accel(), tail),
-            Err(_) => false,
-        };
-        if died {
+        let mut boots = 1;
+        let mut res = loop {
+            let res = run(spec, &self.kernel.vmlinux, &path, append_extra, timeout);
+            // Boot again when the guest died of QEMU's, not the kernel's or the test's, fault.
+            let died = match &res {
+                Ok(out) => emulator_int3_oops(out),
+                Err(Error::Timeout { tail, .. }) => tcg_int3_oops(detect_accel(), tail),
+                Err(_) => false,
+            };
+            if !died || boots >= MAX_BOOTS {
+                break res;
+            }
             eprintln!(
                 "tierd-vm: the guest died of an `Oops: int3` under TCG (a breakpoint the \
                  kernel's live patching had already removed, executed by another vCPU); \
-                 booting it once more"
+                 boot {} of at most {MAX_BOOTS}",
+                boots + 1
             );
-            res = run(spec, &self.kernel.vmlinux, &path, append_extra, timeout);
-            if let Ok(o) = &mut res {
-                o.reboots = 1;
-            }
+            boots += 1;
+        };
+        if let Ok(o) = &mut res {
+            o.reboots = boots - 1;
         }
         let _ = std::fs::remove_file(&path);
         res
@@ -145,6 +158,31 @@ impl GuestOutput {
     #[must_use]
     pub fn file(&self, name: &str) -> Option<&ExportedFile> {
         self.files.iter().find(|f| f.name == name)
+    }
+
+    /// The run reached the end of its script (`/init` printed the end marker, whatever
+    /// `run.sh` returned); a guest whose kernel panicked or oopsed ([`BASE_APPEND`]) did not,
+    /// and what it printed before is no measurement.
+    ///
+    /// # Errors
+    /// [`Error::Guest`] with the kernel's last words (the Oops or panic line when there is
+    /// one) and the console's tail.
+    pub fn require_finished(&self) -> Result<(), Error> {
+        if self.rc.is_some() {
+            return Ok(());
+        }
+        let why = self
+            .console
+            .lines()
+            .find(|l| l.contains("Oops: ") || l.contains("Kernel panic") || l.contains("BUG: "))
+            .map_or_else(
+                || "no end marker".to_owned(),
+                |l| l.trim().trim_end_matches('\r').to_owned(),
+            );
+        Err(Error::Guest {
+            reason: format!("the guest did not reach the end of its script ({why})"),
+            tail: tail(&self.console, 40),
+        })
     }
 }
 
@@ -342,6 +380,34 @@ mod tests {
             "Oops: general protection fault"
         )));
         assert!(!emulator_int3_oops(&out(Accel::Kvm, None, oops)));
+    }
+
+    #[test]
+    fn a_guest_without_its_end_marker_is_an_error_naming_the_oops() {
+        let out = |rc, console: &str| GuestOutput {
+            console: console.into(),
+            rc,
+            wall: Duration::ZERO,
+            accel: Accel::Tcg,
+            qemu_status: String::new(),
+            qemu_stderr: String::new(),
+            files: Vec::new(),
+            reboots: 0,
+        };
+        let console = "LAB START 10.0\n[   40.1] Oops: int3: 0000 [#1] SMP NOPTI\n\
+                       [   40.2] Kernel panic - not syncing: Fatal exception\n";
+        let e = out(None, console)
+            .require_finished()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did not reach the end"), "{e}");
+        assert!(e.contains("Oops: int3"), "{e}");
+        assert!(e.contains("Kernel panic"), "the tail is kept: {e}");
+        let e = out(None, "LAB START 1\n").require_finished().unwrap_err();
+        assert!(e.to_string().contains("no end marker"), "{e}");
+        // A script that failed still finished: its rc is the script's to judge.
+        assert!(out(Some(1), console).require_finished().is_ok());
+        assert!(out(Some(0), "").require_finished().is_ok());
     }
 
     #[test]

@@ -19,9 +19,19 @@
 //! field added later does not break the reader.
 //!
 //! The instance (Documentation/trace/ftrace.rst, "Instances": `mkdir instances/<name>` makes
-//! a trace buffer of its own) keeps tierd out of the global buffer others use; its
-//! `set_event_pid` holds tierd's kdamond only (another kdamond, e.g. DAMON_RECLAIM's, writes
-//! nothing into it), and the reader checks the task pid of each line as well. Its buffer is
+//! a trace buffer of its own) keeps tierd out of the global buffer others use; the event's
+//! `filter` (`common_pid == PID`, Documentation/trace/events.rst "Event filtering") keeps
+//! tierd's kdamond only (another kdamond, e.g. DAMON_RECLAIM's, writes nothing into it), and
+//! the reader checks the task pid of each line as well. A filter, not the instance's
+//! `set_event_pid`: pid filtering hooks `sched_switch`, `sched_wakeup`, `sched_wakeup_new` and
+//! `sched_waking` on every CPU (kernel/trace/trace_events.c `ftrace_event_set_pid_open()` and
+//! `__ftrace_clear_event_pids()`), a cost on every context switch of the host for a filter
+//! that one event of one kernel thread needs, and turning on a tracepoint on the context-switch
+//! path patches the kernel text of the hottest code there is (a jump label; in the lab, the
+//! moment a TCG guest's vCPUs were most likely to run into QEMU's cross-modifying code bug:
+//! crates/tierd-vm/src/guest.rs `emulator_int3_oops`). The filter is evaluated when the event
+//! fires, in kdamond, once per region. For the same reason the instance records no task names
+//! when nobody else traces ([`quiet_comm_recording`]). Its buffer is
 //! [`BUFFER_KIB`] per CPU, in overwrite mode (the default), so if tierd reads late the oldest
 //! aggregations are the ones lost, and only the newest complete aggregation of each target
 //! is used.
@@ -315,11 +325,45 @@ fn io_err(op: &str, path: &Path, source: io::Error) -> DamonError {
 }
 
 /// Writes a tracefs file as `echo >` does: with `O_TRUNC`, which matters here (not
-/// [`super::damon::RealFs`], which writes sysfs without it): `set_event_pid` opened without
-/// it adds to the list instead of replacing it (kernel/trace/trace_events.c
-/// `ftrace_event_set_pid_open()`).
+/// [`super::damon::RealFs`], which writes sysfs without it): some tracefs files add to what
+/// they hold when opened without it (`set_event_pid`, `set_event`: kernel/trace/trace_events.c
+/// `ftrace_event_set_pid_open()`), and a file that replaces its value anyway loses nothing.
 fn write_file(path: &Path, value: &str) -> Result<(), DamonError> {
     std::fs::write(path, value).map_err(|e| io_err(&format!("writing {value:?} to"), path, e))
+}
+
+/// Turns the instance's task-name recording off (`options/record-cmd` 0) when nobody traces
+/// events, and says whether it is off.
+///
+/// Why: an instance inherits `record-cmd` on, and enabling an event of an instance that has it
+/// starts the kernel's comm cache (kernel/trace/trace_events.c `__ftrace_event_enable_disable()`
+/// calls `tracing_start_cmdline_record()`, which hooks `sched_switch` and `sched_wakeup`:
+/// kernel/trace/trace_sched_switch.c): a probe on every context switch of the host to name
+/// the tasks of lines tierd reads only the pid of (`<...>-PID` then, which [`parse_line`]
+/// reads the same). Only when no event is enabled anywhere: the kernel applies a change of the
+/// flag to the enabled events of every trace array, not of this one only
+/// (`set_tracer_flag()` -> `trace_event_enable_cmd_record()`), which would take another
+/// tracer's task names away. Anything unreadable counts as someone tracing.
+fn quiet_comm_recording(tracefs: &Path, dir: &Path) -> bool {
+    let opt = dir.join("options/record-cmd");
+    match std::fs::read_to_string(&opt) {
+        Ok(v) if v.trim() == "0" => return true,
+        Ok(_) => {}
+        Err(_) => return false,
+    }
+    let mut lists = vec![tracefs.join("set_event")];
+    if let Ok(rd) = std::fs::read_dir(tracefs.join("instances")) {
+        lists.extend(rd.flatten().map(|e| e.path().join("set_event")));
+    }
+    let someone = lists.iter().any(|f| {
+        std::fs::read_to_string(f).map_or(true, |s| s.lines().any(|l| !l.trim().is_empty()))
+    });
+    !someone && write_file(&opt, "0").is_ok()
+}
+
+/// The event filter that keeps the kdamond with thread id `pid` only.
+fn filter(pid: u32) -> String {
+    format!("common_pid == {pid}")
 }
 
 /// Reads `pipe` until it is empty, handing each chunk to `each`.
@@ -356,6 +400,7 @@ pub struct DamonTrace {
     asm: Assembler,
     pid: Option<u32>,
     buf: Vec<u8>,
+    comm_recording_off: bool,
 }
 
 impl DamonTrace {
@@ -378,6 +423,7 @@ impl DamonTrace {
             return Err(DamonError::NoTracepoint { path: enable });
         }
         write_file(&enable, "0")?;
+        let comm_recording_off = quiet_comm_recording(tracefs, &dir);
         write_file(&dir.join("buffer_size_kb"), &BUFFER_KIB.to_string())?;
         let pipe_path = dir.join("trace_pipe");
         let pipe = std::fs::OpenOptions::new()
@@ -392,7 +438,15 @@ impl DamonTrace {
             asm: Assembler::default(),
             pid: None,
             buf: vec![0; 64 << 10],
+            comm_recording_off,
         })
+    }
+
+    /// Whether the instance records no task names (`options/record-cmd` 0), so enabling the
+    /// event hooks no context switch ([`quiet_comm_recording`]).
+    #[must_use]
+    pub fn comm_recording_off(&self) -> bool {
+        self.comm_recording_off
     }
 
     /// The instance's directory.
@@ -402,8 +456,9 @@ impl DamonTrace {
     }
 
     /// Follows the kdamond with thread id `pid` (a kdamond turned on again gets a new one):
-    /// its pid goes to `set_event_pid`, the event is enabled, and what the buffer held is
-    /// dropped.
+    /// the event's filter keeps its pid (`common_pid`, a field of every event:
+    /// kernel/trace/trace_events.c `trace_define_common_fields()`), the event is enabled, and
+    /// what the buffer held is dropped.
     ///
     /// # Errors
     /// An I/O error naming the file.
@@ -411,7 +466,7 @@ impl DamonTrace {
         if self.pid == Some(pid) {
             return Ok(());
         }
-        write_file(&self.dir.join("set_event_pid"), &pid.to_string())?;
+        write_file(&self.dir.join(EVENT).join("filter"), &filter(pid))?;
         write_file(&self.dir.join(EVENT).join("enable"), "1")?;
         write_file(&self.dir.join("tracing_on"), "1")?;
         self.pid = Some(pid);
@@ -474,6 +529,46 @@ mod tests {
 
     const L: &str = "        kdamond.0-1234    [001] ..... 12345.678901: damon_aggregated: \
                      target_id=0 nr_regions=2 140000000-140002000: 5 3";
+
+    #[test]
+    fn a_line_without_the_task_name_reads_the_same() {
+        // An instance with record-cmd off prints `<...>` for the comm.
+        let l = L.replace("kdamond.0-1234", "<...>-1234");
+        let e = parse_line(&l).unwrap().unwrap();
+        assert_eq!((e.task_pid, e.start, e.nr_accesses), (1234, 140_000_000, 5));
+    }
+
+    #[test]
+    fn comm_recording_goes_off_only_when_nobody_traces() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        let dir = root.join("instances").join(INSTANCE);
+        let other = root.join("instances/perfetto");
+        std::fs::create_dir_all(dir.join("options")).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        let opt = dir.join("options/record-cmd");
+        let put = |p: &Path, v: &str| std::fs::write(p, v).unwrap();
+        put(&opt, "1\n");
+        put(&root.join("set_event"), "");
+        put(&dir.join("set_event"), "");
+        // Another instance traces sched_switch: the flag stays (the kernel would take that
+        // tracer's task names away).
+        put(&other.join("set_event"), "sched:sched_switch\n");
+        assert!(!quiet_comm_recording(root, &dir));
+        assert_eq!(std::fs::read_to_string(&opt).unwrap(), "1\n");
+        // An unreadable list counts as someone tracing.
+        std::fs::remove_file(other.join("set_event")).unwrap();
+        assert!(!quiet_comm_recording(root, &dir));
+        assert_eq!(std::fs::read_to_string(&opt).unwrap(), "1\n");
+        // Nobody: off.
+        put(&other.join("set_event"), "\n");
+        assert!(quiet_comm_recording(root, &dir));
+        assert_eq!(std::fs::read_to_string(&opt).unwrap(), "0");
+        assert!(quiet_comm_recording(root, &dir), "already off");
+        // A kernel without the option: nothing to do, and it says so.
+        std::fs::remove_file(&opt).unwrap();
+        assert!(!quiet_comm_recording(root, &dir));
+    }
 
     fn ev(target: u64, nr: u32, start: u64, end: u64) -> AggregatedEvent {
         AggregatedEvent {
