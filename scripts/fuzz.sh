@@ -40,11 +40,12 @@ export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
 -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions=on \
 -Coverflow-checks=on"
-# The workspace's release profile is tuned for the simulator (thin LTO, one codegen unit);
-# a fuzz build wants a short build more than the last few per cent of speed.
+# The workspace's release profile is tuned for the simulator (thin LTO, one codegen unit,
+# debug info for profiling); a fuzz build wants a short build more than the last few per cent
+# of speed, and a crash's panic message names its file and line without debug info.
 cargo build --locked --release -p tierd-fuzz --features fuzz --bins --target "$triple" \
   --target-dir "$out" --config profile.release.lto=false \
-  --config profile.release.codegen-units=16
+  --config profile.release.codegen-units=16 --config profile.release.debug=false
 bin="$out/$triple/release"
 echo "fuzz: built in $((SECONDS - start)) s"
 
