@@ -311,19 +311,23 @@ fn memcached_short_tierd_row_brings_the_hot_items_to_the_fast_node_without_over_
     println!("{}", res.host.line());
     println!("{}", summary::table(&res.experiment, &res.rows));
     let t1 = res.rows.iter().find(|r| r.id == "T1").expect("tierd row");
-    if let Some(d) = res.runs.iter().find(|(id, _)| id == "T1").map(|(_, d)| d) {
-        for n in d.notes.iter().filter(|n| {
-            ["APP", "READY", "UNTIL", "TIERD", "GUEST"]
-                .iter()
-                .any(|p| n.starts_with(p))
-        }) {
-            println!("{n}");
-        }
-        for l in d.workload_lines.iter().filter(|l| l.starts_with("kv done")) {
-            println!("{l}");
-        }
-        print_status(d);
+    let d = &res
+        .runs
+        .iter()
+        .find(|(id, _)| id == "T1")
+        .expect("T1 run")
+        .1;
+    for n in d.notes.iter().filter(|n| {
+        ["APP", "READY", "UNTIL", "TIERD", "GUEST"]
+            .iter()
+            .any(|p| n.starts_with(p))
+    }) {
+        println!("{n}");
     }
+    for l in d.workload_lines.iter().filter(|l| l.starts_with("kv done")) {
+        println!("{l}");
+    }
+    print_status(d);
     println!(
         "T1: t50 {:?} s, t90 {:?} s, hot on fast {:.1} %, over-promotion {:+.1} %, ops/s {:?}, \
          p95 {:?} us ({})",
@@ -351,12 +355,6 @@ fn memcached_short_tierd_row_brings_the_hot_items_to_the_fast_node_without_over_
     // DAMON's regions came from the tracepoint (the event filtered by the kdamond's pid), not
     // the sysfs fallback, which would pass the bounds above more slowly and hide a broken
     // trace reader.
-    let d = &res
-        .runs
-        .iter()
-        .find(|(id, _)| id == "T1")
-        .expect("T1 run")
-        .1;
     let intervals = d
         .tierd_status
         .as_ref()

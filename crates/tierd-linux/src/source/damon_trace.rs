@@ -400,7 +400,6 @@ pub struct DamonTrace {
     asm: Assembler,
     pid: Option<u32>,
     buf: Vec<u8>,
-    comm_recording_off: bool,
 }
 
 impl DamonTrace {
@@ -423,7 +422,7 @@ impl DamonTrace {
             return Err(DamonError::NoTracepoint { path: enable });
         }
         write_file(&enable, "0")?;
-        let comm_recording_off = quiet_comm_recording(tracefs, &dir);
+        quiet_comm_recording(tracefs, &dir);
         write_file(&dir.join("buffer_size_kb"), &BUFFER_KIB.to_string())?;
         let pipe_path = dir.join("trace_pipe");
         let pipe = std::fs::OpenOptions::new()
@@ -438,15 +437,7 @@ impl DamonTrace {
             asm: Assembler::default(),
             pid: None,
             buf: vec![0; 64 << 10],
-            comm_recording_off,
         })
-    }
-
-    /// Whether the instance records no task names (`options/record-cmd` 0), so enabling the
-    /// event hooks no context switch ([`quiet_comm_recording`]).
-    #[must_use]
-    pub fn comm_recording_off(&self) -> bool {
-        self.comm_recording_off
     }
 
     /// The instance's directory.
