@@ -1560,6 +1560,23 @@ impl Backend for LinuxBackend {
         Ok(r)
     }
 
+    /// One call per run of batches going the same way, up to the mover's chunk: each
+    /// `move_pages(2)` call pays `lru_cache_disable()` whatever its size
+    /// ([`tierd_engine::plan::join_batches`]), and the mover already splits a call per process
+    /// and chunk.
+    fn migrate_batches(
+        &mut self,
+        now: Nanos,
+        batches: &[MigrationBatch],
+        out: &mut Vec<MigrationReport>,
+    ) -> Result<(), Self::Error> {
+        let max = self.mover.config().chunk_pages;
+        for b in tierd_engine::plan::join_batches(batches, max) {
+            out.push(self.migrate(now, &b)?);
+        }
+        Ok(())
+    }
+
     fn migrate(
         &mut self,
         now: Nanos,
@@ -2050,6 +2067,16 @@ pub fn run(
                 "first pass done at {:.2} s; its CPU s: {}",
                 start.elapsed().as_secs_f64(),
                 parts.join(", ")
+            ));
+        }
+        if summary.moved_pages == 0 && out.moved_pages > 0 {
+            // How long tierd took to act at all: its start, the sources' first readings and
+            // the engine's frequency window (the lab reads it beside t50/t90).
+            log(&format!(
+                "first pages moved at {:.2} s: {} in pass {}",
+                start.elapsed().as_secs_f64(),
+                out.moved_pages,
+                summary.passes
             ));
         }
         summary.observations += out.observations as u64;

@@ -77,6 +77,23 @@ pub trait Backend {
         now: Nanos,
         batch: &MigrationBatch,
     ) -> Result<MigrationReport, Self::Error>;
+
+    /// Executes a plan's batches in order, appending a report for each call it makes. The
+    /// default makes one [`Backend::migrate`] call per batch; a backend whose calls have a
+    /// fixed price may join batches first ([`crate::plan::join_batches`]): the engine applies
+    /// whatever reports come back, whichever batches they cover. On an error, the reports
+    /// already appended are still applied.
+    fn migrate_batches(
+        &mut self,
+        now: Nanos,
+        batches: &[MigrationBatch],
+        out: &mut Vec<MigrationReport>,
+    ) -> Result<(), Self::Error> {
+        for b in batches {
+            out.push(self.migrate(now, b)?);
+        }
+        Ok(())
+    }
 }
 
 /// What one [`step`] did.
@@ -84,7 +101,8 @@ pub trait Backend {
 pub struct StepOutcome {
     /// Observations fed to the engine.
     pub observations: usize,
-    /// Batches executed.
+    /// Reports applied: one per batch, or per joined batch where the backend joins them
+    /// ([`Backend::migrate_batches`]).
     pub batches: usize,
     /// Base pages moved.
     pub moved_pages: u64,
@@ -97,6 +115,7 @@ pub struct StepOutcome {
 pub struct StepBuffers {
     observations: Vec<Observation>,
     updates: Vec<OwnerUpdate>,
+    reports: Vec<MigrationReport>,
 }
 
 /// One pass of the control loop: owners, observations, tick, migrate, apply.
@@ -118,8 +137,9 @@ pub fn step<B: Backend>(
     engine.observe(&bufs.observations);
     let usage = backend.usage(now)?;
     let plan = engine.tick(now, &usage);
-    for batch in &plan.batches {
-        let report = backend.migrate(now, batch)?;
+    bufs.reports.clear();
+    let moved = backend.migrate_batches(now, &plan.batches, &mut bufs.reports);
+    for report in bufs.reports.drain(..) {
         for r in &report.results {
             let n = r.page.size.nr_pages().0;
             match r.outcome {
@@ -137,5 +157,6 @@ pub fn step<B: Backend>(
         engine.apply(now, &report);
         out.batches += 1;
     }
+    moved?;
     Ok(out)
 }

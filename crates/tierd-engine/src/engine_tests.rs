@@ -849,6 +849,109 @@ impl Backend for FakeBackend {
     }
 }
 
+/// A backend that joins a plan's batches (as the Linux one does) and fails the call number
+/// `fail_call` as a whole.
+#[derive(Debug, Default)]
+struct JoiningBackend {
+    inner: FakeBackend,
+    calls: Vec<usize>,
+    fail_call: Option<usize>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the call failed")]
+struct CallFailed;
+
+impl Backend for JoiningBackend {
+    type Error = CallFailed;
+    fn drain_observations(
+        &mut self,
+        now: Nanos,
+        out: &mut Vec<Observation>,
+    ) -> Result<(), CallFailed> {
+        self.inner
+            .drain_observations(now, out)
+            .map_err(|_| CallFailed)
+    }
+    fn drain_owner_updates(&mut self, _out: &mut Vec<OwnerUpdate>) -> Result<(), CallFailed> {
+        Ok(())
+    }
+    fn usage(&mut self, _now: Nanos) -> Result<SystemUsage, CallFailed> {
+        Ok(self.inner.usage.clone())
+    }
+    fn migrate(
+        &mut self,
+        now: Nanos,
+        batch: &MigrationBatch,
+    ) -> Result<MigrationReport, CallFailed> {
+        if self.fail_call == Some(self.calls.len()) {
+            return Err(CallFailed);
+        }
+        self.calls.push(batch.pages.len());
+        self.inner.migrate(now, batch).map_err(|_| CallFailed)
+    }
+    fn migrate_batches(
+        &mut self,
+        now: Nanos,
+        batches: &[MigrationBatch],
+        out: &mut Vec<MigrationReport>,
+    ) -> Result<(), CallFailed> {
+        for b in crate::plan::join_batches(batches, 128) {
+            out.push(self.migrate(now, &b)?);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn joined_batches_are_fewer_calls_and_a_failed_call_keeps_what_moved_before_it() {
+    let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
+    let cfg = EngineConfig {
+        batch_nr: 64,
+        ..kcfg()
+    };
+    let pending = || -> Vec<Observation> {
+        (0..200)
+            .flat_map(|v| [obs(1, v, N1, Some(N0), 0), obs(1, v, N1, Some(N0), 1)])
+            .collect()
+    };
+    // 200 ready pages: 4 batches of at most 64 planned, 2 calls of at most 128 made.
+    let mut b = JoiningBackend::default();
+    b.inner.usage = usage(&topo, Bytes::gib(16));
+    b.inner.pending = pending();
+    let mut e = Engine::new(cfg.clone(), topo.clone()).unwrap();
+    let out = step(
+        &mut e,
+        &mut b,
+        Nanos::from_millis(100),
+        &mut StepBuffers::default(),
+    )
+    .unwrap();
+    assert_eq!(e.stats().engine.plan_batches, 4);
+    assert_eq!(b.calls, vec![128, 72]);
+    assert_eq!(out.batches, 2);
+    assert_eq!(out.moved_pages, 200);
+    assert_eq!(e.stats().engine.pgpromote_success, 200);
+    // The second call fails: the step says so, and the first call's pages still count as
+    // promoted (they moved), so they are not planned again.
+    let mut b = JoiningBackend {
+        fail_call: Some(1),
+        ..JoiningBackend::default()
+    };
+    b.inner.usage = usage(&topo, Bytes::gib(16));
+    b.inner.pending = pending();
+    let mut e = Engine::new(cfg, topo).unwrap();
+    assert!(step(
+        &mut e,
+        &mut b,
+        Nanos::from_millis(100),
+        &mut StepBuffers::default()
+    )
+    .is_err());
+    assert_eq!(b.calls, vec![128]);
+    assert_eq!(e.stats().engine.pgpromote_success, 128);
+}
+
 #[test]
 fn step_runs_observe_tick_migrate_apply() {
     let topo = two_tier(Bytes::gib(16), Bytes::gib(64));

@@ -98,6 +98,36 @@ impl MigrationPlan {
     }
 }
 
+/// Joins runs of consecutive batches that go the same way (kind and target) into batches of
+/// at most `max_pages` folios (never splitting one), keeping the plan's order: demotions stay
+/// ahead of the promotions that need their room. The joined batch keeps the first one's id and
+/// cgroup.
+///
+/// For a backend whose every call has a fixed price that does not depend on its size:
+/// `move_pages(2)` brackets each call with `lru_cache_disable()` (mm/migrate.c
+/// `do_pages_move()`: an expedited RCU grace period and a drain of every CPU's LRU batches), so
+/// kmigrated's 512-folio batches, moved one call each, cost a 128 MiB hot set 64 of them. The
+/// engine still plans (and counts) `batch_nr`-sized batches; only the calls are fewer.
+/// `max_pages` 0 or 1 returns the batches as they are.
+#[must_use]
+pub fn join_batches(batches: &[MigrationBatch], max_pages: usize) -> Vec<MigrationBatch> {
+    let mut out: Vec<MigrationBatch> = Vec::with_capacity(batches.len());
+    for b in batches {
+        match out.last_mut() {
+            Some(last)
+                if max_pages > 1
+                    && last.kind == b.kind
+                    && last.target == b.target
+                    && last.pages.len() + b.pages.len() <= max_pages =>
+            {
+                last.pages.extend_from_slice(&b.pages);
+            }
+            _ => out.push(b.clone()),
+        }
+    }
+    out
+}
+
 /// Why a page did not move; the errnos `move_pages(2)` puts in `status[]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -197,5 +227,80 @@ impl MigrationReport {
             target: batch.target,
             results,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{SpaceId, Vpn};
+
+    fn batch(
+        id: u64,
+        kind: MigrationKind,
+        target: u16,
+        cgroup: u32,
+        vpns: &[u64],
+    ) -> MigrationBatch {
+        MigrationBatch {
+            id,
+            kind,
+            target: NodeId(target),
+            cgroup: CgroupId(cgroup),
+            pages: vpns
+                .iter()
+                .map(|v| PlannedMove {
+                    page: PageRef::base(SpaceId(7), Vpn(*v)),
+                    from: NodeId(1),
+                })
+                .collect(),
+        }
+    }
+
+    fn shape(b: &[MigrationBatch]) -> Vec<(u64, MigrationKind, u16, Vec<u64>)> {
+        b.iter()
+            .map(|b| {
+                (
+                    b.id,
+                    b.kind,
+                    b.target.0,
+                    b.pages.iter().map(|m| m.page.vpn.0).collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn batches_going_the_same_way_are_joined_in_order_up_to_the_cap() {
+        use MigrationKind::{Demote, Promote};
+        let plan = [
+            batch(1, Demote, 1, 0, &[100, 101]),
+            batch(2, Promote, 0, 0, &[1, 2]),
+            batch(3, Promote, 0, 5, &[3, 4]), // another cgroup: joined all the same
+            batch(4, Promote, 0, 0, &[5, 8]), // 6 would pass the cap of 5: a new batch
+            batch(5, Promote, 2, 0, &[6]),    // another target: never joined
+            batch(6, Promote, 0, 0, &[7]),    // same way as 4, but not next to it
+        ];
+        let got = join_batches(&plan, 5);
+        assert_eq!(
+            shape(&got),
+            vec![
+                (1, Demote, 1, vec![100, 101]),
+                (2, Promote, 0, vec![1, 2, 3, 4]),
+                (4, Promote, 0, vec![5, 8]),
+                (5, Promote, 2, vec![6]),
+                (6, Promote, 0, vec![7]),
+            ]
+        );
+        // Every planned page is in exactly one joined batch, in the plan's order.
+        let flat = |b: &[MigrationBatch]| -> Vec<u64> {
+            b.iter()
+                .flat_map(|b| b.pages.iter().map(|m| m.page.vpn.0))
+                .collect()
+        };
+        assert_eq!(flat(&got), flat(&plan));
+        // A cap of 0 or 1 leaves the plan as it is.
+        assert_eq!(join_batches(&plan, 1), plan.to_vec());
+        assert_eq!(join_batches(&plan, 0), plan.to_vec());
     }
 }

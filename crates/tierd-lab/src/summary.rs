@@ -42,9 +42,11 @@ pub struct Summary {
     pub hot_on_fast_pct: f64,
     /// All parts' pages on the fast node at the end, MiB.
     pub fast_mib: f64,
-    /// `(fast_mib - hot MiB) / hot MiB`, percent (the seed's over-promotion).
+    /// `(hot pages on fast + cold pages that came to fast - hot pages) / hot pages`, percent
+    /// (the seed's over-promotion, `(fast_mib - hot MiB) / hot MiB`, where nothing starts on
+    /// the fast node; cold pages already there before the mechanism started are not counted).
     pub over_pct: f64,
-    /// Share of the other parts (cold) moved to the fast node, percent.
+    /// Share of the other parts (cold) that came to the fast node during the run, percent.
     pub cold_moved_pct: f64,
     /// MiB migrated as the kernel counts it (growth of `pgmigrate_success` * 4 KiB, which every
     /// mechanism's moves count in, a THP as 512 pages).
@@ -224,6 +226,15 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
         .iter()
         .any(|p| !p.in_over)
         .then(|| pages_mib(uncounted_fast));
+    // Pages of the counted parts already on a fast node in the first sample, before the
+    // mechanism started, got there at allocation (a preferred-node policy with room left:
+    // lab memcached-pm), not by promotion: over-promotion counts what arrived after it.
+    // Nothing starts there in the other experiments, where this is 0.
+    let others_fast_start: u64 = d
+        .samples
+        .first()
+        .map_or(0, |s| counted().map(|p| on_fast(s, &p.name)).sum());
+    let others_moved = others_fast.saturating_sub(others_fast_start);
     let fast_pages = hot_fast + others_fast;
     let promoter = match (cpu_delta(d, "promoter"), cpu_delta(d, "kdamond")) {
         (None, None) => None,
@@ -362,11 +373,12 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
         t95_s: reach(0.95),
         hot_on_fast_pct: 100.0 * hot_fast as f64 / hot.pages.max(1) as f64,
         fast_mib: pages_mib(fast_pages),
-        over_pct: 100.0 * (fast_pages as f64 - hot.pages as f64) / hot.pages.max(1) as f64,
+        over_pct: 100.0 * ((hot_fast + others_moved) as f64 - hot.pages as f64)
+            / hot.pages.max(1) as f64,
         cold_moved_pct: if others == 0 {
             0.0
         } else {
-            100.0 * others_fast as f64 / others as f64
+            100.0 * others_moved as f64 / others as f64
         },
         migrated_mib: pages_mib(migrated_pages),
         pgpromote_success: delta(d, "pgpromote_success"),
@@ -900,10 +912,11 @@ fn metric_value(exp: &Experiment, m: Metric, r: &Summary) -> Option<f64> {
     match m {
         Metric::T90 => r.t90_s,
         Metric::T95 => r.t95_s,
-        Metric::OverPromotion => (hot_mib > 0.0).then(|| {
-            let cold_fast = r.fast_mib - hot_mib * r.hot_on_fast_pct / 100.0;
-            (100.0 * cold_fast / hot_mib).max(0.0)
-        }),
+        // The cold pages that came to the fast node, per hot page: the row's over-promotion
+        // without its shortfall of hot pages (both against the part's real size).
+        Metric::OverPromotion => {
+            (hot_mib > 0.0).then(|| (r.over_pct + 100.0 - r.hot_on_fast_pct).max(0.0))
+        }
         Metric::MigratedMib => Some(r.migrated_mib),
         Metric::PromoterCpu => r.promoter_cpu_s,
         Metric::WrongFastNode => r.wrong_node_pct,
@@ -923,7 +936,8 @@ fn better(a: Option<f64>, b: Option<f64>) -> bool {
 /// row best at it, tierd's row best at it, and who wins. Rows that failed or were skipped
 /// take no part, nor does the no-promotion baseline (it would win every cost for doing
 /// nothing). Costs are compared among the rows that reached 90 % of the hot set (all rows of
-/// a side when none did). Promoter CPU is tierd against the DAMON rows only (NUMA balancing
+/// a side when none did); when only one side reached it, its costs have nothing to compare
+/// with (a mechanism that placed nothing spent nothing: no outcome). Promoter CPU is tierd against the DAMON rows only (NUMA balancing
 /// has no promoter thread: its work is in the workload's faults), won at <= 1/2 of the best
 /// DAMON row's (issue 14's goal). Times: `None` (never reached) loses to any time and ties
 /// with `None`.
@@ -969,7 +983,10 @@ pub fn versus(exp: &Experiment, rows: &[Summary], guest_kernel: &str) -> Vec<Ver
         };
         let k = side(&kernel, m == Metric::PromoterCpu);
         let t = side(&tierd, false);
+        let reached = |rs: &[&Summary]| rs.iter().any(|r| r.t90_s.is_some());
+        let one_side_placed = reached(&kernel) != reached(&tierd);
         let outcome = match (&k, &t) {
+            _ if m.is_cost() && one_side_placed => Outcome::NoData,
             (Some((_, kv)), Some((_, tv))) => match (m, kv, tv) {
                 (Metric::PromoterCpu, Some(k), Some(t)) => {
                     if *t <= 0.5 * k {
@@ -1136,6 +1153,41 @@ mod tests {
         );
         assert!(t.contains("workload did not finish"), "{t}");
         assert!(t.contains("DAMON sample 5 -> 10 ms (1 change)"), "{t}");
+    }
+
+    #[test]
+    fn cold_pages_on_the_fast_node_before_the_start_are_not_over_promotion() {
+        let exp = experiment_a(true);
+        // 9830 cold pages were allocated on node 0 (a preferred-node policy with room) before
+        // the mechanism started; 3276 more came during the run.
+        let d = RunData {
+            samples: vec![
+                sample(-0.1, 0, 9830, 100, None),
+                sample(1.0, 32768, 9830, 32868, Some(50)),
+                sample(2.0, 32768, 9830 + 3276, 36144, Some(80)),
+            ],
+            ..RunData::default()
+        };
+        let s = summarize(&exp, "T1", "tierd", &d);
+        assert!((s.over_pct - 10.0).abs() < 0.01, "{}", s.over_pct);
+        assert!(
+            (s.cold_moved_pct - 3.33).abs() < 0.01,
+            "{}",
+            s.cold_moved_pct
+        );
+        // What is on the fast node at the end is still all of it.
+        assert!((s.fast_mib - (32768.0 + 9830.0 + 3276.0) / 256.0).abs() < 1e-9);
+        // A mechanism that demoted some of those cold pages promoted none: 0, not below.
+        let d = RunData {
+            samples: vec![
+                sample(-0.1, 0, 9830, 100, None),
+                sample(1.0, 32768, 5000, 32868, Some(50)),
+            ],
+            ..RunData::default()
+        };
+        let s = summarize(&exp, "T1", "tierd", &d);
+        assert!(s.over_pct.abs() < 1e-9, "{}", s.over_pct);
+        assert!(s.cold_moved_pct.abs() < 1e-9);
     }
 
     #[test]
@@ -1339,12 +1391,14 @@ mod tests {
             // NUMA balancing: the fastest kernel row, 4 MiB of cold pages promoted.
             Summary {
                 fast_mib: 132.0,
+                over_pct: 3.125,
                 migrated_mib: 135.0,
                 ..row("N2", "numab2", Some(3.0), Some(9.0))
             },
             // DAMOS: slower, 64 MiB over, 8 s of kdamond CPU.
             Summary {
                 fast_mib: 192.0,
+                over_pct: 50.0,
                 migrated_mib: 200.0,
                 promoter_cpu_s: Some(8.0),
                 ..row("D3", "damos", Some(6.0), Some(7.5))
@@ -1353,6 +1407,7 @@ mod tests {
             Summary {
                 fast_mib: 64.0,
                 hot_on_fast_pct: 50.0,
+                over_pct: -50.0,
                 migrated_mib: 64.0,
                 promoter_cpu_s: Some(1.0),
                 ..row("DT", "damon-tiering", None, None)
@@ -1407,6 +1462,44 @@ mod tests {
             t.contains("| promoter CPU s | D3 (damos) | 8.00 | T1 (tierd) | 4.50 | LOSE |"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn costs_are_not_compared_with_a_side_that_placed_nothing() {
+        let exp = experiment_a(false);
+        // The kernel skips the policy's pages (memcached-pm without the flag): it moves
+        // nothing and never reaches 90 %; tierd places the hot set and moves 6 MiB of it,
+        // with cold pages that were on the fast node from the start not counted as over.
+        let rows = vec![
+            Summary {
+                hot_on_fast_pct: 1.7,
+                over_pct: -98.3,
+                fast_mib: 38.0,
+                migrated_mib: 0.0,
+                ..row("N2", "numab2", None, None)
+            },
+            Summary {
+                hot_on_fast_pct: 97.4,
+                over_pct: -1.7,
+                fast_mib: 33.0,
+                migrated_mib: 6.0,
+                ..row("T1", "tierd", Some(2.7), Some(2.7))
+            },
+        ];
+        let v = versus(&exp, &rows, "k");
+        assert_eq!(verdict(&v, Metric::T90).outcome, Outcome::Win);
+        for m in [Metric::MigratedMib, Metric::OverPromotion] {
+            let x = verdict(&v, m);
+            assert_eq!(x.outcome, Outcome::NoData, "{m:?}");
+        }
+        // tierd's own over-promotion: 0.9 % of the hot pages' worth of cold pages came.
+        let over = verdict(&v, Metric::OverPromotion);
+        assert!((over.tierd_value.unwrap() - 0.9).abs() < 1e-9, "{over:?}");
+        // Both placed: compared as usual.
+        let mut both = rows.clone();
+        both[0].t90_s = Some(1.1);
+        let v = versus(&exp, &both, "k");
+        assert_eq!(verdict(&v, Metric::MigratedMib).outcome, Outcome::Lose);
     }
 
     #[test]

@@ -155,12 +155,19 @@ pub enum FillOrder {
     HotFirst,
     /// A seeded random permutation: hot keys spread over the whole store.
     Random,
+    /// Ids n-1, ..., 1, 0: the hot keys are written last, packed together after every cold
+    /// one. Under a preferred-node policy whose node has a little room left, the cold items
+    /// fill that room and the hot ones land on the next node (lab `memcached-pm`).
+    ColdFirst,
 }
 
 /// The ids `0..n` in fill order.
 #[must_use]
 pub fn fill_order(n: u64, order: FillOrder, seed: u64) -> Vec<u64> {
     let mut ids: Vec<u64> = (0..n).collect();
+    if order == FillOrder::ColdFirst {
+        ids.reverse();
+    }
     if order == FillOrder::Random {
         let mut rng = SplitMix64::new(seed ^ 0x6b76_5f66_696c_6c00);
         for i in (1..ids.len()).rev() {
@@ -889,6 +896,7 @@ mod tests {
     #[test]
     fn fill_orders() {
         assert_eq!(fill_order(5, FillOrder::HotFirst, 1), vec![0, 1, 2, 3, 4]);
+        assert_eq!(fill_order(5, FillOrder::ColdFirst, 1), vec![4, 3, 2, 1, 0]);
         let mut r = fill_order(1000, FillOrder::Random, 1);
         assert_ne!(r[..10], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
         assert_eq!(r, fill_order(1000, FillOrder::Random, 1));

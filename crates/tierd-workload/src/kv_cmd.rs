@@ -40,6 +40,8 @@ pub enum Order {
     HotFirst,
     /// A seeded random permutation: the hot keys are spread over the store.
     Random,
+    /// Ids n-1, ..., 0: the hot keys are written last, packed together after the cold ones.
+    ColdFirst,
 }
 
 #[derive(Subcommand, Debug)]
@@ -161,6 +163,7 @@ pub fn run(cmd: KvCmd) -> Result<()> {
                 order: match fill_order {
                     Order::HotFirst => FillOrder::HotFirst,
                     Order::Random => FillOrder::Random,
+                    Order::ColdFirst => FillOrder::ColdFirst,
                 },
                 secs,
                 interval: Duration::from_millis(interval_ms.max(1)),
@@ -447,6 +450,7 @@ fn run_kv(a: &KvArgs) -> Result<()> {
     let order = match a.order {
         FillOrder::HotFirst => "hot-first",
         FillOrder::Random => "random",
+        FillOrder::ColdFirst => "cold-first",
     };
     emit(&format_args!(
         "kv pid={server_pid} server={} port={} keys={} read_keys={} value_bytes={} hot_keys={} zipf={} \
