@@ -228,7 +228,7 @@ impl Mechanism {
             Mechanism::Tierd { .. } => "/bin/tierd status --json > /tmp/status.json 2>/dev/null\n\
                  kill -TERM $PID_promoter; wait $PID_promoter; echo \"LAB TIERD_RC $?\"\n\
                  sed 's/^/LAB TIERD_ERR /' /tmp/tierd.err\n\
-                 grep -E ' intervals |first pass done' /tmp/tierd.out | sed 's/^/LAB TIERD_OUT /'\n\
+                 grep -E ' intervals |first pass done|first pages moved' /tmp/tierd.out | sed 's/^/LAB TIERD_OUT /'\n\
                  tierd_export /tmp/status.json status.json\n"
                 .into(),
         }
