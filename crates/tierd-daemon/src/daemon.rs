@@ -1564,17 +1564,8 @@ impl Backend for LinuxBackend {
     /// `move_pages(2)` call pays `lru_cache_disable()` whatever its size
     /// ([`tierd_engine::plan::join_batches`]), and the mover already splits a call per process
     /// and chunk.
-    fn migrate_batches(
-        &mut self,
-        now: Nanos,
-        batches: &[MigrationBatch],
-        out: &mut Vec<MigrationReport>,
-    ) -> Result<(), Self::Error> {
-        let max = self.mover.config().chunk_pages;
-        for b in tierd_engine::plan::join_batches(batches, max) {
-            out.push(self.migrate(now, &b)?);
-        }
-        Ok(())
+    fn join_pages(&self) -> usize {
+        self.mover.config().chunk_pages
     }
 
     fn migrate(

@@ -78,21 +78,11 @@ pub trait Backend {
         batch: &MigrationBatch,
     ) -> Result<MigrationReport, Self::Error>;
 
-    /// Executes a plan's batches in order, appending a report for each call it makes. The
-    /// default makes one [`Backend::migrate`] call per batch; a backend whose calls have a
-    /// fixed price may join batches first ([`crate::plan::join_batches`]): the engine applies
-    /// whatever reports come back, whichever batches they cover. On an error, the reports
-    /// already appended are still applied.
-    fn migrate_batches(
-        &mut self,
-        now: Nanos,
-        batches: &[MigrationBatch],
-        out: &mut Vec<MigrationReport>,
-    ) -> Result<(), Self::Error> {
-        for b in batches {
-            out.push(self.migrate(now, b)?);
-        }
-        Ok(())
+    /// The most folios one [`Backend::migrate`] call should get when [`step`] joins a plan's
+    /// consecutive batches going the same way ([`crate::plan::join_batches`]); 0 (the
+    /// default) or 1: one call per batch. For a backend whose calls have a fixed price.
+    fn join_pages(&self) -> usize {
+        0
     }
 }
 
@@ -102,7 +92,7 @@ pub struct StepOutcome {
     /// Observations fed to the engine.
     pub observations: usize,
     /// Reports applied: one per batch, or per joined batch where the backend joins them
-    /// ([`Backend::migrate_batches`]).
+    /// ([`Backend::join_pages`]).
     pub batches: usize,
     /// Base pages moved.
     pub moved_pages: u64,
@@ -138,7 +128,7 @@ pub fn step<B: Backend>(
     let usage = backend.usage(now)?;
     let plan = engine.tick(now, &usage);
     bufs.reports.clear();
-    let moved = backend.migrate_batches(now, &plan.batches, &mut bufs.reports);
+    let moved = migrate_all(backend, now, &plan.batches, &mut bufs.reports);
     for report in bufs.reports.drain(..) {
         for r in &report.results {
             let n = r.page.size.nr_pages().0;
@@ -159,4 +149,27 @@ pub fn step<B: Backend>(
     }
     moved?;
     Ok(out)
+}
+
+/// Executes `batches` in order, joined up to [`Backend::join_pages`], appending one report per
+/// call: the engine applies whatever reports come back, whichever batches they cover, and on
+/// an error the reports already appended are still applied.
+fn migrate_all<B: Backend>(
+    backend: &mut B,
+    now: Nanos,
+    batches: &[MigrationBatch],
+    out: &mut Vec<MigrationReport>,
+) -> Result<(), B::Error> {
+    let joined;
+    let batches = match backend.join_pages() {
+        cap if cap > 1 => {
+            joined = crate::plan::join_batches(batches, cap);
+            &joined[..]
+        }
+        _ => batches,
+    };
+    for b in batches {
+        out.push(backend.migrate(now, b)?);
+    }
+    Ok(())
 }

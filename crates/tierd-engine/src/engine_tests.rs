@@ -890,16 +890,8 @@ impl Backend for JoiningBackend {
         self.calls.push(batch.pages.len());
         self.inner.migrate(now, batch).map_err(|_| CallFailed)
     }
-    fn migrate_batches(
-        &mut self,
-        now: Nanos,
-        batches: &[MigrationBatch],
-        out: &mut Vec<MigrationReport>,
-    ) -> Result<(), CallFailed> {
-        for b in crate::plan::join_batches(batches, 128) {
-            out.push(self.migrate(now, &b)?);
-        }
-        Ok(())
+    fn join_pages(&self) -> usize {
+        128
     }
 }
 

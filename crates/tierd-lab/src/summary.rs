@@ -937,9 +937,9 @@ fn better(a: Option<f64>, b: Option<f64>) -> bool {
 /// take no part, nor does the no-promotion baseline (it would win every cost for doing
 /// nothing). Costs are compared among the rows that reached 90 % of the hot set (all rows of
 /// a side when none did); when only one side reached it, its costs have nothing to compare
-/// with (a mechanism that placed nothing spent nothing: no outcome). Promoter CPU is tierd against the DAMON rows only (NUMA balancing
-/// has no promoter thread: its work is in the workload's faults), won at <= 1/2 of the best
-/// DAMON row's (issue 14's goal). Times: `None` (never reached) loses to any time and ties
+/// with (a mechanism that placed nothing spent nothing: no outcome). Promoter CPU is tierd
+/// against the DAMON rows only (NUMA balancing has no promoter thread: its work is in the
+/// workload's faults), won at <= 1/2 of the best DAMON row's (issue 14's goal). Times: `None` (never reached) loses to any time and ties
 /// with `None`.
 #[must_use]
 pub fn versus(exp: &Experiment, rows: &[Summary], guest_kernel: &str) -> Vec<Verdict> {
@@ -954,6 +954,8 @@ pub fn versus(exp: &Experiment, rows: &[Summary], guest_kernel: &str) -> Vec<Ver
         .filter(ok)
         .filter(|r| r.mechanism != "tierd" && r.mechanism != "baseline")
         .collect();
+    let reached = |rs: &[&Summary]| rs.iter().any(|r| r.t90_s.is_some());
+    let one_side_placed = reached(&kernel) != reached(&tierd);
     let mut out = Vec::new();
     for m in Metric::ALL {
         let side = |rs: &[&Summary], damon_only: bool| -> Option<(String, Option<f64>)> {
@@ -983,8 +985,6 @@ pub fn versus(exp: &Experiment, rows: &[Summary], guest_kernel: &str) -> Vec<Ver
         };
         let k = side(&kernel, m == Metric::PromoterCpu);
         let t = side(&tierd, false);
-        let reached = |rs: &[&Summary]| rs.iter().any(|r| r.t90_s.is_some());
-        let one_side_placed = reached(&kernel) != reached(&tierd);
         let outcome = match (&k, &t) {
             _ if m.is_cost() && one_side_placed => Outcome::NoData,
             (Some((_, kv)), Some((_, tv))) => match (m, kv, tv) {
