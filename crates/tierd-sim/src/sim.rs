@@ -1086,7 +1086,79 @@ pub fn compare(
         }
         configs.push(world.run_reusing(c, &mut spare, |f| progress(i, &c.id, f), |_| {})?);
     }
-    Ok(CompareResult {
+    Ok(compare_result(sc, scale, &world, configs))
+}
+
+/// [`compare`] with up to `jobs` configurations running at once, one thread each.
+///
+/// Every configuration's run is seeded from the scenario alone (never from another run's
+/// random stream) and starts from its own copy of the built machine, so the result is the
+/// same, byte for byte, whatever `jobs` is; only the wall time and the memory change (each
+/// thread holds one copy of the machine). Results come back in the scenario's order.
+///
+/// # Errors
+/// [`SimError`] from building the world or from the first configuration (in scenario order)
+/// that failed.
+pub fn compare_jobs(
+    sc: &Scenario,
+    scale: f64,
+    only: &[String],
+    jobs: usize,
+    progress: &(dyn Fn(usize, &str, f64) + Sync),
+) -> Result<CompareResult, SimError> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    let picked: Vec<(usize, &ConfigToml)> = sc
+        .config
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| only.is_empty() || only.contains(&c.id))
+        .collect();
+    let jobs = jobs.clamp(1, picked.len().max(1));
+    if jobs == 1 {
+        return compare(sc, scale, only, |i, id, f| progress(i, id, f));
+    }
+    let world = World::build(sc)?;
+    let next = AtomicUsize::new(0);
+    let slots: Mutex<Vec<Option<Result<ConfigResult, SimError>>>> =
+        Mutex::new((0..picked.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| {
+                // A worker reuses its own machine copy from one configuration to the next.
+                let mut spare = None;
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(i, c)) = picked.get(k) else {
+                        break;
+                    };
+                    let r = world.run_reusing(c, &mut spare, |f| progress(i, &c.id, f), |_| {});
+                    // A poisoned lock means another worker panicked; the scope re-raises it.
+                    if let Ok(mut v) = slots.lock() {
+                        v[k] = Some(r);
+                    }
+                }
+            });
+        }
+    });
+    let slots = slots
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut configs = Vec::with_capacity(slots.len());
+    for r in slots.into_iter().flatten() {
+        configs.push(r?);
+    }
+    Ok(compare_result(sc, scale, &world, configs))
+}
+
+fn compare_result(
+    sc: &Scenario,
+    scale: f64,
+    world: &World,
+    configs: Vec<ConfigResult>,
+) -> CompareResult {
+    CompareResult {
         scenario: sc.name.clone(),
         description: sc.description.clone(),
         seed: sc.seed,
@@ -1096,7 +1168,7 @@ pub fn compare(
         thp: thp_label(sc),
         version: env!("CARGO_PKG_VERSION").to_string(),
         configs,
-    })
+    }
 }
 
 #[cfg(test)]

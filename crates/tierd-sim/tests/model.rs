@@ -33,6 +33,27 @@ fn same_seed_same_output() {
 }
 
 #[test]
+fn running_configurations_in_parallel_gives_the_same_output() {
+    let sc = Scenario::find("pointer-chase").unwrap().scaled(1.0 / 64.0);
+    let only: Vec<String> = ["B0", "N2", "H10", "T1"].map(String::from).to_vec();
+    let one = compare(&sc, 1.0 / 64.0, &only, |_, _, _| {}).unwrap();
+    let seen = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let three = tierd_sim::sim::compare_jobs(&sc, 1.0 / 64.0, &only, 3, &|i, id, _| {
+        seen.lock().unwrap().insert((i, id.to_string()));
+    })
+    .unwrap();
+    assert_eq!(
+        serde_json::to_string(&one).unwrap(),
+        serde_json::to_string(&three).unwrap()
+    );
+    let ids: Vec<&str> = three.configs.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["B0", "N2", "H10", "T1"]);
+    // Progress names each configuration by its index in the scenario.
+    let seen = seen.into_inner().unwrap();
+    assert!(seen.contains(&(0, "B0".to_string())) && seen.contains(&(5, "T1".to_string())));
+}
+
+#[test]
 fn halving_the_sample_period_raises_placement() {
     let r = run("pointer-chase", 1.0 / 32.0, &["H10", "H5"]);
     let (h10, h5) = (row(&r, "H10"), row(&r, "H5"));

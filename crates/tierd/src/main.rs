@@ -49,6 +49,11 @@ struct RunArgs {
     /// Override the scenario's seed.
     #[arg(long)]
     seed: Option<u64>,
+    /// Run up to this many configurations at once, one thread each (default: the CPUs this
+    /// process may use). The output is the same whatever the number; each running
+    /// configuration holds its own copy of the simulated machine's page tables.
+    #[arg(long)]
+    jobs: Option<usize>,
     /// Write the full result (table data and time series) as JSON to this file (`-` = stdout).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -87,6 +92,7 @@ impl RunArgs {
             "--scale must be in (0, 1], got {}",
             self.scale
         );
+        anyhow::ensure!(self.jobs != Some(0), "--jobs must be at least 1");
         Ok(())
     }
 }
@@ -252,11 +258,17 @@ fn run(sc: &Scenario, only: &[String], args: &RunArgs) -> Result<()> {
     let multi = MultiProgress::new();
     let style = ProgressStyle::with_template("{prefix:>6} [{bar:40}] {percent:>3}%")
         .unwrap_or_else(|_| ProgressStyle::default_bar());
-    let mut bars: Vec<ProgressBar> = Vec::new();
-    let result: CompareResult = tierd_sim::sim::compare(&sc, args.scale, only, |i, id, f| {
+    let bars: std::sync::Mutex<Vec<ProgressBar>> = std::sync::Mutex::new(Vec::new());
+    let jobs = args.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let progress = |i: usize, id: &str, f: f64| {
         if !show {
             return;
         }
+        let Ok(mut bars) = bars.lock() else {
+            return;
+        };
         while bars.len() <= i {
             let b = multi.add(ProgressBar::new(1000));
             b.set_style(style.clone());
@@ -266,8 +278,10 @@ fn run(sc: &Scenario, only: &[String], args: &RunArgs) -> Result<()> {
         // f is a fraction in [0, 1]: the product fits u64 exactly.
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         bars[i].set_position((f.clamp(0.0, 1.0) * 1000.0) as u64);
-    })?;
-    for b in &bars {
+    };
+    let result: CompareResult =
+        tierd_sim::sim::compare_jobs(&sc, args.scale, only, jobs, &progress)?;
+    for b in bars.lock().iter().flat_map(|b| b.iter()) {
         b.finish_and_clear();
     }
     let to_stdout = |p: &Option<PathBuf>| p.as_ref().is_some_and(|p| p.as_os_str() == "-");
