@@ -540,6 +540,8 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "pointer-chase-thp",
         include_str!("../../../scenarios/a-pointer-chase-thp.toml"),
     ),
+    // Lab A's twin: the lab's measurements referee the model (docs/simulator.md).
+    ("lab-a", include_str!("../../../scenarios/lab-a.toml")),
 ];
 
 /// Longest simulated time: 10^7 s (115 days), far beyond any scenario, so that the step count
