@@ -343,6 +343,40 @@ pub fn kswapd(ctx: &mut Ctx<'_>) {
     }
 }
 
+/// `migrate_balanced_pgdat()` (mm/migrate.c): whether `node` keeps more free pages than its
+/// high watermark plus the `nr` pages of the folio to move there. A NUMA-balancing or
+/// kmigrated promotion that fails it is not attempted (`migrate_misplaced_folio_prepare()`
+/// returns -EAGAIN) and wakes kswapd on the node ([`kswapd_wake`]).
+#[must_use]
+pub fn migrate_balanced_pgdat(ctx: &Ctx<'_>, node: NodeId, nr: u64) -> bool {
+    ctx.mem.node(node).is_some_and(|m| {
+        let wm = Watermarks::of(m.capacity, ctx.kernel.watermark_scale_factor);
+        m.free().0 > wm.high.0 + nr
+    })
+}
+
+/// kswapd on top-tier `node` woken by `wakeup_kswapd()` from a promotion that failed
+/// [`migrate_balanced_pgdat`]: it balances the node to the promotion watermark in tiering
+/// mode, to the high watermark otherwise (mm/vmscan.c `pgdat_balanced()`), demoting the
+/// coldest pages to the next tier (`demote_folio_list()`, counted `pgdemote_kswapd`). Only
+/// with demotion enabled (reclaim to swap is not modelled). kswapd runs asynchronously in the
+/// kernel; here it runs at once, and callers wake it at most once per node per step.
+pub fn kswapd_wake(ctx: &mut Ctx<'_>, node: NodeId) {
+    if !ctx.kernel.demotion_enabled {
+        return;
+    }
+    let Some(m) = ctx.mem.node(node) else {
+        return;
+    };
+    let wm = Watermarks::of(m.capacity, ctx.kernel.watermark_scale_factor);
+    let goal = if ctx.kernel.tiering_kswapd {
+        wm.promo
+    } else {
+        wm.high
+    };
+    demote_coldest(ctx, node, goal, None);
+}
+
 /// Demotes the coldest units of `node` (of `cgroup` only, if given) until its free memory
 /// reaches `goal`.
 ///
