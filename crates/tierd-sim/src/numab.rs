@@ -1673,6 +1673,7 @@ mod tests {
                     .map(|&(n, t)| ThreadGroup {
                         node: NodeId(n),
                         threads: t,
+                        sharing: t,
                     })
                     .collect(),
                 streams: streams

@@ -333,6 +333,7 @@ impl World {
                     .map(|t| ThreadGroup {
                         node: NodeId(t.node),
                         threads: t.count,
+                        sharing: t.unscaled.unwrap_or(t.count),
                     })
                     .collect(),
                 streams: Vec::new(),

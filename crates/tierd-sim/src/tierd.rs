@@ -511,4 +511,18 @@ engine = { threshold = "relative" }"#,
         );
         assert_eq!(k.engine().config().threshold, ThresholdMode::Fixed);
     }
+
+    #[test]
+    fn a_kernel_pghot_row_has_no_demoter_of_tierd() {
+        // tierd demotes on its own watermarks...
+        let t = tierd(r#"sources = ["hint_fault"]"#);
+        assert!(t.engine().config().demotion.enabled);
+        // ...the kernel only through reclaim (kswapd), whatever the row's table says.
+        let k = tierd(
+            r#"sources = ["hint_fault"]
+kernel_pghot = true
+engine = { demotion = { enabled = true } }"#,
+        );
+        assert!(!k.engine().config().demotion.enabled);
+    }
 }
