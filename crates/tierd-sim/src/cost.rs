@@ -23,12 +23,32 @@ pub const IBS_SAMPLES_PER_ACCESS: f64 = 0.32;
 /// bit is set (`kmigrated_walk_zone()`), which is why it is six times DAMON's per-page cost.
 pub const KMIGRATED_NS_PER_PAGE: f64 = 12_000.0;
 
+/// Fixed CPU cost of migrating one folio through the kernel's migrate path when no other
+/// thread of its mm runs, ns: isolate it from the LRU, unmap it and install migration
+/// entries (mm/migrate.c `migrate_folio_unmap()`, `try_to_migrate()`), allocate the new
+/// folio, remap it (`remove_migration_ptes()`) and flush the TLB of the one CPU that ran it.
+/// **Assumed**: 1.6 us, so that one 4 KiB page costs [`MOVE_PAGES_NS_PER_PAGE`] with
+/// [`MIGRATE_COPY_NS_PER_KIB`]; bounded above by seed A D3 (13 s of kdamond for 6 M pages
+/// allows at most 2.2 us per page with the copy).
+pub const MIGRATE_FOLIO_NS: f64 = 1_600.0;
+
+/// Cost of copying the folio's data, ns per KiB (`folio_mc_copy()` in
+/// `migrate_folio_move()`): 100 ns per KiB is about 10 GB/s, one core's streaming copy
+/// between two nodes. **Assumed** (no seed measures a copy alone); a 4 KiB page costs 0.4 us,
+/// a 2 MiB folio 205 us.
+pub const MIGRATE_COPY_NS_PER_KIB: f64 = 100.0;
+
+/// [`MIGRATE_COPY_NS_PER_KIB`] for one 4 KiB base page, ns.
+pub const MIGRATE_COPY_NS_PER_PAGE: f64 = MIGRATE_COPY_NS_PER_KIB * 4.0;
+
 /// CPU time `move_pages(2)` spends per base page (isolate, unmap, copy 4 KiB, remap, TLB
-/// shootdown), ns, for tierd's own configurations. The same kernel migration path that
-/// DAMON's `migrate_hot` uses, so the same figure as the DAMON model's migration cost
-/// (1.5 us per folio + 0.5 us copy per page, bounded above by seed A D3: 13 s of kdamond for
-/// 6 M pages allows at most 2.2 us per page).
-pub const MOVE_PAGES_NS_PER_PAGE: f64 = 2_000.0;
+/// shootdown), ns, for tierd's own configurations: one folio's fixed part plus one page's
+/// copy, 1.6 + 0.4 = 2 us (**derived** from the two assumed parts above). The same kernel
+/// migration path that DAMON's `migrate_hot` and NUMA balancing's `migrate_misplaced_folio()`
+/// use, so the same figure as the DAMON model's migration cost (1.5 us per folio + 0.5 us
+/// copy per page); NUMA balancing adds the contention of threads sharing the page
+/// (crate::numab::migrate_cost_ns).
+pub const MOVE_PAGES_NS_PER_PAGE: f64 = MIGRATE_FOLIO_NS + MIGRATE_COPY_NS_PER_PAGE;
 
 /// Extra cost of one `move_pages(2)` call beyond its pages (syscall entry, per-call
 /// `lru_add_drain_all()`, mm lock), ns. Assumption: a few microseconds, as for any syscall

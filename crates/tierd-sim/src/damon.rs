@@ -1272,6 +1272,7 @@ mod tests {
                 groups: vec![ThreadGroup {
                     node: FAST,
                     threads,
+                    sharing: threads,
                 }],
                 streams: vec![Stream {
                     class: hot,

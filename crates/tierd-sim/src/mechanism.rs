@@ -343,6 +343,40 @@ pub fn kswapd(ctx: &mut Ctx<'_>) {
     }
 }
 
+/// `migrate_balanced_pgdat()` (mm/migrate.c): whether `node` keeps more free pages than its
+/// high watermark plus the `nr` pages of the folio to move there. A NUMA-balancing or
+/// kmigrated promotion that fails it is not attempted (`migrate_misplaced_folio_prepare()`
+/// returns -EAGAIN) and wakes kswapd on the node ([`kswapd_wake`]).
+#[must_use]
+pub fn migrate_balanced_pgdat(ctx: &Ctx<'_>, node: NodeId, nr: u64) -> bool {
+    ctx.mem.node(node).is_some_and(|m| {
+        let wm = Watermarks::of(m.capacity, ctx.kernel.watermark_scale_factor);
+        m.free().0 > wm.high.0 + nr
+    })
+}
+
+/// kswapd on top-tier `node` woken by `wakeup_kswapd()` from a promotion that failed
+/// [`migrate_balanced_pgdat`]: it balances the node to the promotion watermark in tiering
+/// mode, to the high watermark otherwise (mm/vmscan.c `pgdat_balanced()`), demoting the
+/// coldest pages to the next tier (`demote_folio_list()`, counted `pgdemote_kswapd`). Only
+/// with demotion enabled (reclaim to swap is not modelled). kswapd runs asynchronously in the
+/// kernel; here it runs at once, and callers wake it at most once per node per step.
+pub fn kswapd_wake(ctx: &mut Ctx<'_>, node: NodeId) {
+    if !ctx.kernel.demotion_enabled {
+        return;
+    }
+    let Some(m) = ctx.mem.node(node) else {
+        return;
+    };
+    let wm = Watermarks::of(m.capacity, ctx.kernel.watermark_scale_factor);
+    let goal = if ctx.kernel.tiering_kswapd {
+        wm.promo
+    } else {
+        wm.high
+    };
+    demote_coldest(ctx, node, goal, None);
+}
+
 /// Demotes the coldest units of `node` (of `cgroup` only, if given) until its free memory
 /// reaches `goal`.
 ///
@@ -387,29 +421,52 @@ pub fn demote_coldest(ctx: &mut Ctx<'_>, node: NodeId, goal: Pages, cgroup: Opti
         })
         .map(|(i, _)| i)
         .collect();
-    let unit_of = |mem: &Memory, ci: usize, k: u32| -> (UnitId, f64) {
+    // Each class is walked coldest-first with a cursor (k, idx) (`Class::coldest_order`), and
+    // only its units on `node` enter the heap: under churn most of a class's coldest units
+    // already sit on the lower tier, and skipping one costs a lookup, not a modular inverse
+    // and a weight. The units demoted, and their order, are those of a merge over every unit:
+    // a class's rates do not decrease along its cold order, so its next unit on `node` is the
+    // one that merge would reach next, and only this loop moves units meanwhile.
+    let next_on = |mem: &Memory, ci: usize, mut k: u32, mut idx: u32, step: u32| {
         let c = &mem.classes()[ci];
-        let idx = match c.spread {
-            crate::memory::Spread::Uniform => k,
-            crate::memory::Spread::Zipf { .. } => c.index_of_rank(u64::from(c.len - 1 - k)),
-        };
-        let w = c.weight(idx) / c.total_weight.max(f64::MIN_POSITIVE);
-        (c.unit_at(idx), ctx.load.class_rate[ci] * w)
+        while k < c.len {
+            let u = c.unit_at(idx);
+            if mem.node_of(u) == node {
+                let w = c.weight(idx) / c.total_weight.max(f64::MIN_POSITIVE);
+                return Some((k, idx, ctx.load.class_rate[ci] * w));
+            }
+            k += 1;
+            idx = c.next_in_order(idx, step);
+        }
+        None
     };
-    let mut heap: BinaryHeap<Reverse<(Rate, u32, usize, u32)>> = BinaryHeap::new();
+    /// A class's next unit on `node`: its rate, region, class, cold-order position and index.
+    type Entry = (Rate, u32, usize, u32, u32);
+    let mut heap: BinaryHeap<Reverse<Entry>> = BinaryHeap::new();
+    // Each class's step along its cold order.
+    let mut steps: BTreeMap<usize, u32> = BTreeMap::new();
     for &ci in &classes {
-        let (_, rate) = unit_of(ctx.mem, ci, 0);
-        heap.push(Reverse((Rate(rate), ctx.mem.classes()[ci].region.0, ci, 0)));
+        let (first, step) = ctx.mem.classes()[ci].coldest_order();
+        steps.insert(ci, step);
+        if let Some((k, idx, rate)) = next_on(ctx.mem, ci, 0, first, step) {
+            heap.push(Reverse((
+                Rate(rate),
+                ctx.mem.classes()[ci].region.0,
+                ci,
+                k,
+                idx,
+            )));
+        }
     }
-    while let Some(Reverse((_, reg, ci, k))) = heap.pop() {
+    while let Some(Reverse((_, reg, ci, k, idx))) = heap.pop() {
         if ctx.mem.node(node).is_none_or(|m| m.free() >= goal) {
             return;
         }
-        let len = ctx.mem.classes()[ci].len;
-        let (u, _) = unit_of(ctx.mem, ci, k);
-        if k + 1 < len {
-            let (_, next) = unit_of(ctx.mem, ci, k + 1);
-            heap.push(Reverse((Rate(next), reg, ci, k + 1)));
+        let step = steps.get(&ci).copied().unwrap_or(1);
+        let u = ctx.mem.classes()[ci].unit_at(idx);
+        let next_idx = ctx.mem.classes()[ci].next_in_order(idx, step);
+        if let Some((k2, idx2, rate)) = next_on(ctx.mem, ci, k + 1, next_idx, step) {
+            heap.push(Reverse((Rate(rate), reg, ci, k2, idx2)));
         }
         if ctx.mem.node_of(u) != node {
             continue;

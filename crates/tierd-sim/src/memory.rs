@@ -186,6 +186,35 @@ impl Class {
         u32::try_from(idx).unwrap_or(0)
     }
 
+    /// The class's indexes from its least-accessed unit up, as `(first, step)`: the k-th
+    /// least-accessed unit is at index `first + k × step (mod len)` (Zipf: rank `len - 1 -
+    /// k`, since `rank = a × idx + b` steps back by `a^-1` per rank; uniform: index `k`). Lets
+    /// reclaim walk a class coldest-first with one addition per unit instead of a modular
+    /// inverse ([`Class::index_of_rank`]) each.
+    #[must_use]
+    pub fn coldest_order(&self) -> (u32, u32) {
+        let n = self.len.max(1);
+        match self.spread {
+            Spread::Uniform => (0, 1 % n),
+            Spread::Zipf { .. } => {
+                let n64 = u64::from(n);
+                let first = self.index_of_rank(n64 - 1);
+                // index_of_rank(b + 1) = a^-1 (mod n).
+                let inv = self.index_of_rank((self.perm.1 + 1) % n64);
+                (first, (n - inv % n) % n)
+            }
+        }
+    }
+
+    /// The index after `idx` in [`Class::coldest_order`] with its `step`.
+    #[must_use]
+    #[inline]
+    pub fn next_in_order(&self, idx: u32, step: u32) -> u32 {
+        let n = u64::from(self.len.max(1));
+        // idx, step < n <= u32::MAX, so the sum fits and the result is below n.
+        u32::try_from((u64::from(idx) + u64::from(step)) % n).unwrap_or(0)
+    }
+
     /// The access weight of the class's `idx`-th unit.
     #[must_use]
     pub fn weight(&self, idx: u32) -> f64 {
@@ -1093,6 +1122,12 @@ mod tests {
         let mut ranks: Vec<u64> = (0..c.len).map(|i| c.rank(i)).collect();
         for i in 0..c.len {
             assert_eq!(c.index_of_rank(c.rank(i)), i);
+        }
+        // The coldest-first cursor visits ranks len-1, len-2, ..., 0.
+        let (mut idx, step) = c.coldest_order();
+        for k in 0..u64::from(c.len) {
+            assert_eq!(c.rank(idx), u64::from(c.len) - 1 - k);
+            idx = c.next_in_order(idx, step);
         }
         ranks.sort_unstable();
         assert_eq!(ranks, (0..u64::from(c.len)).collect::<Vec<_>>());

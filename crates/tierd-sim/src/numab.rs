@@ -70,9 +70,18 @@
 //! # Costs
 //!
 //! All charged to the application threads (NUMA balancing has no kernel thread of its own):
-//! [`PTE_UPDATE_COST_NS`] per PTE or huge PMD made PROT_NONE, [`HINT_FAULT_HANDLING_NS`] per
-//! hint fault and [`migrate_cost_ns`] per migrated folio, which together reproduce seed B's
-//! 74.5 us per hint fault ([`HINT_FAULT_COST_NS`]) at seed B's fault-to-migration ratio.
+//! [`PTE_UPDATE_COST_NS`] per PTE or huge PMD made PROT_NONE, [`hint_fault_cost_ns`] per
+//! hint fault and [`migrate_cost_ns`] per migrated folio. Both are built from the kernel's
+//! work: an uncontended part (the fault's entry, `do_numa_page()` and `task_numa_fault()`,
+//! [`HINT_FAULT_BASE_NS`]; the migration's fixed part and its copy per byte,
+//! [`crate::cost::MIGRATE_FOLIO_NS`], [`crate::cost::MIGRATE_COPY_NS_PER_KIB`], the same path
+//! `move_pages(2)` takes) and a contention part per further thread of the mm touching the
+//! page ([`HINT_FAULT_CONTENTION_NS`], [`MIGRATE_CONTENTION_NS`]: PTE-lock and migration-entry
+//! waits, TLB shootdowns to the CPUs running the mm), the threads of the process that access
+//! the page's class ([`crate::workload::Load::sharing_threads`]). The contention parts are
+//! fitted to seed B, whose 32 threads share every page: there they give back its 74.5 us per
+//! hint fault ([`HINT_FAULT_COST_NS`]) at its fault-to-migration ratio; a single-thread
+//! process (seed C's ranks) pays 2 us per fault and 2 us per migrated page.
 //!
 //! # Not modelled
 //!
@@ -93,6 +102,7 @@ use tierd_engine::policy::{MemPolicy, PolicyMode};
 use tierd_engine::ratelimit::{mbps_to_pages_per_s, AdaptiveThreshold, KernelWindowLimiter};
 use tierd_engine::types::{Nanos, NodeId, Pages, HPAGE_PMD_NR, PAGE_SHIFT};
 
+use crate::cost::{MIGRATE_COPY_NS_PER_PAGE, MIGRATE_FOLIO_NS};
 use crate::mechanism::{demote_coldest, Ctx, Mechanism, SimRng, Watermarks};
 use crate::memory::{Memory, RegionId, UnitId};
 use crate::workload::{Load, Process};
@@ -117,33 +127,79 @@ const SEED_B_IBS_TASK_WORK_US: f64 = 24_008_121.0;
 /// Seed B, IBS column: `numa_pages_migrated`.
 const SEED_B_IBS_PAGES_MIGRATED: f64 = 511_791.0;
 
+/// Seed B's threads per group: 32 threads bound to each node, all sweeping their group's
+/// 8 GB chunk (scenarios/b-hint-vs-samples.toml). Every hint fault and every migration of
+/// seed B is therefore on a page that 32 threads of one mm touch.
+const SEED_B_SHARING_THREADS: f64 = 32.0;
+
 /// Mean cost of one NUMA hint fault to the faulting thread, ns, **including** the synchronous
 /// migration of the pages that moved: seed B measured 2,875,354,862 us of fault handling over
 /// 38,589,520 hint faults = 74.5 us per fault (4 KiB pages, 2,097,220 of them migrated, i.e.
-/// one fault in 18.4 migrated). The simulator charges it split in two, so that workloads with
-/// a different fault-to-migration ratio get the right total: [`HINT_FAULT_HANDLING_NS`] per
-/// fault and [`MIGRATE_COST_NS_PER_PAGE`] per migrated base page.
+/// one fault in 18.4 migrated), with 32 threads sharing each page. A figure of seed B, not a
+/// cost the model charges: the model builds each fault's and each migration's cost from its
+/// parts ([`hint_fault_cost_ns`], [`migrate_cost_ns`]), which give this back at seed B's
+/// sharing and fault-to-migration ratio.
 pub const HINT_FAULT_COST_NS: f64 = SEED_B_FAULT_OVERHEAD_US * 1e3 / SEED_B_HINT_FAULTS;
 
-/// Cost of migrating one 4 KiB page synchronously from the fault path, ns: 46.9 us. In seed B's
-/// IBS column the migrations run in task work, which took 24,008,121 us for 511,791 migrated
-/// pages; all of that time is attributed to the migrations (an upper bound, since the task
-/// work also handles the samples that did not migrate). The same kernel path
-/// (`migrate_misplaced_folio()`) runs inside the hint fault.
+/// Seed B's cost of migrating one 4 KiB page with 32 threads sharing it, ns: 46.9 us. In seed
+/// B's IBS column the migrations run in task work, which took 24,008,121 us for 511,791
+/// migrated pages; all of that time is attributed to the migrations (an upper bound, since
+/// the task work also handles the samples that did not migrate). The same kernel path
+/// (`migrate_misplaced_folio()`) runs inside the hint fault. A figure of seed B that
+/// [`MIGRATE_CONTENTION_NS`] is fitted to.
 pub const MIGRATE_COST_NS_PER_PAGE: f64 = SEED_B_IBS_TASK_WORK_US * 1e3 / SEED_B_IBS_PAGES_MIGRATED;
 
-/// Cost of a hint fault without its migration, ns: what remains of [`HINT_FAULT_COST_NS`]
-/// once seed B's migrations are priced at [`MIGRATE_COST_NS_PER_PAGE`]:
-/// 74.5 - 46.9 × 2,097,220 / 38,589,520 = 72.0 us. Seed B's threads contend on page-table
-/// locks and TLB shootdowns, which is why this is far above an uncontended minor fault.
+/// Seed B's cost of a hint fault without its migration, ns, with 32 threads sharing the page:
+/// what remains of [`HINT_FAULT_COST_NS`] once seed B's migrations are priced at
+/// [`MIGRATE_COST_NS_PER_PAGE`]: 74.5 - 46.9 × 2,097,220 / 38,589,520 = 72.0 us. A figure of
+/// seed B that [`HINT_FAULT_CONTENTION_NS`] is fitted to.
 pub const HINT_FAULT_HANDLING_NS: f64 =
     HINT_FAULT_COST_NS - MIGRATE_COST_NS_PER_PAGE * SEED_B_PAGES_MIGRATED / SEED_B_HINT_FAULTS;
 
-/// Extra cost per additional base page when a huge page migrates, ns: copying 4 KiB at about
-/// 10 GB/s. An inference, not a measurement (seed B used base pages only): the fixed part of a
-/// migration (isolation, unmapping, TLB flush, remapping) is paid once per folio, the copy per
-/// byte. A 2 MiB folio then costs 46.9 + 511 × 0.4 = 251 us.
-pub const THP_COPY_NS_PER_PAGE: f64 = 400.0;
+/// A hint fault's own work when no other thread of the mm touches the page, ns: the
+/// exception entry and exit, `do_numa_page()` (mm/memory.c: take the PTE lock, check the
+/// PTE, `numa_migrate_check()` -> `mpol_misplaced()` -> `should_numa_migrate_memory()`,
+/// restore the PTE's protection) and `task_numa_fault()` (kernel/sched/fair.c: the per-node
+/// fault counters, now and then `task_numa_placement()`). **Assumed**: 2 us, a minor fault
+/// (about 1 us) plus the NUMA bookkeeping; no seed measures an uncontended hint fault.
+/// The scanner's PTE update is charged apart ([`PTE_UPDATE_COST_NS`]).
+pub const HINT_FAULT_BASE_NS: f64 = 2_000.0;
+
+/// What each further thread of the mm touching the faulted page adds to a hint fault, ns.
+/// Threads of one mm that touch the same pages fault on them together: they wait on the PTE
+/// lock `do_numa_page()` takes (one split lock per page-table page, i.e. per 2 MiB), retake
+/// the fault when another thread fixed the PTE first (`pte_same()` fails), and sleep on the
+/// migration entries of a page being moved (mm/migrate.c `migration_entry_wait()`); the
+/// protection change of the scanner flushes the TLBs of every CPU in `mm_cpumask`. All grow
+/// with the number of threads sharing the page, taken as linear.
+///
+/// **Fitted** to seed B: (72.0 us - [`HINT_FAULT_BASE_NS`]) / 31 further threads = 2.26 us,
+/// so seed B's per-fault cost ([`HINT_FAULT_HANDLING_NS`]) comes out and no longer checks the
+/// model. A single-thread process (seed C's ranks) pays [`HINT_FAULT_BASE_NS`] alone.
+pub const HINT_FAULT_CONTENTION_NS: f64 =
+    (HINT_FAULT_HANDLING_NS - HINT_FAULT_BASE_NS) / (SEED_B_SHARING_THREADS - 1.0);
+
+/// What each further thread of the mm touching a migrated folio adds to its migration, ns:
+/// unmapping it (`try_to_migrate()`) and remapping it send TLB-shootdown IPIs to every CPU
+/// running the mm (`flush_tlb_range()` over `mm_cpumask`), and the threads that touch the page
+/// meanwhile fault on its migration entries and wait for the folio lock
+/// (`migration_entry_wait()`), all charged to the migrating task in seed B's measurement.
+///
+/// **Fitted** to seed B: (46.9 us - [`MIGRATE_FOLIO_NS`] - one page's copy) / 31 further
+/// threads = 1.45 us, so seed B's per-page migration cost ([`MIGRATE_COST_NS_PER_PAGE`]) comes
+/// out and no longer checks the model. With one thread the migration costs what
+/// `move_pages(2)` does per page ([`crate::cost::MOVE_PAGES_NS_PER_PAGE`]).
+pub const MIGRATE_CONTENTION_NS: f64 =
+    (MIGRATE_COST_NS_PER_PAGE - MIGRATE_FOLIO_NS - MIGRATE_COPY_NS_PER_PAGE)
+        / (SEED_B_SHARING_THREADS - 1.0);
+
+/// The cost of one hint fault on a page that `sharers` threads of the faulting mm touch, ns
+/// ([`HINT_FAULT_BASE_NS`] plus [`HINT_FAULT_CONTENTION_NS`] per further thread; `sharers` 0
+/// counts as 1, the faulting thread itself).
+#[must_use]
+pub fn hint_fault_cost_ns(sharers: u32) -> f64 {
+    HINT_FAULT_BASE_NS + f64::from(sharers.saturating_sub(1)) * HINT_FAULT_CONTENTION_NS
+}
 
 /// Cost of making one PTE (or one huge PMD) PROT_NONE in `change_prot_numa()`, ns, charged to
 /// the scanning process. An inference: none of the seed results measures it. 50 ns puts a
@@ -517,11 +573,17 @@ pub fn mpol_misplaced(policy: &MemPolicy, cur: NodeId, this: NodeId) -> bool {
     }
 }
 
-/// The cost of migrating a folio of `pages` base pages, ns ([`MIGRATE_COST_NS_PER_PAGE`] for
-/// the first page, [`THP_COPY_NS_PER_PAGE`] for each further one).
+/// The cost of migrating a folio of `pages` base pages that `sharers` threads of its mm
+/// touch, ns: the folio's fixed part ([`MIGRATE_FOLIO_NS`]), the copy of each base page
+/// ([`MIGRATE_COPY_NS_PER_PAGE`]) and [`MIGRATE_CONTENTION_NS`] per further thread (paid once
+/// per folio: one unmap, one remap, one round of shootdowns). Seed B's 4 KiB page with 32
+/// threads: 46.9 us; a 2 MiB folio there: 1.6 + 512 × 0.4 + 31 × 1.45 = 251 us; a
+/// single-thread process's 4 KiB page: 2 us, what `move_pages(2)` costs.
 #[must_use]
-pub fn migrate_cost_ns(pages: u64) -> f64 {
-    MIGRATE_COST_NS_PER_PAGE + pages.saturating_sub(1) as f64 * THP_COPY_NS_PER_PAGE
+pub fn migrate_cost_ns(pages: u64, sharers: u32) -> f64 {
+    MIGRATE_FOLIO_NS
+        + pages as f64 * MIGRATE_COPY_NS_PER_PAGE
+        + f64::from(sharers.saturating_sub(1)) * MIGRATE_CONTENTION_NS
 }
 
 fn is_active(p: &Process) -> bool {
@@ -989,7 +1051,9 @@ impl Scanner {
         if ctx.mem.node_of(u) == node {
             self.tally.add(T_NUMA_HINT_FAULTS_LOCAL, 1);
         }
-        ctx.charge_app(process, HINT_FAULT_HANDLING_NS);
+        // The threads of the faulting process that touch the page fault on it together.
+        let sharers = ctx.load.sharing_threads(process, class);
+        ctx.charge_app(process, hint_fault_cost_ns(sharers));
         out.push(HintFault {
             unit: u,
             node,
@@ -1242,13 +1306,9 @@ impl Numab {
         m.free().0 > wm.promo.0 + margin.0
     }
 
-    /// `migrate_balanced_pgdat()` (mm/migrate.c): free pages above the high watermark plus
-    /// the folio.
+    /// `migrate_balanced_pgdat()` (mm/migrate.c), [`crate::mechanism::migrate_balanced_pgdat`].
     fn balanced(ctx: &Ctx<'_>, node: NodeId, nr: u64) -> bool {
-        ctx.mem.node(node).is_some_and(|m| {
-            let wm = Watermarks::of(m.capacity, ctx.kernel.watermark_scale_factor);
-            m.free().0 > wm.high.0 + nr
-        })
+        crate::mechanism::migrate_balanced_pgdat(ctx, node, nr)
     }
 
     /// `wakeup_kswapd()` from `migrate_misplaced_folio_prepare()` in tiering mode. kswapd
@@ -1403,7 +1463,11 @@ impl Numab {
                     self.tally.add(T_PGPROMOTE_SUCCESS, nr);
                 }
                 let folio = ctx.mem.folio_pages(u);
-                ctx.charge_app(f.process, (nr / folio) as f64 * migrate_cost_ns(folio));
+                let sharers = ctx.load.sharing_threads(f.process, ctx.mem.class_of(u));
+                ctx.charge_app(
+                    f.process,
+                    (nr / folio) as f64 * migrate_cost_ns(folio, sharers),
+                );
                 // folio_migrate_flags(): crossing tiers in tiering mode resets last_cpupid.
                 if tiering && cur_top != this_top {
                     self.set_last_cpupid(u, None, ctx.mem.units() as usize);
@@ -1609,6 +1673,7 @@ mod tests {
                     .map(|&(n, t)| ThreadGroup {
                         node: NodeId(n),
                         threads: t,
+                        sharing: t,
                     })
                     .collect(),
                 streams: streams
@@ -1698,18 +1763,35 @@ mod tests {
     }
 
     #[test]
-    fn cost_constants_follow_seed_b() {
+    fn cost_parts_give_back_seed_b() {
+        // Seed B's figures: 74.5 us per fault in all, 46.9 us per migrated page.
         assert!(
             (HINT_FAULT_COST_NS - 74_511.0).abs() < 1.0,
             "{HINT_FAULT_COST_NS}"
         );
         assert!((MIGRATE_COST_NS_PER_PAGE - 46_910.0).abs() < 1.0);
         assert!((HINT_FAULT_HANDLING_NS - 71_962.0).abs() < 1.0);
-        // Fault handling plus migrations at seed B's ratio gives back the measured total.
-        let total = HINT_FAULT_HANDLING_NS * SEED_B_HINT_FAULTS
-            + MIGRATE_COST_NS_PER_PAGE * SEED_B_PAGES_MIGRATED;
+        // The fitted contention terms: 2.26 us per further thread per fault, 1.45 us per
+        // migration.
+        assert!((HINT_FAULT_CONTENTION_NS - 2_256.8).abs() < 1.0);
+        assert!((MIGRATE_CONTENTION_NS - 1_448.7).abs() < 1.0);
+        // With seed B's 32 threads per page, the parts give back seed B's per-fault and
+        // per-migration costs...
+        assert!((hint_fault_cost_ns(32) - HINT_FAULT_HANDLING_NS).abs() < 1e-6);
+        assert!((migrate_cost_ns(1, 32) - MIGRATE_COST_NS_PER_PAGE).abs() < 1e-6);
+        // ...and, at seed B's ratio, its measured total.
+        let total = hint_fault_cost_ns(32) * SEED_B_HINT_FAULTS
+            + migrate_cost_ns(1, 32) * SEED_B_PAGES_MIGRATED;
         assert!((total / 1e3 - SEED_B_FAULT_OVERHEAD_US).abs() < 1e3);
-        assert!((migrate_cost_ns(512) - 251_310.0).abs() < 1.0);
+        // A 2 MiB folio there: the fixed part and the contention once, the copy per page.
+        assert!((migrate_cost_ns(512, 32) - 251_310.0).abs() < 1.0);
+        // One thread: the uncontended parts alone, a migration what move_pages(2) costs.
+        assert!((hint_fault_cost_ns(1) - 2_000.0).abs() < 1e-9);
+        assert!((hint_fault_cost_ns(0) - hint_fault_cost_ns(1)).abs() < 1e-9);
+        assert!((migrate_cost_ns(1, 1) - crate::cost::MOVE_PAGES_NS_PER_PAGE).abs() < 1e-9);
+        // The cost grows with the threads sharing the page.
+        assert!(hint_fault_cost_ns(2) > hint_fault_cost_ns(1));
+        assert!(migrate_cost_ns(1, 8) > migrate_cost_ns(1, 2));
     }
 
     #[test]
@@ -1752,7 +1834,9 @@ mod tests {
         assert_eq!(b.mem.stats.mempolicy_violations, 0);
         assert!(b.mem.check().is_none());
         // Faults and migrations were charged to the application.
-        let expected = hot_units as f64 * (HINT_FAULT_HANDLING_NS + MIGRATE_COST_NS_PER_PAGE)
+        // The process's two threads both touch the hot pages: each fault and each migration
+        // pays one further thread's contention.
+        let expected = hot_units as f64 * (hint_fault_cost_ns(2) + migrate_cost_ns(1, 2))
             + 65_536.0 * PTE_UPDATE_COST_NS;
         assert!((b.acct.app_overhead_total_ns - expected).abs() < 1.0);
         // RSS 256 MiB: one window, period 1000 ms. Every counted (promoted) fault came in the

@@ -53,6 +53,7 @@ pub fn table_cells(r: &CompareResult) -> (Vec<String>, Vec<Vec<String>>) {
         "id",
         "config",
         "lat ns",
+        "Mop/s",
         node.as_str(),
         "over",
         "hot@fast",
@@ -81,6 +82,10 @@ pub fn table_cells(r: &CompareResult) -> (Vec<String>, Vec<Vec<String>>) {
             c.id.clone(),
             c.label.clone(),
             with_pub(c.latency_ns, p("latency_ns"), 0),
+            // Throughput: the measured processes' simulated accesses per second, one access
+            // being one op of the workload (its memory access plus `compute_ns`), so the
+            // column reads as a benchmark's Mop/s (seed C reports NAS BT's).
+            with_pub(c.throughput / 1e6, p("mops"), 2),
             with_pub(c.fast_gib, p("node0_gib"), 1),
             format!("{:+.0}%", c.over_promotion * 100.0),
             format!("{:.0}%", c.hot_on_fast * 100.0),

@@ -114,6 +114,11 @@ pub struct ThreadsToml {
     pub node: u16,
     /// How many threads.
     pub count: u32,
+    /// `count` before [`Scenario::scaled`] shrank it (`None`: never scaled). Not a key of the
+    /// file: threads sharing a page contend as many as the real machine runs, whatever the
+    /// scale ([`crate::workload::ThreadGroup::sharing`]).
+    #[serde(skip)]
+    pub unscaled: Option<u32>,
 }
 
 /// A memory policy.
@@ -376,9 +381,12 @@ pub struct TierdToml {
     #[serde(default)]
     pub numab: NumabParams,
     /// Model the kernel's pghot rather than tierd's userspace daemon: migration costs are
-    /// kmigrated's (a walk of hot sections, no syscall) instead of `move_pages(2)`'s, and the
+    /// kmigrated's (a walk of hot sections, no syscall) instead of `move_pages(2)`'s, the
     /// engine runs the kernel's fixed threshold (`threshold = "fixed"` is forced: the kernel has
-    /// no relative threshold, so a pghot row under tierd's default would model neither).
+    /// no relative threshold, so a pghot row under tierd's default would model neither), tierd's
+    /// demoter is off (the kernel demotes through kswapd only), and a promotion that fails
+    /// `migrate_balanced_pgdat()` is not made and wakes kswapd on its target
+    /// ([`crate::tierd`]).
     #[serde(default)]
     pub kernel_pghot: bool,
     /// The kernel's classic NUMA balancing running alongside for top-tier pages only
@@ -1120,6 +1128,7 @@ impl Scenario {
                 // Thread counts round to at least one.
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                 {
+                    t.unscaled.get_or_insert(t.count);
                     t.count = ((f64::from(t.count) * scale).round() as u32).max(1);
                 }
             }
@@ -1296,5 +1305,19 @@ mod range_tests {
         assert!(refused(&ev).contains("event[0].at_s"));
         let cg = format!("{A}\n[[cgroup]]\nname = \"t\"\nlow_gib = -1\n");
         assert!(refused(&cg).contains("cgroup"));
+    }
+
+    #[test]
+    fn scaling_keeps_the_full_scale_thread_count_for_contention() {
+        // Seed B's 32 threads per group become 2 at 1/16, but still contend as 32.
+        let sc = Scenario::find("hint-vs-samples").unwrap();
+        let t = sc.process[0].threads[0];
+        assert_eq!((t.count, t.unscaled), (32, None));
+        let small = sc.scaled(1.0 / 16.0);
+        let t = small.process[0].threads[0];
+        assert_eq!((t.count, t.unscaled), (2, Some(32)));
+        // Scaling twice keeps the first original.
+        let t = small.scaled(0.5).process[0].threads[0];
+        assert_eq!((t.count, t.unscaled), (1, Some(32)));
     }
 }

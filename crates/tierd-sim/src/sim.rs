@@ -333,6 +333,7 @@ impl World {
                     .map(|t| ThreadGroup {
                         node: NodeId(t.node),
                         threads: t.count,
+                        sharing: t.unscaled.unwrap_or(t.count),
                     })
                     .collect(),
                 streams: Vec::new(),
@@ -793,6 +794,16 @@ impl World {
         let mut mech = w.mechanism(c)?;
         if c.mechanism == MechanismKind::Numab {
             w.knobs.tiering_kswapd = c.numab.as_ref().is_none_or(|n| n.mode & 2 != 0);
+        } else if c.mechanism == MechanismKind::Tierd {
+            // The kernel's pghot takes its hint faults from NUMA balancing's tiering mode
+            // (numa_balancing=2, or 3 with kernel_numab), so its kswapd balances top-tier
+            // nodes to the promotion watermark (mm/vmscan.c `pgdat_balanced()`); tierd's own
+            // rows leave the kernel at its defaults.
+            w.knobs.tiering_kswapd = c.tierd.as_ref().is_some_and(|t| {
+                t.kernel_pghot
+                    && t.sources
+                        .contains(&tierd_engine::sources::SourceKind::HintFault)
+            });
         }
         let sc = &self.scenario;
         let mut rng = SimRng::seed_from_u64(sc.seed);

@@ -18,7 +18,21 @@
 //!   found the page accessed ([`crate::abit`]).
 //!
 //! The engine runs its configured threshold (tierd's default: relative), except in rows that
-//! model the kernel's pghot (`kernel_pghot = true`), which always run the kernel's fixed one.
+//! model the kernel's pghot (`kernel_pghot = true`), which run the kernel's rules:
+//!
+//! - the fixed threshold (`pghot_freq_threshold`, the free-space bypass, the latency
+//!   threshold), whatever the row's table says;
+//! - no demoter of tierd's (the engine's `demotion.enabled` off, and with it the room it keeps
+//!   below its demotion high watermark and its ping-pong idle filter): the kernel demotes
+//!   only through reclaim;
+//! - kmigrated's migration: each folio is first checked by `migrate_balanced_pgdat()` (mm/pghot.c
+//!   `kmigrated_walk_zone()` -> mm/migrate.c `migrate_misplaced_folio_prepare()`); one that
+//!   would take the target below its high watermark is not moved (-EAGAIN) and wakes kswapd
+//!   there (`wakeup_kswapd()`), which, in tiering mode, balances the node to its promotion
+//!   watermark by demoting its coldest pages (mm/vmscan.c `pgdat_balanced()`,
+//!   `demote_folio_list()`, `pgdemote_kswapd`). A default-target row therefore churns once
+//!   its target fills: every hot page promoted there pushes a colder one down, which comes
+//!   back when it faults again.
 
 use std::collections::BTreeMap;
 
@@ -70,6 +84,9 @@ pub struct Tierd {
     /// scan of a big machine yields millions, and a fresh vector each scan had the kernel
     /// zero hundreds of MiB every time (a third of A's page faults).
     obs: Vec<Observation>,
+    /// Top-tier nodes whose kswapd a failed kmigrated promotion woke this step (kernel pghot
+    /// rows): woken once per node per step, as the NUMA-balancing model does.
+    kswapd_woken: Vec<tierd_engine::types::NodeId>,
 }
 
 impl Tierd {
@@ -90,6 +107,11 @@ impl Tierd {
             // within the window, the free-space bypass, the latency threshold): a row that
             // models it must not run tierd's relative threshold, whatever its table says.
             cfg.threshold = ThresholdMode::Fixed;
+            // The kernel has no demoter besides reclaim: kswapd, woken when a promotion finds
+            // no room (SimBackend::migrate) or when free memory falls below the low
+            // watermark, demotes. tierd's demoter, its headroom below the demotion high
+            // watermark (the engine's room test) and its ping-pong idle filter go with it.
+            cfg.demotion.enabled = false;
         }
         let tuner = IntervalTuner::new(params.abit_interval_ms, params.abit_goal);
         let engine = Engine::new(cfg, topo)?;
@@ -116,6 +138,7 @@ impl Tierd {
             owners_sent: false,
             bufs: StepBuffers::default(),
             obs: Vec::new(),
+            kswapd_woken: Vec::new(),
         })
     }
 
@@ -133,7 +156,12 @@ struct SimBackend<'c, 'm> {
     updates: Vec<OwnerUpdate>,
     lows: &'c CgroupLows,
     kernel_pghot: bool,
+    kswapd_woken: &'c mut Vec<tierd_engine::types::NodeId>,
 }
+
+/// `EAGAIN`: what `migrate_misplaced_folio_prepare()` returns for a target that is not
+/// balanced (include/uapi/asm-generic/errno-base.h).
+const EAGAIN: i32 = 11;
 
 #[derive(Debug, thiserror::Error)]
 #[error("the simulator backend does not fail")]
@@ -245,6 +273,21 @@ impl Backend for SimBackend<'_, '_> {
                 };
                 let pages = self.ctx.mem.unit_pages(u);
                 cpu += per_page * pages as f64;
+                if self.kernel_pghot
+                    && self.ctx.mem.topology().is_toptier(batch.target)
+                    && !crate::mechanism::migrate_balanced_pgdat(self.ctx, batch.target, pages)
+                {
+                    // kmigrated's migrate_misplaced_folio_prepare(): no room above the
+                    // target's high watermark, so no move, and kswapd is woken there to make
+                    // room for the next attempt.
+                    self.ctx.acct.count("pgpromote_fail_unbalanced", pages);
+                    if !self.kswapd_woken.contains(&batch.target) {
+                        self.kswapd_woken.push(batch.target);
+                        self.ctx.acct.count("kswapd_wakeups_promotion", 1);
+                        crate::mechanism::kswapd_wake(self.ctx, batch.target);
+                    }
+                    return MoveOutcome::Failed(tierd_engine::MoveError::Other(EAGAIN));
+                }
                 match self.ctx.migrate(u, batch.target) {
                     Ok(()) => MoveOutcome::Moved(batch.target),
                     Err(e) => MoveOutcome::Failed(e),
@@ -386,6 +429,7 @@ impl Mechanism for Tierd {
     fn step(&mut self, ctx: &mut Ctx<'_>) {
         let mut obs = std::mem::take(&mut self.obs);
         obs.clear();
+        self.kswapd_woken.clear();
         let mut updates = Vec::new();
         if !self.owners_sent {
             updates = Self::owner_updates(ctx);
@@ -423,6 +467,7 @@ impl Mechanism for Tierd {
             updates,
             lows: &self.lows,
             kernel_pghot: self.params.kernel_pghot,
+            kswapd_woken: &mut self.kswapd_woken,
         };
         // The simulator backend never fails.
         let _ = tierd_engine::step(&mut self.engine, &mut backend, now, &mut self.bufs);
@@ -465,5 +510,19 @@ kernel_pghot = true
 engine = { threshold = "relative" }"#,
         );
         assert_eq!(k.engine().config().threshold, ThresholdMode::Fixed);
+    }
+
+    #[test]
+    fn a_kernel_pghot_row_has_no_demoter_of_tierd() {
+        // tierd demotes on its own watermarks...
+        let t = tierd(r#"sources = ["hint_fault"]"#);
+        assert!(t.engine().config().demotion.enabled);
+        // ...the kernel only through reclaim (kswapd), whatever the row's table says.
+        let k = tierd(
+            r#"sources = ["hint_fault"]
+kernel_pghot = true
+engine = { demotion = { enabled = true } }"#,
+        );
+        assert!(!k.engine().config().demotion.enabled);
     }
 }

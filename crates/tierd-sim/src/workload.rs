@@ -28,6 +28,11 @@ pub struct ThreadGroup {
     pub node: NodeId,
     /// How many.
     pub threads: u32,
+    /// How many threads the group stands for at full scale: `threads` before `--scale`
+    /// shrank it ([`crate::scenario::Scenario::scaled`]). Contention between threads sharing a
+    /// page is a property of the real machine, not of the scaled-down one, so the cost of a
+    /// hint fault or a migration counts these ([`Load::sharing_threads`]).
+    pub sharing: u32,
 }
 
 /// A share of a process's accesses that goes to one class.
@@ -87,6 +92,8 @@ struct Flow {
     node: NodeId,
     class: ClassId,
     rate: f64,
+    /// The group's threads at full scale ([`ThreadGroup::sharing`]).
+    threads: u32,
 }
 
 /// The workload's access rates during one step.
@@ -155,6 +162,7 @@ impl Load {
                         node: g.node,
                         class: s.class,
                         rate: r,
+                        threads: g.sharing,
                     });
                 }
             }
@@ -288,6 +296,22 @@ impl Load {
             x -= f.rate;
         }
         flows.last().map(|f| f.node)
+    }
+
+    /// How many threads of process `p` access `class` now: the threads of its running groups
+    /// with a stream to the class, counted at full scale ([`ThreadGroup::sharing`]). Threads of one mm that touch the same pages contend when
+    /// one of them takes a hint fault on, or migrates, one of those pages (the PTE lock, the
+    /// migration entries, TLB shootdowns to every CPU running the mm), so the cost of a
+    /// fault or a migration grows with this (crate::numab::hint_fault_cost_ns). At least 1:
+    /// the faulting thread itself.
+    #[must_use]
+    pub fn sharing_threads(&self, p: usize, class: ClassId) -> u32 {
+        self.flows
+            .iter()
+            .filter(|f| f.process == p && f.class == class && f.rate > 0.0)
+            .map(|f| f.threads)
+            .sum::<u32>()
+            .max(1)
     }
 
     /// The process index that accesses `class` most (for charging per-access taxes).
