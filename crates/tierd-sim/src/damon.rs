@@ -1299,6 +1299,7 @@ mod tests {
                     rng: &mut self.rng,
                     acct: &mut self.acct,
                     kernel: &self.knobs,
+                    memcg: &crate::mechanism::NO_MEMCGS,
                 };
                 damon.step(&mut ctx);
                 self.now += STEP_NS;
@@ -1767,6 +1768,7 @@ mod tests {
             rng: &mut sim.rng,
             acct: &mut sim.acct,
             kernel: &sim.knobs,
+            memcg: &crate::mechanism::NO_MEMCGS,
         };
         let mut damon = Damon::new(&params());
         let before: Vec<DamonRegion> = (0..10)

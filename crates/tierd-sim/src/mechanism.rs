@@ -1,11 +1,29 @@
 //! The interface every promotion mechanism implements, and what they share: the step
 //! context, the accounting of costs and counters, and the kernel's reclaim (kswapd demotion).
+//!
+//! # Memory cgroups
+//!
+//! [`Memcgs`] holds each cgroup's `memory.low` and `memory.high`. All cgroups are children of
+//! the root, so a cgroup's effective protection is its own setting capped by its usage
+//! (mm/memcontrol.c `effective_protection()` without siblings to share with). Usage is what
+//! the kernel charges: resident pages on every node plus the page tables that map them
+//! ([`cgroup_usage`]). Demotion does not uncharge a page (the folio keeps its memcg on the
+//! lower tier), so reclaim that can only demote never lowers a cgroup's usage.
+//!
+//! - **memory.low** ([`demote_coldest`] without a cgroup, i.e. kswapd and direct reclaim):
+//!   mm/vmscan.c `shrink_node_memcgs()` skips a cgroup for which `mem_cgroup_below_low()`
+//!   holds (usage at most its effective low), and reclaims it only when a pass over the
+//!   others left the goal unmet (`do_try_to_free_pages()` retries with `memcg_low_reclaim`
+//!   after `memcg_low_skipped`). With the per-cgroup tiering RFC ([`KernelKnobs::memcg_tiering`],
+//!   Kaiyang Zhao, 2024, patch 3/4) reclaim of a top-tier node compares the cgroup's
+//!   top-tier usage with `locallow = low x top-tier capacity / all capacity` instead.
+//! - **memory.high**: see `World::cgroup_high` in [`crate::sim`].
 
 use std::collections::BTreeMap;
 
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
-use tierd_engine::types::{CgroupId, NodeId, Pages};
+use tierd_engine::types::{Bytes, CgroupId, NodeId, Pages};
 use tierd_engine::MoveError;
 
 use crate::memory::{ClassId, Memory, UnitId};
@@ -71,6 +89,91 @@ pub struct Ctx<'a> {
     pub acct: &'a mut Accounting,
     /// Scenario-wide switches the kernel mechanisms read.
     pub kernel: &'a KernelKnobs,
+    /// The cgroups' memory.low and memory.high.
+    pub memcg: &'a Memcgs,
+}
+
+/// Memory-cgroup limits the kernel's reclaim reads (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Memcgs {
+    /// `memory.low` by cgroup.
+    pub low: BTreeMap<CgroupId, Bytes>,
+    /// `memory.high` by cgroup.
+    pub high: BTreeMap<CgroupId, Bytes>,
+}
+
+/// No cgroup limits (tests and scenarios without cgroups).
+pub static NO_MEMCGS: Memcgs = Memcgs {
+    low: BTreeMap::new(),
+    high: BTreeMap::new(),
+};
+
+/// Page-table entries per page-table page on x86-64 (`PTRS_PER_PTE`, `PTRS_PER_PMD`: 8-byte
+/// entries in a 4 KiB table). **Derived** from the architecture. A 4 KiB mapping costs one
+/// PTE page per 512 pages, a 2 MiB mapping one PMD page per 512 folios; user page tables are
+/// charged to the cgroup (include/asm-generic/pgalloc.h `GFP_PGTABLE_USER` has
+/// `__GFP_ACCOUNT`), which is what puts a cgroup mapping 256 GiB at about 256.5 GiB of usage.
+pub const PTES_PER_TABLE: u64 = 512;
+
+/// A cgroup's usage as the kernel charges it: (all pages, base pages on top-tier nodes).
+/// All pages are its resident pages on every node plus its page tables ([`PTES_PER_TABLE`]);
+/// the top-tier figure is the RFC's `get_cgroup_local_usage()` (resident pages only).
+#[must_use]
+pub fn cgroup_usage(mem: &Memory, cg: CgroupId) -> (u64, u64) {
+    let (mut all, mut top) = (0u64, 0u64);
+    for (i, r) in mem.regions().iter().enumerate() {
+        if !r.alive || r.cgroup != cg {
+            continue;
+        }
+        let mut pages = 0;
+        for (n, p) in mem.region_placement(crate::memory::RegionId(i as u32)) {
+            pages += p.0;
+            if mem.topology().is_toptier(n) {
+                top += p.0;
+            }
+        }
+        // One table page per PTES_PER_TABLE entries; an entry maps a unit (a page or a THP).
+        let entries = pages / r.unit_pages().max(1);
+        all += pages + entries.div_ceil(PTES_PER_TABLE);
+    }
+    (all, top)
+}
+
+/// The share of all memory on top-tier nodes: the RFC's scaling of `memory.low` (and the
+/// tier-aware `memory.high`) to top-tier memory.
+#[must_use]
+pub fn toptier_share(mem: &Memory) -> f64 {
+    let topo = mem.topology();
+    let (mut top, mut all) = (0u64, 0u64);
+    for n in topo.nodes() {
+        all += n.capacity.0;
+        if topo.is_toptier(n.id) {
+            top += n.capacity.0;
+        }
+    }
+    if all == 0 {
+        1.0
+    } else {
+        top as f64 / all as f64
+    }
+}
+
+impl Memcgs {
+    /// Whether reclaim of `node` skips cgroup `cg` on its first pass: `mem_cgroup_below_low()`
+    /// with total usage (stock), or top-tier usage against `locallow` when `tiering` and `node`
+    /// is top-tier (the RFC's patch 3/4).
+    #[must_use]
+    pub fn below_low(&self, mem: &Memory, cg: CgroupId, node: NodeId, tiering: bool) -> bool {
+        let Some(low) = self.low.get(&cg).map(|b| b.pages().0).filter(|l| *l > 0) else {
+            return false;
+        };
+        let (all, top) = cgroup_usage(mem, cg);
+        if tiering && mem.topology().is_toptier(node) {
+            top as f64 <= low as f64 * toptier_share(mem)
+        } else {
+            all <= low
+        }
+    }
 }
 
 impl Ctx<'_> {
@@ -191,6 +294,10 @@ pub struct KernelKnobs {
     /// Whether NUMA balancing's tiering mode is on: kswapd then balances top-tier nodes up to
     /// the promotion watermark (2022 "memory tiering: hot page selection" series).
     pub tiering_kswapd: bool,
+    /// The per-cgroup promotion/demotion control RFC (Kaiyang Zhao, 2024): memory.low
+    /// protects top-tier usage from demotion, NUMA balancing scans less for a cgroup over its
+    /// top-tier protection, and memory.high is applied to top-tier usage scaled the same way.
+    pub memcg_tiering: bool,
 }
 
 impl Default for KernelKnobs {
@@ -199,6 +306,7 @@ impl Default for KernelKnobs {
             demotion_enabled: false,
             watermark_scale_factor: 10,
             tiering_kswapd: false,
+            memcg_tiering: false,
         }
     }
 }
@@ -349,7 +457,40 @@ pub fn kswapd(ctx: &mut Ctx<'_>) {
 /// Units are taken in ascending order of their access rate across all classes (a k-way merge:
 /// a uniform class yields its units at one rate, a Zipf class its least-accessed ranks
 /// first), older regions first at equal rates: the kernel's LRU order, approximately.
+///
+/// Global reclaim (`cgroup` is `None`) skips cgroups under their memory.low on a first pass
+/// and takes them only if the goal is still unmet (see the module docs).
 pub fn demote_coldest(ctx: &mut Ctx<'_>, node: NodeId, goal: Pages, cgroup: Option<CgroupId>) {
+    if cgroup.is_some() || ctx.memcg.low.is_empty() {
+        demote_pass(ctx, node, goal, cgroup, &[]);
+        return;
+    }
+    let protected: Vec<CgroupId> = ctx
+        .memcg
+        .low
+        .keys()
+        .copied()
+        .filter(|cg| {
+            ctx.memcg
+                .below_low(ctx.mem, *cg, node, ctx.kernel.memcg_tiering)
+        })
+        .collect();
+    demote_pass(ctx, node, goal, None, &protected);
+    if !protected.is_empty() && ctx.mem.node(node).is_some_and(|m| m.free() < goal) {
+        // memcg_low_reclaim: nothing else was left to reclaim.
+        ctx.acct.count("memcg_low_reclaim", 1);
+        demote_pass(ctx, node, goal, None, &[]);
+    }
+}
+
+/// One reclaim pass of [`demote_coldest`], leaving the cgroups in `skip` alone.
+fn demote_pass(
+    ctx: &mut Ctx<'_>,
+    node: NodeId,
+    goal: Pages,
+    cgroup: Option<CgroupId>,
+    skip: &[CgroupId],
+) {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
 
@@ -384,6 +525,7 @@ pub fn demote_coldest(ctx: &mut Ctx<'_>, node: NodeId, goal: Pages, cgroup: Opti
             c.units_on.get(&node).copied().unwrap_or(0) > 0
                 && r.alive
                 && cgroup.is_none_or(|cg| r.cgroup == cg)
+                && !skip.contains(&r.cgroup)
         })
         .map(|(i, _)| i)
         .collect();
@@ -493,6 +635,7 @@ mod tests {
             rng: &mut rng,
             acct,
             kernel: &knobs,
+            memcg: &NO_MEMCGS,
         };
         f(&mut ctx)
     }

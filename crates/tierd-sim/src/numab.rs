@@ -93,7 +93,9 @@ use tierd_engine::policy::{MemPolicy, PolicyMode};
 use tierd_engine::ratelimit::{mbps_to_pages_per_s, AdaptiveThreshold, KernelWindowLimiter};
 use tierd_engine::types::{Nanos, NodeId, Pages, HPAGE_PMD_NR, PAGE_SHIFT};
 
-use crate::mechanism::{demote_coldest, Ctx, Mechanism, SimRng, Watermarks};
+use crate::mechanism::{
+    cgroup_usage, demote_coldest, toptier_share, Ctx, Mechanism, SimRng, Watermarks,
+};
 use crate::memory::{Memory, RegionId, UnitId};
 use crate::workload::{Load, Process};
 
@@ -208,6 +210,12 @@ pub struct NumabParams {
     pub source: NumabSource,
     /// Sampling period (ops) when `source = "samples"`.
     pub sample_period: u64,
+    /// The per-cgroup promotion/demotion control RFC (Kaiyang Zhao, 2024-09, "memory tiering
+    /// fairness by per-cgroup control of promotion and demotion", not merged): memory.low
+    /// protects top-tier usage (`locallow`), the scan of a cgroup over it shrinks while the
+    /// top tier is short of free memory, and memory.high applies to top-tier usage scaled the
+    /// same way (see [`crate::mechanism`] and `World::cgroup_high`).
+    pub memcg_tiering: bool,
 }
 
 /// Where NUMA balancing's faults come from.
@@ -235,6 +243,7 @@ impl Default for NumabParams {
             preferred_many_balancing: true,
             source: NumabSource::HintFaults,
             sample_period: 10_000,
+            memcg_tiering: false,
         }
     }
 }
@@ -585,6 +594,33 @@ impl QuietTest<'_> {
     }
 }
 
+/// The scan size of a task under the per-cgroup tiering RFC (patch 4/4, in
+/// `task_numa_work()`): while a top-tier node is short of free memory
+/// (`pgdat_free_space_enough()` false) and the task's cgroup uses more top-tier memory than
+/// its `locallow` (memory.low x top-tier share, see [`crate::mechanism`]), the scan shrinks
+/// by `(locallow / (usage + 1))^4`, to no less than 1/16: fewer PTEs armed, fewer hint
+/// faults, fewer promotions for a cgroup over its fair share. The RFC hard-codes node 0 as
+/// the top tier; here every top-tier node counts.
+fn memcg_scan_pages(ctx: &Ctx<'_>, p: &Process, pages: u64) -> u64 {
+    let short = ctx
+        .mem
+        .topology()
+        .toptier_mask()
+        .iter()
+        .any(|n| !Numab::free_space_enough(ctx, n));
+    if !short {
+        return pages;
+    }
+    let low = ctx.memcg.low.get(&p.cgroup).map_or(0, |b| b.pages().0);
+    let locallow = low as f64 * toptier_share(ctx.mem);
+    let (_, top) = cgroup_usage(ctx.mem, p.cgroup);
+    if top as f64 <= locallow {
+        return pages;
+    }
+    let f = (locallow / (top as f64 + 1.0)).powi(4).max(1.0 / 16.0);
+    ((pages as f64 * f) as u64).max(1)
+}
+
 fn ms_of(ns: u64) -> u32 {
     // Modulo 2^30 ms, as the kernel's access-time bits wrap.
     ((ns / NS_PER_MS) & u64::from(TIME_MASK)) as u32
@@ -732,7 +768,10 @@ impl Scanner {
         task.next_scan_ns = t + task.period_ms * NS_PER_MS;
         task.passes += 1;
         // pages = scan_size MB in pages; virtpages = pages * 8.
-        let scan_pages = self.params.scan_size_mb << (20 - PAGE_SHIFT);
+        let mut scan_pages = self.params.scan_size_mb << (20 - PAGE_SHIFT);
+        if self.params.memcg_tiering {
+            scan_pages = memcg_scan_pages(ctx, p, scan_pages);
+        }
         let mut pages_left = i128::from(scan_pages);
         let mut virt_left = pages_left * 8;
         if scan_pages == 0 {
@@ -1641,6 +1680,7 @@ mod tests {
                     rng: &mut self.rng,
                     acct: &mut self.acct,
                     kernel: &self.kernel,
+                    memcg: &crate::mechanism::NO_MEMCGS,
                 };
                 m.step(&mut ctx);
                 kswapd(&mut ctx);
@@ -2002,6 +2042,7 @@ mod tests {
             rng: &mut b.rng,
             acct: &mut b.acct,
             kernel: &b.kernel,
+            memcg: &crate::mechanism::NO_MEMCGS,
         };
         let u = ctx.mem.class(a).unit_at(0);
         let (n0, n1) = (NodeId(0), NodeId(1));

@@ -288,6 +288,38 @@ pub struct ProcessToml {
     /// Access streams.
     #[serde(default)]
     pub access: Vec<AccessToml>,
+    /// What one operation of this process is (a request served, a unit of work), when its
+    /// throughput is counted in operations rather than memory accesses (`None`: every access
+    /// is one operation, as a pointer chase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<OpToml>,
+}
+
+/// One operation of a process: `accesses` memory accesses (spread over its streams), plus
+/// CPU work and I/O work that do not depend on where its pages are. A thread serves one
+/// operation after another, so its operation time is `accesses x (memory latency +
+/// compute_ns of the process + tax) + compute_ns + io_ns` here, and operations per second
+/// are threads / that time: what a closed-loop load generator measures.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpToml {
+    /// Name of the operation in the report (`get`).
+    #[serde(default = "default_op_name")]
+    pub name: String,
+    /// Memory accesses per operation that miss the caches (at least 1; may be fractional,
+    /// a mean).
+    pub accesses: f64,
+    /// CPU work per operation besides those accesses (hashing, parsing, building the
+    /// reply), ns.
+    #[serde(default)]
+    pub compute_ns: f64,
+    /// Time per operation in system calls and the network stack (receive, send, epoll), ns.
+    #[serde(default)]
+    pub io_ns: f64,
+}
+
+fn default_op_name() -> String {
+    "op".to_string()
 }
 
 fn yes() -> bool {
@@ -449,6 +481,10 @@ pub struct ReportToml {
     /// Measure latency and throughput of this process only (default: all).
     #[serde(default)]
     pub process: Option<String>,
+    /// A configuration id whose throughput the others are shown relative to (seed D: the
+    /// small tenant alone); `None`: no relative column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
 }
 
 fn default_steady() -> f64 {
@@ -800,6 +836,32 @@ impl Scenario {
                     ));
                 }
             }
+            if let Some(op) = &p.op {
+                if !(op.accesses.is_finite() && op.accesses >= 1.0) {
+                    return Err(err(
+                        format!("process[{pi}].op.accesses"),
+                        "accesses",
+                        format!("{} must be a number at least 1", op.accesses),
+                    ));
+                }
+                for (key, v) in [("compute_ns", op.compute_ns), ("io_ns", op.io_ns)] {
+                    if !non_neg(v) {
+                        return Err(err(
+                            format!("process[{pi}].op.{key}"),
+                            key,
+                            format!("{v} must be a number of ns at least 0"),
+                        ));
+                    }
+                }
+                if p.access.is_empty() {
+                    return Err(err(
+                        format!("process[{pi}].op"),
+                        &p.name,
+                        "an operation needs memory accesses: the process has no `access` streams"
+                            .into(),
+                    ));
+                }
+            }
             for (ti, t) in p.threads.iter().enumerate() {
                 if !node_ids.contains(&t.node) {
                     return Err(err(
@@ -957,6 +1019,15 @@ impl Scenario {
         if let Some(p) = &self.report.process {
             if !procs.contains(&p.as_str()) {
                 return Err(err("report.process".into(), p, format!("no process {p:?}")));
+            }
+        }
+        if let Some(b) = &self.report.baseline {
+            if !self.config.iter().any(|c| &c.id == b) {
+                return Err(err(
+                    "report.baseline".into(),
+                    b,
+                    format!("no config with id {b:?}"),
+                ));
             }
         }
         if !classes.contains(&self.report.hot) {
