@@ -1281,6 +1281,7 @@ mod tests {
                 running: true,
                 regions: vec![rid],
                 rate_scale: 1.0,
+                op: None,
             });
             (rid, hot)
         }

@@ -640,6 +640,103 @@ mod tests {
         f(&mut ctx)
     }
 
+    /// Two cgroups' base pages filling the fast node: cgroup 1 `a` pages, cgroup 2 `b`
+    /// pages, cgroup 1 accessed (its pages hotter), cgroup 2 idle.
+    fn two_tenants(a: u32, b: u32) -> Memory {
+        let mut m = Memory::new(two_tier(Bytes::mib(64), Bytes::mib(256)));
+        for (i, n) in [(1u32, a), (2, b)] {
+            m.map_region(
+                &format!("t{i}.heap"),
+                SpaceId(i),
+                CgroupId(i),
+                Vpn(u64::from(i) << 30),
+                n,
+                PageSize::Base,
+                MemPolicy::DEFAULT,
+                vec![],
+                1,
+                |_| vec![FAST],
+            )
+            .unwrap();
+        }
+        m
+    }
+
+    fn reclaim_with(m: &mut Memory, memcg: &Memcgs, tiering: bool, goal: u64) -> Accounting {
+        let load = Load::compute(&[], m, &LatencyTable::default(), &[]);
+        let mut rng = SimRng::seed_from_u64(1);
+        let knobs = KernelKnobs {
+            demotion_enabled: true,
+            memcg_tiering: tiering,
+            ..KernelKnobs::default()
+        };
+        let mut acct = Accounting::default();
+        let mut ctx = Ctx {
+            now: 0,
+            dt: 10_000_000,
+            mem: m,
+            load: &load,
+            procs: &[],
+            rng: &mut rng,
+            acct: &mut acct,
+            kernel: &knobs,
+            memcg,
+        };
+        demote_coldest(&mut ctx, FAST, Pages(goal), None);
+        acct
+    }
+
+    fn on_fast(m: &Memory, region: u32) -> u64 {
+        m.region_placement(RegionId(region))
+            .get(&FAST)
+            .map_or(0, |p| p.0)
+    }
+
+    /// mm/vmscan.c `shrink_node_memcgs()`: a cgroup below its memory.low is skipped while
+    /// others have pages to give, and reclaimed only when they are not enough.
+    #[test]
+    fn reclaim_skips_a_cgroup_below_its_memory_low() {
+        let low = |gib_pages: u64| Memcgs {
+            low: [(CgroupId(2), Pages(gib_pages).bytes())]
+                .into_iter()
+                .collect(),
+            high: BTreeMap::new(),
+        };
+        // 8,000 + 8,000 pages on a 16,384-page node; cgroup 2 (8,000 + 16 page-table pages)
+        // is under a low of 9,000 pages.
+        let mut m = two_tenants(8_000, 8_000);
+        let acct = reclaim_with(&mut m, &low(9_000), false, 2_000);
+        assert!(on_fast(&m, 0) < 8_000, "cgroup 1 gave pages");
+        assert_eq!(on_fast(&m, 1), 8_000, "cgroup 2 is protected");
+        assert_eq!(acct.get("memcg_low_reclaim"), 0);
+        // A goal cgroup 1 cannot meet alone: the protected cgroup is reclaimed too.
+        let mut m = two_tenants(8_000, 8_000);
+        let acct = reclaim_with(&mut m, &low(9_000), false, 12_000);
+        assert_eq!(on_fast(&m, 0), 0);
+        assert!(on_fast(&m, 1) < 8_000);
+        assert_eq!(acct.get("memcg_low_reclaim"), 1);
+        // Over its low (stock: total usage), it has no protection.
+        let mut m = two_tenants(8_000, 8_000);
+        reclaim_with(&mut m, &low(7_000), false, 2_000);
+        assert!(on_fast(&m, 0) + on_fast(&m, 1) < 16_000);
+        // The RFC scales low to the top tier (64 of 320 MiB: 1/5): 9,000 pages protect only
+        // 1,800 top-tier pages, fewer than cgroup 2 has there, so nothing is shielded.
+        let mut m = two_tenants(8_000, 8_000);
+        let memcg = low(9_000);
+        assert!(memcg.below_low(&m, CgroupId(2), FAST, false));
+        assert!(!memcg.below_low(&m, CgroupId(2), FAST, true));
+        let acct = reclaim_with(&mut m, &memcg, true, 12_000);
+        assert_eq!(acct.get("memcg_low_reclaim"), 0);
+    }
+
+    #[test]
+    fn usage_counts_page_tables() {
+        let m = two_tenants(1_024, 513);
+        assert_eq!(cgroup_usage(&m, CgroupId(1)), (1_024 + 2, 1_024));
+        assert_eq!(cgroup_usage(&m, CgroupId(2)), (513 + 2, 513));
+        assert!((toptier_share(&m) - 0.2).abs() < 1e-12);
+    }
+
     #[test]
     fn a_thp_moving_to_a_node_without_a_free_2mib_block_is_split() {
         // 520 pages free on the fast node: room for 512 base pages, but below the low

@@ -1658,6 +1658,7 @@ mod tests {
                 running: true,
                 regions: regions.to_vec(),
                 rate_scale: 1.0,
+                op: None,
             });
             self.tax.push(0.0);
             self.acct.app_overhead_ns.push(0.0);

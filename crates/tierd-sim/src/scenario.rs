@@ -1366,4 +1366,70 @@ mod range_tests {
         let cg = format!("{A}\n[[cgroup]]\nname = \"t\"\nlow_gib = -1\n");
         assert!(refused(&cg).contains("cgroup"));
     }
+
+    /// A process's `op` (its operation: accesses, compute, io) parses with defaults, is
+    /// written back, and each out-of-range field is refused naming it.
+    #[test]
+    fn an_operation_is_parsed_and_range_checked() {
+        let with = |op: &str| A.replacen("[[process]]", &format!("[[process]]\n{op}"), 1);
+        let sc = Scenario::parse(
+            &with("op = { accesses = 4, io_ns = 6000 }"),
+            Path::new("s.toml"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let op = sc.process[0].op.clone().expect("parsed");
+        assert_eq!(
+            (op.name.as_str(), op.accesses, op.compute_ns, op.io_ns),
+            ("op", 4.0, 0.0, 6000.0)
+        );
+        let back = Scenario::parse(&toml::to_string(&sc).unwrap(), Path::new("s.toml")).unwrap();
+        assert_eq!(back.process[0].op, Some(op));
+        // A has no op: none is written, so its scenario serializes as before.
+        let a = Scenario::parse(A, Path::new("s.toml")).unwrap();
+        assert!(a.process.iter().all(|p| p.op.is_none()));
+        assert!(!toml::to_string(&a).unwrap().contains("op ="));
+        for (op, key) in [
+            ("op = { accesses = 0.5 }", "process[0].op.accesses"),
+            ("op = { accesses = nan }", "process[0].op.accesses"),
+            (
+                "op = { accesses = 2, compute_ns = -1 }",
+                "process[0].op.compute_ns",
+            ),
+            ("op = { accesses = 2, io_ns = inf }", "process[0].op.io_ns"),
+        ] {
+            let m = refused(&with(op));
+            assert!(m.contains(key), "{op}: {m}");
+            assert!(!m.contains('\n'), "{m}");
+        }
+        // Unknown keys and a missing `accesses` are parse errors naming the field.
+        assert!(refused(&with("op = { accesses = 2, cpu_ns = 1 }")).contains("cpu_ns"));
+        assert!(refused(&with("op = { io_ns = 1 }")).contains("accesses"));
+    }
+
+    #[test]
+    fn a_report_baseline_must_be_a_config() {
+        let text = A.replacen("[report]", "[report]\nbaseline = \"nope\"", 1);
+        let m = refused(&text);
+        assert!(m.contains("report.baseline") && m.contains("nope"), "{m}");
+        let first = Scenario::parse(A, Path::new("s.toml")).unwrap().config[0]
+            .id
+            .clone();
+        let ok = A.replacen("[report]", &format!("[report]\nbaseline = \"{first}\""), 1);
+        let sc = Scenario::parse(&ok, Path::new("s.toml")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(sc.report.baseline, Some(first));
+    }
+
+    #[test]
+    fn memcg_tiering_is_a_numab_knob_off_by_default() {
+        let sc = Scenario::find("cgroup-fairness").unwrap();
+        let knob = |id: &str| {
+            sc.config
+                .iter()
+                .find(|c| c.id == id)
+                .and_then(|c| c.numab.as_ref())
+                .is_some_and(|n| n.memcg_tiering)
+        };
+        assert!(!knob("K-low"));
+        assert!(knob("K-low-patched") && knob("K-lowhigh-patched"));
+    }
 }

@@ -666,7 +666,13 @@ impl World {
         let charged: u64 = self.procs[pi]
             .regions
             .iter()
-            .map(|r| self.mem.region_placement(*r).values().map(|p| p.0).sum::<u64>())
+            .map(|r| {
+                self.mem
+                    .region_placement(*r)
+                    .values()
+                    .map(|p| p.0)
+                    .sum::<u64>()
+            })
             .sum();
         acct.count("memory_high_events", 1);
         let memcg = Memcgs {
@@ -689,7 +695,12 @@ impl World {
             // reclaim_high(): asks for the pages over high.
             for n in ctx.mem.topology().toptier_mask().iter() {
                 let free = ctx.mem.free(n).pages().0;
-                demote_coldest(&mut ctx, n, tierd_engine::types::Pages(free + over), Some(cg));
+                demote_coldest(
+                    &mut ctx,
+                    n,
+                    tierd_engine::types::Pages(free + over),
+                    Some(cg),
+                );
             }
         }
         // One sleep per charge batch over high, at the overage the charge reached.
@@ -1144,8 +1155,7 @@ impl World {
     /// seed D's 256 GiB sweeper at 257 GiB (see docs/simulator.md); stock memory.high is
     /// applied on charge ([`World::charge_over_high`]).
     fn cgroup_high(ctx: &mut Ctx<'_>) {
-        if ctx.memcg.high.is_empty() || !ctx.kernel.demotion_enabled || !ctx.kernel.memcg_tiering
-        {
+        if ctx.memcg.high.is_empty() || !ctx.kernel.demotion_enabled || !ctx.kernel.memcg_tiering {
             return;
         }
         let share = toptier_share(ctx.mem);
@@ -1188,8 +1198,8 @@ pub fn high_delay_ns(usage: u64, high: u64, nr_pages: u64) -> f64 {
         return 0.0;
     }
     let overage = ((usage - high) << 20) / high.max(1);
-    let penalty_s = (overage as f64).powi(2) / 2f64.powi(34) * nr_pages as f64
-        / MEMCG_CHARGE_BATCH as f64;
+    let penalty_s =
+        (overage as f64).powi(2) / 2f64.powi(34) * nr_pages as f64 / MEMCG_CHARGE_BATCH as f64;
     let penalty_s = penalty_s.min(2.0);
     if penalty_s <= 0.01 {
         0.0
@@ -1299,6 +1309,28 @@ mod tests {
                     prop_assert_eq!(parts, vec![(PageSize::Base, bytes, false)]);
                 }
             }
+        }
+    }
+
+    /// mm/memcontrol.c: `calculate_high_delay()` is overage^2 x nr_pages / 64 seconds,
+    /// clamped to 2 s, and nothing at 10 ms or less.
+    #[test]
+    fn high_delay_follows_calculate_high_delay() {
+        assert_eq!(high_delay_ns(1000, 1000, 64), 0.0);
+        assert_eq!(high_delay_ns(900, 1000, 64), 0.0);
+        // 10 % over, a full batch: 0.01 x 64 = 0.64 s (the overage is a 2^-20 fixed point).
+        let d = high_delay_ns(1100, 1000, 64);
+        assert!((d / 0.64e9 - 1.0).abs() < 1e-4, "{d}");
+        // One page at 10 % over owes 10 ms: not worth sleeping.
+        assert_eq!(high_delay_ns(1100, 1000, 1), 0.0);
+        // 50 % over: 16 s, clamped to MEMCG_MAX_HIGH_DELAY_JIFFIES.
+        assert_eq!(high_delay_ns(1500, 1000, 64), 2e9);
+        // More overage never sleeps less.
+        let mut last = 0.0;
+        for usage in (1000..1400).step_by(7) {
+            let d = high_delay_ns(usage, 1000, 64);
+            assert!(d >= last, "{usage}: {d} < {last}");
+            last = d;
         }
     }
 
