@@ -64,6 +64,10 @@
 //! left to fault after it) placement never runs and the period stays at `task_scan_min()`.
 //! Modes 1 and 3 follow the full local/remote and private/shared arithmetic.
 //!
+//! With `memcg_tiering` (the per-cgroup tiering RFC, 2024, patch 4/4) a pass's scan size
+//! shrinks for a task whose cgroup holds more top-tier memory than its scaled memory.low while
+//! the top tier is short of free memory (`memcg_scan_pages`).
+//!
 //! A process paused from the start has its scan delay counted from its first running step (the
 //! kernel counts from fork, so a long pause would let the first pass come at once).
 //!

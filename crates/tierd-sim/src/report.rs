@@ -24,6 +24,8 @@ pub const TABLE_COUNTERS: &[&str] = &[
     "abit_pages_scanned",
     "pingpong_demoted",
     "pingpong_promoted",
+    "memory_high_events",
+    "memcg_low_reclaim",
 ];
 
 fn with_pub(sim: f64, published: Option<&f64>, decimals: usize) -> String {

@@ -2,6 +2,14 @@
 //!
 //! Every configuration runs on its own copy of the same initial machine, with the same seed,
 //! so differences between rows come from the mechanisms, not from the draw.
+//!
+//! A process that starts mid-run allocates as the page allocator would: on a lower tier when
+//! its nodes include one with room and the top tier is full, by direct reclaim (demotion)
+//! only when none has room. memory.high is applied on that charge (`World::charge_over_high`,
+//! stock) or, with the per-cgroup tiering RFC, to top-tier usage every step
+//! (`World::cgroup_high`); memory.low is read by reclaim ([`crate::mechanism`]). A scenario's
+//! `report.baseline` makes every row's rate relative to one configuration's, and processes
+//! with an `op` are counted in operations per second.
 
 use std::collections::BTreeMap;
 
