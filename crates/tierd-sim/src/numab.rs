@@ -218,8 +218,15 @@ pub struct NumabParams {
     /// fairness by per-cgroup control of promotion and demotion", not merged): memory.low
     /// protects top-tier usage (`locallow`), the scan of a cgroup over it shrinks while the
     /// top tier is short of free memory, and memory.high applies to top-tier usage scaled the
-    /// same way (see [`crate::mechanism`] and `World::cgroup_high`).
+    /// same way (see [`crate::mechanism`] and `World::cgroup_high`). Written back only when
+    /// set, so scenarios without it serialize as they did.
+    #[serde(skip_serializing_if = "is_false")]
     pub memcg_tiering: bool,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_false(x: &bool) -> bool {
+    !*x
 }
 
 /// Where NUMA balancing's faults come from.

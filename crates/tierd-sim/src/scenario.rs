@@ -1431,5 +1431,11 @@ mod range_tests {
         };
         assert!(!knob("K-low"));
         assert!(knob("K-low-patched") && knob("K-lowhigh-patched"));
+        // Written back only where set: other scenarios serialize as before.
+        assert!(toml::to_string(&sc)
+            .unwrap()
+            .contains("memcg_tiering = true"));
+        let a = Scenario::parse(A, Path::new("s.toml")).unwrap();
+        assert!(!toml::to_string(&a).unwrap().contains("memcg_tiering"));
     }
 }
