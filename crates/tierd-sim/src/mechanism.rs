@@ -536,7 +536,10 @@ fn demote_pass(
             crate::memory::Spread::Zipf { .. } => c.index_of_rank(u64::from(c.len - 1 - k)),
         };
         let w = c.weight(idx) / c.total_weight.max(f64::MIN_POSITIVE);
-        (c.unit_at(idx), ctx.load.class_rate[ci] * w)
+        // A class mapped after the step's rates were computed (a process charging pages
+        // mid-run) has no rate yet: not accessed so far.
+        let rate = ctx.load.class_rate.get(ci).copied().unwrap_or(0.0);
+        (c.unit_at(idx), rate * w)
     };
     let mut heap: BinaryHeap<Reverse<(Rate, u32, usize, u32)>> = BinaryHeap::new();
     for &ci in &classes {

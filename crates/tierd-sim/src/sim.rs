@@ -1342,6 +1342,68 @@ mod tests {
         }
     }
 
+    /// A process starting mid-run in a cgroup whose memory.high it exceeds at once is
+    /// reclaimed (its coldest top-tier pages demoted, still charged) and sleeps per charge
+    /// batch; the same start under no high is neither. A cgroup already over high that
+    /// charges nothing is never throttled (memory.high acts on charge).
+    #[test]
+    fn memory_high_reclaims_and_throttles_on_charge() {
+        let text = |high: f64| {
+            format!(
+                r#"
+name = "high"
+duration_s = 3
+[machine]
+demotion_enabled = true
+distance = [[10, 20], [20, 10]]
+node = [
+  {{ id = 0, cpus = 4, capacity_gib = 1, latency_ns = {{ "0" = 100 }} }},
+  {{ id = 1, cpus = 0, capacity_gib = 1, latency_ns = {{ "0" = 250 }} }},
+]
+[[cgroup]]
+name = "c"
+high_gib = {high}
+[[process]]
+name = "q"
+threads = [{{ node = 0, count = 1 }}]
+region = [{{ name = "heap", size_gib = 0.1 }}]
+access = [{{ class = "heap", share = 1.0 }}]
+[[process]]
+name = "p"
+cgroup = "c"
+start_s = 1
+threads = [{{ node = 0, count = 4 }}]
+region = [{{ name = "heap", size_gib = 0.5 }}]
+access = [{{ class = "heap", share = 1.0 }}]
+[report]
+hot = "p.heap"
+[[config]]
+id = "B"
+mechanism = "baseline"
+"#
+            )
+        };
+        let run = |high: f64| {
+            let sc = Scenario::parse(&text(high), std::path::Path::new("h.toml"))
+                .unwrap_or_else(|e| panic!("{e}"));
+            compare(&sc, 1.0, &[], |_, _, _| {}).unwrap().configs[0].clone()
+        };
+        let (over, none) = (run(0.4), run(0.0));
+        assert_eq!(over.counters.get("memory_high_events"), Some(&1));
+        assert!(over.demoted_gib > 0.09, "{}", over.demoted_gib);
+        // 0.5 GiB + page tables over 0.4 GiB: 25 % over, 0.25^2 x 64 = 4 s per 64-page batch,
+        // clamped to 2 s; 2048 batches.
+        assert!(
+            over.app_overhead_s >= 2048.0 * 2.0 * 0.99,
+            "{}",
+            over.app_overhead_s
+        );
+        assert!(!none.counters.contains_key("memory_high_events"));
+        assert_eq!((none.demoted_gib, none.app_overhead_s), (0.0, 0.0));
+        // Demoted pages stay charged: the cgroup is still over high, and not throttled again.
+        assert_eq!(over.counters.get("memory_high_events"), Some(&1));
+    }
+
     fn a(scale: f64) -> Scenario {
         let mut sc = Scenario::find("pointer-chase").unwrap().scaled(scale);
         sc.duration_s = 30.0;
