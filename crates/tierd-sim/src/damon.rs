@@ -1282,6 +1282,7 @@ mod tests {
                 running: true,
                 regions: vec![rid],
                 rate_scale: 1.0,
+                op: None,
             });
             (rid, hot)
         }
@@ -1300,6 +1301,7 @@ mod tests {
                     rng: &mut self.rng,
                     acct: &mut self.acct,
                     kernel: &self.knobs,
+                    memcg: &crate::mechanism::NO_MEMCGS,
                 };
                 damon.step(&mut ctx);
                 self.now += STEP_NS;
@@ -1768,6 +1770,7 @@ mod tests {
             rng: &mut sim.rng,
             acct: &mut sim.acct,
             kernel: &sim.knobs,
+            memcg: &crate::mechanism::NO_MEMCGS,
         };
         let mut damon = Damon::new(&params());
         let before: Vec<DamonRegion> = (0..10)

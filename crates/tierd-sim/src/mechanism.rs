@@ -1,11 +1,29 @@
 //! The interface every promotion mechanism implements, and what they share: the step
 //! context, the accounting of costs and counters, and the kernel's reclaim (kswapd demotion).
+//!
+//! # Memory cgroups
+//!
+//! [`Memcgs`] holds each cgroup's `memory.low` and `memory.high`. All cgroups are children of
+//! the root, so a cgroup's effective protection is its own setting capped by its usage
+//! (mm/memcontrol.c `effective_protection()` without siblings to share with). Usage is what
+//! the kernel charges: resident pages on every node plus the page tables that map them
+//! ([`cgroup_usage`]). Demotion does not uncharge a page (the folio keeps its memcg on the
+//! lower tier), so reclaim that can only demote never lowers a cgroup's usage.
+//!
+//! - **memory.low** ([`demote_coldest`] without a cgroup, i.e. kswapd and direct reclaim):
+//!   mm/vmscan.c `shrink_node_memcgs()` skips a cgroup for which `mem_cgroup_below_low()`
+//!   holds (usage at most its effective low), and reclaims it only when a pass over the
+//!   others left the goal unmet (`do_try_to_free_pages()` retries with `memcg_low_reclaim`
+//!   after `memcg_low_skipped`). With the per-cgroup tiering RFC ([`KernelKnobs::memcg_tiering`],
+//!   Kaiyang Zhao, 2024, patch 3/4) reclaim of a top-tier node compares the cgroup's
+//!   top-tier usage with `locallow = low x top-tier capacity / all capacity` instead.
+//! - **memory.high**: see `World::cgroup_high` in [`crate::sim`].
 
 use std::collections::BTreeMap;
 
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
-use tierd_engine::types::{CgroupId, NodeId, Pages};
+use tierd_engine::types::{Bytes, CgroupId, NodeId, Pages};
 use tierd_engine::MoveError;
 
 use crate::memory::{ClassId, Memory, UnitId};
@@ -71,6 +89,91 @@ pub struct Ctx<'a> {
     pub acct: &'a mut Accounting,
     /// Scenario-wide switches the kernel mechanisms read.
     pub kernel: &'a KernelKnobs,
+    /// The cgroups' memory.low and memory.high.
+    pub memcg: &'a Memcgs,
+}
+
+/// Memory-cgroup limits the kernel's reclaim reads (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Memcgs {
+    /// `memory.low` by cgroup.
+    pub low: BTreeMap<CgroupId, Bytes>,
+    /// `memory.high` by cgroup.
+    pub high: BTreeMap<CgroupId, Bytes>,
+}
+
+/// No cgroup limits (tests and scenarios without cgroups).
+pub static NO_MEMCGS: Memcgs = Memcgs {
+    low: BTreeMap::new(),
+    high: BTreeMap::new(),
+};
+
+/// Page-table entries per page-table page on x86-64 (`PTRS_PER_PTE`, `PTRS_PER_PMD`: 8-byte
+/// entries in a 4 KiB table). **Derived** from the architecture. A 4 KiB mapping costs one
+/// PTE page per 512 pages, a 2 MiB mapping one PMD page per 512 folios; user page tables are
+/// charged to the cgroup (include/asm-generic/pgalloc.h `GFP_PGTABLE_USER` has
+/// `__GFP_ACCOUNT`), which is what puts a cgroup mapping 256 GiB at about 256.5 GiB of usage.
+pub const PTES_PER_TABLE: u64 = 512;
+
+/// A cgroup's usage as the kernel charges it: (all pages, base pages on top-tier nodes).
+/// All pages are its resident pages on every node plus its page tables ([`PTES_PER_TABLE`]);
+/// the top-tier figure is the RFC's `get_cgroup_local_usage()` (resident pages only).
+#[must_use]
+pub fn cgroup_usage(mem: &Memory, cg: CgroupId) -> (u64, u64) {
+    let (mut all, mut top) = (0u64, 0u64);
+    for (i, r) in mem.regions().iter().enumerate() {
+        if !r.alive || r.cgroup != cg {
+            continue;
+        }
+        let mut pages = 0;
+        for (n, p) in mem.region_placement(crate::memory::RegionId(i as u32)) {
+            pages += p.0;
+            if mem.topology().is_toptier(n) {
+                top += p.0;
+            }
+        }
+        // One table page per PTES_PER_TABLE entries; an entry maps a unit (a page or a THP).
+        let entries = pages / r.unit_pages().max(1);
+        all += pages + entries.div_ceil(PTES_PER_TABLE);
+    }
+    (all, top)
+}
+
+/// The share of all memory on top-tier nodes: the RFC's scaling of `memory.low` (and the
+/// tier-aware `memory.high`) to top-tier memory.
+#[must_use]
+pub fn toptier_share(mem: &Memory) -> f64 {
+    let topo = mem.topology();
+    let (mut top, mut all) = (0u64, 0u64);
+    for n in topo.nodes() {
+        all += n.capacity.0;
+        if topo.is_toptier(n.id) {
+            top += n.capacity.0;
+        }
+    }
+    if all == 0 {
+        1.0
+    } else {
+        top as f64 / all as f64
+    }
+}
+
+impl Memcgs {
+    /// Whether reclaim of `node` skips cgroup `cg` on its first pass: `mem_cgroup_below_low()`
+    /// with total usage (stock), or top-tier usage against `locallow` when `tiering` and `node`
+    /// is top-tier (the RFC's patch 3/4).
+    #[must_use]
+    pub fn below_low(&self, mem: &Memory, cg: CgroupId, node: NodeId, tiering: bool) -> bool {
+        let Some(low) = self.low.get(&cg).map(|b| b.pages().0).filter(|l| *l > 0) else {
+            return false;
+        };
+        let (all, top) = cgroup_usage(mem, cg);
+        if tiering && mem.topology().is_toptier(node) {
+            top as f64 <= low as f64 * toptier_share(mem)
+        } else {
+            all <= low
+        }
+    }
 }
 
 impl Ctx<'_> {
@@ -191,6 +294,10 @@ pub struct KernelKnobs {
     /// Whether NUMA balancing's tiering mode is on: kswapd then balances top-tier nodes up to
     /// the promotion watermark (2022 "memory tiering: hot page selection" series).
     pub tiering_kswapd: bool,
+    /// The per-cgroup promotion/demotion control RFC (Kaiyang Zhao, 2024): memory.low
+    /// protects top-tier usage from demotion, NUMA balancing scans less for a cgroup over its
+    /// top-tier protection, and memory.high is applied to top-tier usage scaled the same way.
+    pub memcg_tiering: bool,
 }
 
 impl Default for KernelKnobs {
@@ -199,6 +306,7 @@ impl Default for KernelKnobs {
             demotion_enabled: false,
             watermark_scale_factor: 10,
             tiering_kswapd: false,
+            memcg_tiering: false,
         }
     }
 }
@@ -383,7 +491,40 @@ pub fn kswapd_wake(ctx: &mut Ctx<'_>, node: NodeId) {
 /// Units are taken in ascending order of their access rate across all classes (a k-way merge:
 /// a uniform class yields its units at one rate, a Zipf class its least-accessed ranks
 /// first), older regions first at equal rates: the kernel's LRU order, approximately.
+///
+/// Global reclaim (`cgroup` is `None`) skips cgroups under their memory.low on a first pass
+/// and takes them only if the goal is still unmet (see the module docs).
 pub fn demote_coldest(ctx: &mut Ctx<'_>, node: NodeId, goal: Pages, cgroup: Option<CgroupId>) {
+    if cgroup.is_some() || ctx.memcg.low.is_empty() {
+        demote_pass(ctx, node, goal, cgroup, &[]);
+        return;
+    }
+    let protected: Vec<CgroupId> = ctx
+        .memcg
+        .low
+        .keys()
+        .copied()
+        .filter(|cg| {
+            ctx.memcg
+                .below_low(ctx.mem, *cg, node, ctx.kernel.memcg_tiering)
+        })
+        .collect();
+    demote_pass(ctx, node, goal, None, &protected);
+    if !protected.is_empty() && ctx.mem.node(node).is_some_and(|m| m.free() < goal) {
+        // memcg_low_reclaim: nothing else was left to reclaim.
+        ctx.acct.count("memcg_low_reclaim", 1);
+        demote_pass(ctx, node, goal, None, &[]);
+    }
+}
+
+/// One reclaim pass of [`demote_coldest`], leaving the cgroups in `skip` alone.
+fn demote_pass(
+    ctx: &mut Ctx<'_>,
+    node: NodeId,
+    goal: Pages,
+    cgroup: Option<CgroupId>,
+    skip: &[CgroupId],
+) {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
 
@@ -418,6 +559,7 @@ pub fn demote_coldest(ctx: &mut Ctx<'_>, node: NodeId, goal: Pages, cgroup: Opti
             c.units_on.get(&node).copied().unwrap_or(0) > 0
                 && r.alive
                 && cgroup.is_none_or(|cg| r.cgroup == cg)
+                && !skip.contains(&r.cgroup)
         })
         .map(|(i, _)| i)
         .collect();
@@ -429,11 +571,14 @@ pub fn demote_coldest(ctx: &mut Ctx<'_>, node: NodeId, goal: Pages, cgroup: Opti
     // one that merge would reach next, and only this loop moves units meanwhile.
     let next_on = |mem: &Memory, ci: usize, mut k: u32, mut idx: u32, step: u32| {
         let c = &mem.classes()[ci];
+        // A class mapped after the step's rates were computed (a process charging pages
+        // mid-run) has no rate yet: not accessed so far.
+        let class_rate = ctx.load.class_rate.get(ci).copied().unwrap_or(0.0);
         while k < c.len {
             let u = c.unit_at(idx);
             if mem.node_of(u) == node {
                 let w = c.weight(idx) / c.total_weight.max(f64::MIN_POSITIVE);
-                return Some((k, idx, ctx.load.class_rate[ci] * w));
+                return Some((k, idx, class_rate * w));
             }
             k += 1;
             idx = c.next_in_order(idx, step);
@@ -550,8 +695,106 @@ mod tests {
             rng: &mut rng,
             acct,
             kernel: &knobs,
+            memcg: &NO_MEMCGS,
         };
         f(&mut ctx)
+    }
+
+    /// Two cgroups' base pages filling the fast node: cgroup 1 `a` pages, cgroup 2 `b`
+    /// pages, cgroup 1 accessed (its pages hotter), cgroup 2 idle.
+    fn two_tenants(a: u32, b: u32) -> Memory {
+        let mut m = Memory::new(two_tier(Bytes::mib(64), Bytes::mib(256)));
+        for (i, n) in [(1u32, a), (2, b)] {
+            m.map_region(
+                &format!("t{i}.heap"),
+                SpaceId(i),
+                CgroupId(i),
+                Vpn(u64::from(i) << 30),
+                n,
+                PageSize::Base,
+                MemPolicy::DEFAULT,
+                vec![],
+                1,
+                |_| vec![FAST],
+            )
+            .unwrap();
+        }
+        m
+    }
+
+    fn reclaim_with(m: &mut Memory, memcg: &Memcgs, tiering: bool, goal: u64) -> Accounting {
+        let load = Load::compute(&[], m, &LatencyTable::default(), &[]);
+        let mut rng = SimRng::seed_from_u64(1);
+        let knobs = KernelKnobs {
+            demotion_enabled: true,
+            memcg_tiering: tiering,
+            ..KernelKnobs::default()
+        };
+        let mut acct = Accounting::default();
+        let mut ctx = Ctx {
+            now: 0,
+            dt: 10_000_000,
+            mem: m,
+            load: &load,
+            procs: &[],
+            rng: &mut rng,
+            acct: &mut acct,
+            kernel: &knobs,
+            memcg,
+        };
+        demote_coldest(&mut ctx, FAST, Pages(goal), None);
+        acct
+    }
+
+    fn on_fast(m: &Memory, region: u32) -> u64 {
+        m.region_placement(RegionId(region))
+            .get(&FAST)
+            .map_or(0, |p| p.0)
+    }
+
+    /// mm/vmscan.c `shrink_node_memcgs()`: a cgroup below its memory.low is skipped while
+    /// others have pages to give, and reclaimed only when they are not enough.
+    #[test]
+    fn reclaim_skips_a_cgroup_below_its_memory_low() {
+        let low = |gib_pages: u64| Memcgs {
+            low: [(CgroupId(2), Pages(gib_pages).bytes())]
+                .into_iter()
+                .collect(),
+            high: BTreeMap::new(),
+        };
+        // 8,000 + 8,000 pages on a 16,384-page node; cgroup 2 (8,000 + 16 page-table pages)
+        // is under a low of 9,000 pages.
+        let mut m = two_tenants(8_000, 8_000);
+        let acct = reclaim_with(&mut m, &low(9_000), false, 2_000);
+        assert!(on_fast(&m, 0) < 8_000, "cgroup 1 gave pages");
+        assert_eq!(on_fast(&m, 1), 8_000, "cgroup 2 is protected");
+        assert_eq!(acct.get("memcg_low_reclaim"), 0);
+        // A goal cgroup 1 cannot meet alone: the protected cgroup is reclaimed too.
+        let mut m = two_tenants(8_000, 8_000);
+        let acct = reclaim_with(&mut m, &low(9_000), false, 12_000);
+        assert_eq!(on_fast(&m, 0), 0);
+        assert!(on_fast(&m, 1) < 8_000);
+        assert_eq!(acct.get("memcg_low_reclaim"), 1);
+        // Over its low (stock: total usage), it has no protection.
+        let mut m = two_tenants(8_000, 8_000);
+        reclaim_with(&mut m, &low(7_000), false, 2_000);
+        assert!(on_fast(&m, 0) + on_fast(&m, 1) < 16_000);
+        // The RFC scales low to the top tier (64 of 320 MiB: 1/5): 9,000 pages protect only
+        // 1,800 top-tier pages, fewer than cgroup 2 has there, so nothing is shielded.
+        let mut m = two_tenants(8_000, 8_000);
+        let memcg = low(9_000);
+        assert!(memcg.below_low(&m, CgroupId(2), FAST, false));
+        assert!(!memcg.below_low(&m, CgroupId(2), FAST, true));
+        let acct = reclaim_with(&mut m, &memcg, true, 12_000);
+        assert_eq!(acct.get("memcg_low_reclaim"), 0);
+    }
+
+    #[test]
+    fn usage_counts_page_tables() {
+        let m = two_tenants(1_024, 513);
+        assert_eq!(cgroup_usage(&m, CgroupId(1)), (1_024 + 2, 1_024));
+        assert_eq!(cgroup_usage(&m, CgroupId(2)), (513 + 2, 513));
+        assert!((toptier_share(&m) - 0.2).abs() < 1e-12);
     }
 
     #[test]

@@ -64,6 +64,10 @@
 //! left to fault after it) placement never runs and the period stays at `task_scan_min()`.
 //! Modes 1 and 3 follow the full local/remote and private/shared arithmetic.
 //!
+//! With `memcg_tiering` (the per-cgroup tiering RFC, 2024, patch 4/4) a pass's scan size
+//! shrinks for a task whose cgroup holds more top-tier memory than its scaled memory.low while
+//! the top tier is short of free memory (`memcg_scan_pages`).
+//!
 //! A process paused from the start has its scan delay counted from its first running step (the
 //! kernel counts from fork, so a long pause would let the first pass come at once).
 //!
@@ -103,7 +107,9 @@ use tierd_engine::ratelimit::{mbps_to_pages_per_s, AdaptiveThreshold, KernelWind
 use tierd_engine::types::{Nanos, NodeId, Pages, HPAGE_PMD_NR, PAGE_SHIFT};
 
 use crate::cost::{MIGRATE_COPY_NS_PER_PAGE, MIGRATE_FOLIO_NS};
-use crate::mechanism::{demote_coldest, Ctx, Mechanism, SimRng, Watermarks};
+use crate::mechanism::{
+    cgroup_usage, demote_coldest, toptier_share, Ctx, Mechanism, SimRng, Watermarks,
+};
 use crate::memory::{Memory, RegionId, UnitId};
 use crate::workload::{Load, Process};
 
@@ -264,6 +270,19 @@ pub struct NumabParams {
     pub source: NumabSource,
     /// Sampling period (ops) when `source = "samples"`.
     pub sample_period: u64,
+    /// The per-cgroup promotion/demotion control RFC (Kaiyang Zhao, 2024-09, "memory tiering
+    /// fairness by per-cgroup control of promotion and demotion", not merged): memory.low
+    /// protects top-tier usage (`locallow`), the scan of a cgroup over it shrinks while the
+    /// top tier is short of free memory, and memory.high applies to top-tier usage scaled the
+    /// same way (see [`crate::mechanism`] and `World::cgroup_high`). Written back only when
+    /// set, so scenarios without it serialize as they did.
+    #[serde(skip_serializing_if = "is_false")]
+    pub memcg_tiering: bool,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_false(x: &bool) -> bool {
+    !*x
 }
 
 /// Where NUMA balancing's faults come from.
@@ -291,6 +310,7 @@ impl Default for NumabParams {
             preferred_many_balancing: true,
             source: NumabSource::HintFaults,
             sample_period: 10_000,
+            memcg_tiering: false,
         }
     }
 }
@@ -647,6 +667,33 @@ impl QuietTest<'_> {
     }
 }
 
+/// The scan size of a task under the per-cgroup tiering RFC (patch 4/4, in
+/// `task_numa_work()`): while a top-tier node is short of free memory
+/// (`pgdat_free_space_enough()` false) and the task's cgroup uses more top-tier memory than
+/// its `locallow` (memory.low x top-tier share, see [`crate::mechanism`]), the scan shrinks
+/// by `(locallow / (usage + 1))^4`, to no less than 1/16: fewer PTEs armed, fewer hint
+/// faults, fewer promotions for a cgroup over its fair share. The RFC hard-codes node 0 as
+/// the top tier; here every top-tier node counts.
+fn memcg_scan_pages(ctx: &Ctx<'_>, p: &Process, pages: u64) -> u64 {
+    let short = ctx
+        .mem
+        .topology()
+        .toptier_mask()
+        .iter()
+        .any(|n| !Numab::free_space_enough(ctx, n));
+    if !short {
+        return pages;
+    }
+    let low = ctx.memcg.low.get(&p.cgroup).map_or(0, |b| b.pages().0);
+    let locallow = low as f64 * toptier_share(ctx.mem);
+    let (_, top) = cgroup_usage(ctx.mem, p.cgroup);
+    if top as f64 <= locallow {
+        return pages;
+    }
+    let f = (locallow / (top as f64 + 1.0)).powi(4).max(1.0 / 16.0);
+    ((pages as f64 * f) as u64).max(1)
+}
+
 fn ms_of(ns: u64) -> u32 {
     // Modulo 2^30 ms, as the kernel's access-time bits wrap.
     ((ns / NS_PER_MS) & u64::from(TIME_MASK)) as u32
@@ -794,7 +841,10 @@ impl Scanner {
         task.next_scan_ns = t + task.period_ms * NS_PER_MS;
         task.passes += 1;
         // pages = scan_size MB in pages; virtpages = pages * 8.
-        let scan_pages = self.params.scan_size_mb << (20 - PAGE_SHIFT);
+        let mut scan_pages = self.params.scan_size_mb << (20 - PAGE_SHIFT);
+        if self.params.memcg_tiering {
+            scan_pages = memcg_scan_pages(ctx, p, scan_pages);
+        }
         let mut pages_left = i128::from(scan_pages);
         let mut virt_left = pages_left * 8;
         if scan_pages == 0 {
@@ -1684,6 +1734,7 @@ mod tests {
                 running: true,
                 regions: regions.to_vec(),
                 rate_scale: 1.0,
+                op: None,
             });
             self.tax.push(0.0);
             self.acct.app_overhead_ns.push(0.0);
@@ -1706,6 +1757,7 @@ mod tests {
                     rng: &mut self.rng,
                     acct: &mut self.acct,
                     kernel: &self.kernel,
+                    memcg: &crate::mechanism::NO_MEMCGS,
                 };
                 m.step(&mut ctx);
                 kswapd(&mut ctx);
@@ -2086,6 +2138,7 @@ mod tests {
             rng: &mut b.rng,
             acct: &mut b.acct,
             kernel: &b.kernel,
+            memcg: &crate::mechanism::NO_MEMCGS,
         };
         let u = ctx.mem.class(a).unit_at(0);
         let (n0, n1) = (NodeId(0), NodeId(1));

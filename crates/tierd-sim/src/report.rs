@@ -24,6 +24,8 @@ pub const TABLE_COUNTERS: &[&str] = &[
     "abit_pages_scanned",
     "pingpong_demoted",
     "pingpong_promoted",
+    "memory_high_events",
+    "memcg_low_reclaim",
 ];
 
 fn with_pub(sim: f64, published: Option<&f64>, decimals: usize) -> String {
@@ -40,6 +42,17 @@ fn fmt_count(n: u64) -> String {
         format!("{:.0}k", n as f64 / 1e3)
     } else {
         n.to_string()
+    }
+}
+
+/// An operation rate as a load generator prints it: `1.23M`, `456k`.
+fn fmt_rate(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2}M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.0}k", x / 1e3)
+    } else {
+        format!("{x:.0}")
     }
 }
 
@@ -68,6 +81,16 @@ pub fn table_cells(r: &CompareResult) -> (Vec<String>, Vec<Vec<String>>) {
     .collect();
     if show_wrong {
         headers.push("wrong-node GiB".to_string());
+    }
+    // Scenarios that define operations show them as a load generator would; the relative
+    // rate is the score of seeds that compare to a reference case (D: the tenant alone).
+    let show_ops = r.op.is_some() && r.configs.iter().any(|c| c.ops_per_s.is_some());
+    if let Some(op) = r.op.as_ref().filter(|_| show_ops) {
+        headers.insert(3, format!("{op}/s"));
+    }
+    if let Some(b) = &r.baseline {
+        let at = if show_ops { 4 } else { 3 };
+        headers.insert(at, format!("rate vs {b}"));
     }
     let mut rows: Vec<Vec<String>> = Vec::new();
     for c in &r.configs {
@@ -104,6 +127,17 @@ pub fn table_cells(r: &CompareResult) -> (Vec<String>, Vec<Vec<String>>) {
         ];
         if show_wrong {
             row.push(format!("{:.1}", c.wrong_node_gib));
+        }
+        if show_ops {
+            row.insert(3, c.ops_per_s.map_or("-".to_string(), fmt_rate));
+        }
+        if r.baseline.is_some() {
+            let at = if show_ops { 4 } else { 3 };
+            row.insert(
+                at,
+                c.relative_rate
+                    .map_or("-".to_string(), |x| format!("{:.1}%", x * 100.0)),
+            );
         }
         rows.push(row);
     }

@@ -293,6 +293,38 @@ pub struct ProcessToml {
     /// Access streams.
     #[serde(default)]
     pub access: Vec<AccessToml>,
+    /// What one operation of this process is (a request served, a unit of work), when its
+    /// throughput is counted in operations rather than memory accesses (`None`: every access
+    /// is one operation, as a pointer chase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<OpToml>,
+}
+
+/// One operation of a process: `accesses` memory accesses (spread over its streams), plus
+/// CPU work and I/O work that do not depend on where its pages are. A thread serves one
+/// operation after another, so its operation time is `accesses x (memory latency +
+/// compute_ns of the process + tax) + compute_ns + io_ns` here, and operations per second
+/// are threads / that time: what a closed-loop load generator measures.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpToml {
+    /// Name of the operation in the report (`get`).
+    #[serde(default = "default_op_name")]
+    pub name: String,
+    /// Memory accesses per operation that miss the caches (at least 1; may be fractional,
+    /// a mean).
+    pub accesses: f64,
+    /// CPU work per operation besides those accesses (hashing, parsing, building the
+    /// reply), ns.
+    #[serde(default)]
+    pub compute_ns: f64,
+    /// Time per operation in system calls and the network stack (receive, send, epoll), ns.
+    #[serde(default)]
+    pub io_ns: f64,
+}
+
+fn default_op_name() -> String {
+    "op".to_string()
 }
 
 fn yes() -> bool {
@@ -457,6 +489,10 @@ pub struct ReportToml {
     /// Measure latency and throughput of this process only (default: all).
     #[serde(default)]
     pub process: Option<String>,
+    /// A configuration id whose throughput the others are shown relative to (seed D: the
+    /// small tenant alone); `None`: no relative column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
 }
 
 fn default_steady() -> f64 {
@@ -810,6 +846,32 @@ impl Scenario {
                     ));
                 }
             }
+            if let Some(op) = &p.op {
+                if !(op.accesses.is_finite() && op.accesses >= 1.0) {
+                    return Err(err(
+                        format!("process[{pi}].op.accesses"),
+                        "accesses",
+                        format!("{} must be a number at least 1", op.accesses),
+                    ));
+                }
+                for (key, v) in [("compute_ns", op.compute_ns), ("io_ns", op.io_ns)] {
+                    if !non_neg(v) {
+                        return Err(err(
+                            format!("process[{pi}].op.{key}"),
+                            key,
+                            format!("{v} must be a number of ns at least 0"),
+                        ));
+                    }
+                }
+                if p.access.is_empty() {
+                    return Err(err(
+                        format!("process[{pi}].op"),
+                        &p.name,
+                        "an operation needs memory accesses: the process has no `access` streams"
+                            .into(),
+                    ));
+                }
+            }
             for (ti, t) in p.threads.iter().enumerate() {
                 if !node_ids.contains(&t.node) {
                     return Err(err(
@@ -967,6 +1029,15 @@ impl Scenario {
         if let Some(p) = &self.report.process {
             if !procs.contains(&p.as_str()) {
                 return Err(err("report.process".into(), p, format!("no process {p:?}")));
+            }
+        }
+        if let Some(b) = &self.report.baseline {
+            if !self.config.iter().any(|c| &c.id == b) {
+                return Err(err(
+                    "report.baseline".into(),
+                    b,
+                    format!("no config with id {b:?}"),
+                ));
             }
         }
         if !classes.contains(&self.report.hot) {
@@ -1319,5 +1390,77 @@ mod range_tests {
         // Scaling twice keeps the first original.
         let t = small.scaled(0.5).process[0].threads[0];
         assert_eq!((t.count, t.unscaled), (1, Some(32)));
+    }
+
+    /// A process's `op` (its operation: accesses, compute, io) parses with defaults, is
+    /// written back, and each out-of-range field is refused naming it.
+    #[test]
+    fn an_operation_is_parsed_and_range_checked() {
+        let with = |op: &str| A.replacen("[[process]]", &format!("[[process]]\n{op}"), 1);
+        let sc = Scenario::parse(
+            &with("op = { accesses = 4, io_ns = 6000 }"),
+            Path::new("s.toml"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let op = sc.process[0].op.clone().expect("parsed");
+        assert_eq!(
+            (op.name.as_str(), op.accesses, op.compute_ns, op.io_ns),
+            ("op", 4.0, 0.0, 6000.0)
+        );
+        let back = Scenario::parse(&toml::to_string(&sc).unwrap(), Path::new("s.toml")).unwrap();
+        assert_eq!(back.process[0].op, Some(op));
+        // A has no op: none is written, so its scenario serializes as before.
+        let a = Scenario::parse(A, Path::new("s.toml")).unwrap();
+        assert!(a.process.iter().all(|p| p.op.is_none()));
+        assert!(!toml::to_string(&a).unwrap().contains("op ="));
+        for (op, key) in [
+            ("op = { accesses = 0.5 }", "process[0].op.accesses"),
+            ("op = { accesses = nan }", "process[0].op.accesses"),
+            (
+                "op = { accesses = 2, compute_ns = -1 }",
+                "process[0].op.compute_ns",
+            ),
+            ("op = { accesses = 2, io_ns = inf }", "process[0].op.io_ns"),
+        ] {
+            let m = refused(&with(op));
+            assert!(m.contains(key), "{op}: {m}");
+            assert!(!m.contains('\n'), "{m}");
+        }
+        // Unknown keys and a missing `accesses` are parse errors naming the field.
+        assert!(refused(&with("op = { accesses = 2, cpu_ns = 1 }")).contains("cpu_ns"));
+        assert!(refused(&with("op = { io_ns = 1 }")).contains("accesses"));
+    }
+
+    #[test]
+    fn a_report_baseline_must_be_a_config() {
+        let text = A.replacen("[report]", "[report]\nbaseline = \"nope\"", 1);
+        let m = refused(&text);
+        assert!(m.contains("report.baseline") && m.contains("nope"), "{m}");
+        let first = Scenario::parse(A, Path::new("s.toml")).unwrap().config[0]
+            .id
+            .clone();
+        let ok = A.replacen("[report]", &format!("[report]\nbaseline = \"{first}\""), 1);
+        let sc = Scenario::parse(&ok, Path::new("s.toml")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(sc.report.baseline, Some(first));
+    }
+
+    #[test]
+    fn memcg_tiering_is_a_numab_knob_off_by_default() {
+        let sc = Scenario::find("cgroup-fairness").unwrap();
+        let knob = |id: &str| {
+            sc.config
+                .iter()
+                .find(|c| c.id == id)
+                .and_then(|c| c.numab.as_ref())
+                .is_some_and(|n| n.memcg_tiering)
+        };
+        assert!(!knob("K-low"));
+        assert!(knob("K-low-patched") && knob("K-lowhigh-patched"));
+        // Written back only where set: other scenarios serialize as before.
+        assert!(toml::to_string(&sc)
+            .unwrap()
+            .contains("memcg_tiering = true"));
+        let a = Scenario::parse(A, Path::new("s.toml")).unwrap();
+        assert!(!toml::to_string(&a).unwrap().contains("memcg_tiering"));
     }
 }

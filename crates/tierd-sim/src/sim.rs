@@ -2,6 +2,14 @@
 //!
 //! Every configuration runs on its own copy of the same initial machine, with the same seed,
 //! so differences between rows come from the mechanisms, not from the draw.
+//!
+//! A process that starts mid-run allocates as the page allocator would: on a lower tier when
+//! its nodes include one with room and the top tier is full, by direct reclaim (demotion)
+//! only when none has room. memory.high is applied on that charge (`World::charge_over_high`,
+//! stock) or, with the per-cgroup tiering RFC, to top-tier usage every step
+//! (`World::cgroup_high`); memory.low is read by reclaim ([`crate::mechanism`]). A scenario's
+//! `report.baseline` makes every row's rate relative to one configuration's, and processes
+//! with an `op` are counted in operations per second.
 
 use std::collections::BTreeMap;
 
@@ -14,7 +22,8 @@ use tierd_engine::types::{Bytes, CgroupId, NodeId, NodeMask, PageSize, SpaceId, 
 
 use crate::damon::Damon;
 use crate::mechanism::{
-    demote_coldest, kswapd, Accounting, Baseline, Ctx, KernelKnobs, Mechanism, SimRng, Watermarks,
+    cgroup_usage, demote_coldest, kswapd, toptier_share, Accounting, Baseline, Ctx, KernelKnobs,
+    Mechanism, Memcgs, SimRng, Watermarks,
 };
 use crate::memory::{align_vpn, units_for, ClassId, ClassSpec, Memory, RegionId, Spread};
 use crate::numab::Numab;
@@ -87,6 +96,9 @@ pub struct Sample {
     pub latency_ns: f64,
     /// Their accesses per second (throughput).
     pub accesses_per_s: f64,
+    /// Their operations per second, when they define operations (`[process.op]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ops_per_s: Option<f64>,
     /// GiB of the reported regions on each node.
     pub node_gib: BTreeMap<NodeId, f64>,
     /// Fraction of the hot class on the fast node.
@@ -114,6 +126,14 @@ pub struct ConfigResult {
     pub latency_ns: f64,
     /// Steady throughput of the measured processes, accesses per second.
     pub throughput: f64,
+    /// Steady operations per second of the measured processes, when they define operations:
+    /// what a load generator would report.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ops_per_s: Option<f64>,
+    /// Throughput (operations when defined, else accesses) relative to the report's
+    /// `baseline` configuration (seed D: the small tenant's rate relative to alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relative_rate: Option<f64>,
     /// GiB of the reported regions per node at the end.
     pub node_gib: BTreeMap<NodeId, f64>,
     /// GiB of the reported regions on the fast node at the end.
@@ -174,6 +194,12 @@ pub struct CompareResult {
     pub thp: String,
     /// tierd's version.
     pub version: String,
+    /// The measured processes' operation (`get`), when they define one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub op: Option<String>,
+    /// The configuration the relative rates are relative to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
     /// Rows.
     pub configs: Vec<ConfigResult>,
 }
@@ -300,6 +326,7 @@ impl World {
             demotion_enabled: sc.machine.demotion_enabled,
             watermark_scale_factor: sc.machine.watermark_scale_factor,
             tiering_kswapd: false,
+            memcg_tiering: false,
         };
         let mut w = World {
             scenario: sc.clone(),
@@ -341,6 +368,12 @@ impl World {
                 running: false,
                 regions: Vec::new(),
                 rate_scale: sc.rate_scale,
+                op: p.op.as_ref().map(|o| crate::workload::Op {
+                    name: o.name.clone(),
+                    accesses: o.accesses,
+                    compute_ns: o.compute_ns,
+                    io_ns: o.io_ns,
+                }),
             });
         }
         for i in 0..sc.process.len() {
@@ -492,10 +525,24 @@ impl World {
                 });
             }
             let order = self.placement_order(r.place.map(NodeId), &policy, first_node);
-            // Make room by demotion (direct reclaim) on the nodes the allocation may use,
-            // in order, if they are full and the kernel may demote.
-            if let Some((load, rng, acct)) = ctx_mem.as_mut() {
-                let mut need = u64::from(units) * size.nr_pages().0;
+            // The page allocator's fast path walks the allowed nodes in zonelist order and
+            // takes the first above its low watermark (mm/page_alloc.c
+            // `get_page_from_freelist()`): with a lower tier in the list, a full top tier sends
+            // new pages there, and only when no allowed node has room does the allocator enter
+            // direct reclaim (`__alloc_pages_slowpath()`), which demotes to make room.
+            let need_pages = u64::from(units) * size.nr_pages().0;
+            let spill: u64 = order
+                .iter()
+                .filter(|n| !self.topo.is_toptier(**n))
+                .map(|n| self.mem.node(*n).map_or(0, |m| m.free().0))
+                .sum();
+            let falls_back = spill >= need_pages;
+            if let Some((load, rng, acct)) = ctx_mem.as_mut().filter(|_| !falls_back) {
+                let memcg = Memcgs {
+                    low: self.lows.clone(),
+                    high: self.highs.clone(),
+                };
+                let mut need = need_pages;
                 for &n in &order {
                     if need == 0 || !self.knobs.demotion_enabled || !self.topo.is_toptier(n) {
                         continue;
@@ -519,6 +566,7 @@ impl World {
                             rng,
                             acct,
                             kernel: &self.knobs,
+                            memcg: &memcg,
                         };
                         demote_coldest(
                             &mut ctx,
@@ -595,8 +643,79 @@ impl World {
         }
         self.procs[pi].streams = streams;
         self.procs[pi].running = spec.running;
+        if let Some((load, rng, acct)) = ctx_mem {
+            self.charge_over_high(pi, load, rng, acct);
+        }
         self.resolve_report();
         Ok(())
+    }
+
+    /// `memory.high` as the stock kernel applies it, on charge: after a process mid-run has
+    /// charged its pages, a cgroup over its high is reclaimed and the allocating thread
+    /// sleeps (mm/memcontrol.c `mem_cgroup_handle_over_high()`, run on the return to user
+    /// space after a charge). Reclaim demotes the cgroup's coldest top-tier pages, which does
+    /// not uncharge them, so without swap the cgroup stays over and each charge batch sleeps
+    /// [`high_delay_ns`]. A cgroup that charges nothing (a process that allocated once and
+    /// only accesses) is never throttled: the kernel checks memory.high only when charging.
+    fn charge_over_high(
+        &mut self,
+        pi: usize,
+        load: &Load,
+        rng: &mut SimRng,
+        acct: &mut Accounting,
+    ) {
+        let cg = self.procs[pi].cgroup;
+        let Some(high) = self.highs.get(&cg).map(|b| b.pages().0) else {
+            return;
+        };
+        let (usage, _) = cgroup_usage(&self.mem, cg);
+        if usage <= high {
+            return;
+        }
+        let charged: u64 = self.procs[pi]
+            .regions
+            .iter()
+            .map(|r| {
+                self.mem
+                    .region_placement(*r)
+                    .values()
+                    .map(|p| p.0)
+                    .sum::<u64>()
+            })
+            .sum();
+        acct.count("memory_high_events", 1);
+        let memcg = Memcgs {
+            low: self.lows.clone(),
+            high: self.highs.clone(),
+        };
+        let mut ctx = Ctx {
+            now: 0,
+            dt: 0,
+            mem: &mut self.mem,
+            load,
+            procs: &self.procs,
+            rng,
+            acct,
+            kernel: &self.knobs,
+            memcg: &memcg,
+        };
+        let over = usage - high;
+        if ctx.kernel.demotion_enabled {
+            // reclaim_high(): asks for the pages over high.
+            for n in ctx.mem.topology().toptier_mask().iter() {
+                let free = ctx.mem.free(n).pages().0;
+                demote_coldest(
+                    &mut ctx,
+                    n,
+                    tierd_engine::types::Pages(free + over),
+                    Some(cg),
+                );
+            }
+        }
+        // One sleep per charge batch over high, at the overage the charge reached.
+        let batches = charged.div_ceil(MEMCG_CHARGE_BATCH);
+        let per_batch = high_delay_ns(usage, high, MEMCG_CHARGE_BATCH.min(charged));
+        ctx.charge_app(pi, per_batch * batches as f64);
     }
 
     /// Nodes to try for a new page: `place` if given; else the policy's nodes (BIND: only
@@ -794,6 +913,7 @@ impl World {
         let mut mech = w.mechanism(c)?;
         if c.mechanism == MechanismKind::Numab {
             w.knobs.tiering_kswapd = c.numab.as_ref().is_none_or(|n| n.mode & 2 != 0);
+            w.knobs.memcg_tiering = c.numab.as_ref().is_some_and(|n| n.memcg_tiering);
         } else if c.mechanism == MechanismKind::Tierd {
             // The kernel's pghot takes its hint faults from NUMA balancing's tiering mode
             // (numa_balancing=2, or 3 with kernel_numab), so its kswapd balances top-tier
@@ -805,6 +925,10 @@ impl World {
                         .contains(&tierd_engine::sources::SourceKind::HintFault)
             });
         }
+        let memcg = Memcgs {
+            low: w.lows.clone(),
+            high: w.highs.clone(),
+        };
         let sc = &self.scenario;
         let mut rng = SimRng::seed_from_u64(sc.seed);
         let dt = sc.step_ms * 1_000_000;
@@ -835,8 +959,13 @@ impl World {
             .collect();
         let hot_pages: f64 = w.hot_classes.iter().map(|&c| w.class_pages(c)).sum();
         let hot_gib = hot_pages * 4096.0 / Bytes::GIB as f64;
+        let counts_ops = w
+            .procs
+            .iter()
+            .zip(&measured)
+            .any(|(p, m)| *m && p.op.is_some());
         let mut series = Vec::new();
-        let (mut lat_acc, mut rate_acc) = (0.0, 0.0);
+        let (mut lat_acc, mut rate_acc, mut ops_acc) = (0.0, 0.0, 0.0);
         let mut time_to_hot: BTreeMap<String, Option<f64>> = ["50", "90", "95"]
             .iter()
             .map(|k| ((*k).to_string(), None))
@@ -895,9 +1024,10 @@ impl World {
                     rng: &mut rng,
                     acct: &mut acct,
                     kernel: &w.knobs,
+                    memcg: &memcg,
                 };
                 kswapd(&mut ctx);
-                World::cgroup_high(&w.highs, &mut ctx);
+                World::cgroup_high(&mut ctx);
                 mech.step(&mut ctx);
             }
             // Time charged to a process's threads this step, spread over its accesses.
@@ -913,6 +1043,7 @@ impl World {
                 if measured[p] {
                     lat_acc += r * load.process_latency_ns[p];
                     rate_acc += r;
+                    ops_acc += load.process_ops[p];
                 }
             }
             let hot_fast = w.hot_share_on(w.fast_node);
@@ -934,6 +1065,7 @@ impl World {
                         0.0
                     },
                     accesses_per_s: rate_acc / sample_every as f64,
+                    ops_per_s: counts_ops.then(|| ops_acc / sample_every as f64),
                     node_gib: w.report_gib(&w.mem),
                     hot_on_fast: hot_fast,
                     promoted_gib: acct.promoted_pages as f64 * 4096.0 / Bytes::GIB as f64,
@@ -943,6 +1075,7 @@ impl World {
                 });
                 lat_acc = 0.0;
                 rate_acc = 0.0;
+                ops_acc = 0.0;
                 if let Some(sample) = series.last() {
                     observe(&Observed {
                         sample,
@@ -969,6 +1102,9 @@ impl World {
         let latency_ns = tail.iter().map(|s| s.latency_ns).sum::<f64>() / tail.len().max(1) as f64;
         let throughput =
             tail.iter().map(|s| s.accesses_per_s).sum::<f64>() / tail.len().max(1) as f64;
+        let ops_per_s = counts_ops.then(|| {
+            tail.iter().filter_map(|s| s.ops_per_s).sum::<f64>() / tail.len().max(1) as f64
+        });
         let node_gib = w.report_gib(&w.mem);
         let fast_gib = node_gib.get(&w.fast_node).copied().unwrap_or(0.0);
         let hot_on_fast = w.hot_share_on(w.fast_node);
@@ -1001,6 +1137,8 @@ impl World {
             mechanism: c.mechanism,
             latency_ns,
             throughput,
+            ops_per_s,
+            relative_rate: None,
             fast_gib,
             node_gib,
             hot_gib,
@@ -1026,37 +1164,66 @@ impl World {
         })
     }
 
-    /// `memory.high`: a cgroup above it has its coldest top-tier pages demoted (reclaimed to
-    /// the lower tier) until it is back under.
-    fn cgroup_high(highs: &BTreeMap<CgroupId, Bytes>, ctx: &mut Ctx<'_>) {
-        if highs.is_empty() || !ctx.kernel.demotion_enabled {
+    /// `memory.high` under the per-cgroup tiering RFC ([`KernelKnobs::memcg_tiering`]): the
+    /// limit is scaled to top-tier memory as the RFC scales memory.low (`high x top-tier
+    /// capacity / all capacity`, the `memory.toptier_high` of the 2026 tier-aware memcg
+    /// limits series), and a cgroup whose top-tier usage is above it has its coldest top-tier
+    /// pages demoted until it is back under, every step. Demotion lowers top-tier usage, so
+    /// this reclaim succeeds and no throttling follows. An **assumption**: the RFC leaves
+    /// memory.high unchanged, but the stock limit binds on total usage and cannot bind on
+    /// seed D's 256 GiB sweeper at 257 GiB (see docs/simulator.md); stock memory.high is
+    /// applied on charge ([`World::charge_over_high`]).
+    fn cgroup_high(ctx: &mut Ctx<'_>) {
+        if ctx.memcg.high.is_empty() || !ctx.kernel.demotion_enabled || !ctx.kernel.memcg_tiering {
             return;
         }
+        let share = toptier_share(ctx.mem);
+        let highs: Vec<(CgroupId, Bytes)> = ctx.memcg.high.iter().map(|(c, h)| (*c, *h)).collect();
         for (cg, high) in highs {
-            let usage: u64 = (0..ctx.mem.regions().len())
-                .filter(|i| ctx.mem.regions()[*i].alive && ctx.mem.regions()[*i].cgroup == *cg)
-                .map(|i| {
-                    ctx.mem
-                        .region_placement(RegionId(i as u32))
-                        .values()
-                        .map(|p| p.0)
-                        .sum::<u64>()
-                })
-                .sum();
-            let high_pages = high.pages().0;
-            if usage <= high_pages {
+            let (_, top) = cgroup_usage(ctx.mem, cg);
+            let top_high = (high.pages().0 as f64 * share) as u64;
+            if top <= top_high {
                 continue;
             }
-            let mut over = usage - high_pages;
+            ctx.acct.count("memory_high_events", 1);
+            let mut over = top - top_high;
             for n in ctx.mem.topology().toptier_mask().iter() {
                 let before = ctx.mem.free(n).pages().0;
-                demote_coldest(ctx, n, tierd_engine::types::Pages(before + over), Some(*cg));
+                demote_coldest(ctx, n, tierd_engine::types::Pages(before + over), Some(cg));
                 over = over.saturating_sub(ctx.mem.free(n).pages().0 - before);
                 if over == 0 {
                     break;
                 }
             }
         }
+    }
+}
+
+/// `MEMCG_CHARGE_BATCH` (include/linux/memcontrol.h, 64 since 6.1): pages a CPU charges at
+/// once, and so the pages over high a task brings back to user space per charge. **Derived**
+/// from the kernel source.
+pub const MEMCG_CHARGE_BATCH: u64 = 64;
+
+/// The sleep `mem_cgroup_handle_over_high()` imposes for a charge of `nr_pages` that leaves a
+/// cgroup at `usage` over `high` (pages), ns: mm/memcontrol.c `calculate_overage()` (the
+/// overage as a 2^-20 fraction of high) and `calculate_high_delay()` (`overage^2 x HZ >>
+/// (20 + 14)`, scaled by `nr_pages / MEMCG_CHARGE_BATCH`), clamped to
+/// `MEMCG_MAX_HIGH_DELAY_JIFFIES` (2 s), and no sleep at all when at most `HZ / 100` (10 ms):
+/// "Don't sleep if the amount of jiffies this memcg owes us is so low". All **derived** from
+/// the kernel source; HZ cancels out.
+#[must_use]
+pub fn high_delay_ns(usage: u64, high: u64, nr_pages: u64) -> f64 {
+    if usage <= high {
+        return 0.0;
+    }
+    let overage = ((usage - high) << 20) / high.max(1);
+    let penalty_s =
+        (overage as f64).powi(2) / 2f64.powi(34) * nr_pages as f64 / MEMCG_CHARGE_BATCH as f64;
+    let penalty_s = penalty_s.min(2.0);
+    if penalty_s <= 0.01 {
+        0.0
+    } else {
+        penalty_s * 1e9
     }
 }
 
@@ -1167,8 +1334,25 @@ fn compare_result(
     sc: &Scenario,
     scale: f64,
     world: &World,
-    configs: Vec<ConfigResult>,
+    mut configs: Vec<ConfigResult>,
 ) -> CompareResult {
+    let baseline = sc.report.baseline.clone();
+    let rate = |c: &ConfigResult| c.ops_per_s.unwrap_or(c.throughput);
+    if let Some(base) = baseline
+        .as_ref()
+        .and_then(|b| configs.iter().find(|c| &c.id == b))
+        .map(rate)
+        .filter(|r| *r > 0.0)
+    {
+        for c in &mut configs {
+            c.relative_rate = Some(rate(c) / base);
+        }
+    }
+    let op = world
+        .procs
+        .iter()
+        .filter(|p| sc.report.process.as_ref().is_none_or(|n| *n == p.name))
+        .find_map(|p| p.op.as_ref().map(|o| o.name.clone()));
     CompareResult {
         scenario: sc.name.clone(),
         description: sc.description.clone(),
@@ -1178,6 +1362,8 @@ fn compare_result(
         fast_node: world.fast_node,
         thp: thp_label(sc),
         version: env!("CARGO_PKG_VERSION").to_string(),
+        op,
+        baseline,
         configs,
     }
 }
@@ -1215,6 +1401,90 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// mm/memcontrol.c: `calculate_high_delay()` is overage^2 x nr_pages / 64 seconds,
+    /// clamped to 2 s, and nothing at 10 ms or less.
+    #[test]
+    fn high_delay_follows_calculate_high_delay() {
+        assert_eq!(high_delay_ns(1000, 1000, 64), 0.0);
+        assert_eq!(high_delay_ns(900, 1000, 64), 0.0);
+        // 10 % over, a full batch: 0.01 x 64 = 0.64 s (the overage is a 2^-20 fixed point).
+        let d = high_delay_ns(1100, 1000, 64);
+        assert!((d / 0.64e9 - 1.0).abs() < 1e-4, "{d}");
+        // One page at 10 % over owes 10 ms: not worth sleeping.
+        assert_eq!(high_delay_ns(1100, 1000, 1), 0.0);
+        // 50 % over: 16 s, clamped to MEMCG_MAX_HIGH_DELAY_JIFFIES.
+        assert_eq!(high_delay_ns(1500, 1000, 64), 2e9);
+        // More overage never sleeps less.
+        let mut last = 0.0;
+        for usage in (1000..1400).step_by(7) {
+            let d = high_delay_ns(usage, 1000, 64);
+            assert!(d >= last, "{usage}: {d} < {last}");
+            last = d;
+        }
+    }
+
+    /// A process starting mid-run in a cgroup whose memory.high it exceeds at once is
+    /// reclaimed (its coldest top-tier pages demoted, still charged) and sleeps per charge
+    /// batch; the same start under no high is neither. A cgroup already over high that
+    /// charges nothing is never throttled (memory.high acts on charge).
+    #[test]
+    fn memory_high_reclaims_and_throttles_on_charge() {
+        let text = |high: f64| {
+            format!(
+                r#"
+name = "high"
+duration_s = 3
+[machine]
+demotion_enabled = true
+distance = [[10, 20], [20, 10]]
+node = [
+  {{ id = 0, cpus = 4, capacity_gib = 1, latency_ns = {{ "0" = 100 }} }},
+  {{ id = 1, cpus = 0, capacity_gib = 1, latency_ns = {{ "0" = 250 }} }},
+]
+[[cgroup]]
+name = "c"
+high_gib = {high}
+[[process]]
+name = "q"
+threads = [{{ node = 0, count = 1 }}]
+region = [{{ name = "heap", size_gib = 0.1 }}]
+access = [{{ class = "heap", share = 1.0 }}]
+[[process]]
+name = "p"
+cgroup = "c"
+start_s = 1
+threads = [{{ node = 0, count = 4 }}]
+region = [{{ name = "heap", size_gib = 0.5 }}]
+access = [{{ class = "heap", share = 1.0 }}]
+[report]
+hot = "p.heap"
+[[config]]
+id = "B"
+mechanism = "baseline"
+"#
+            )
+        };
+        let run = |high: f64| {
+            let sc = Scenario::parse(&text(high), std::path::Path::new("h.toml"))
+                .unwrap_or_else(|e| panic!("{e}"));
+            compare(&sc, 1.0, &[], |_, _, _| {}).unwrap().configs[0].clone()
+        };
+        let (over, none) = (run(0.4), run(0.0));
+        assert_eq!(over.counters.get("memory_high_events"), Some(&1));
+        assert!(over.demoted_gib > 0.09, "{}", over.demoted_gib);
+        // 0.5 GiB + page tables over 0.4 GiB: 25 % over, 0.25^2 x 64 = 4 s per 64-page batch,
+        // clamped to 2 s; 2048 batches.
+        assert!(
+            over.app_overhead_s >= 2048.0 * 2.0 * 0.99,
+            "{}",
+            over.app_overhead_s
+        );
+        assert!(!none.counters.contains_key("memory_high_events"));
+        assert_eq!((none.demoted_gib, none.app_overhead_s), (0.0, 0.0));
+        // Demoted pages stay charged: the cgroup is still over high, and not throttled again.
+        assert_eq!(over.counters.get("memory_high_events"), Some(&1));
     }
 
     fn a(scale: f64) -> Scenario {

@@ -6,6 +6,14 @@
 //! `1 / (mean latency + compute time + per-access tax)`, and the mean latency depends on where
 //! the pages of the classes it reads are. That feedback is what makes placement matter.
 //!
+//! A process may define an **operation** ([`Op`], the scenario's `[process.op]`): a request
+//! served or a unit of work made of `accesses` memory accesses plus CPU work and I/O (system
+//! calls, the network stack) that do not depend on placement. Its threads then serve one
+//! operation after another: `ops/s = threads / (accesses x per-access time + compute + io)`,
+//! and its access rate is that times `accesses`. Placement then moves throughput only as much
+//! as memory is a share of the operation's time, which is what a load generator sees (seed E:
+//! a memcached get is a few memory accesses inside microseconds of network work).
+//!
 //! [`Load`] is the state of the workload for one simulation step: accesses per second per
 //! class and per thread group, and a sampler that draws individual accesses in proportion to
 //! those rates. Mechanisms draw only the accesses they can observe (a hardware sample, the
@@ -65,6 +73,32 @@ pub struct Process {
     pub regions: Vec<RegionId>,
     /// Multiplies its access rates (the scenario's `rate_scale`; 1 = unchanged).
     pub rate_scale: f64,
+    /// What one of its operations is, when it counts operations (`None`: one access is one
+    /// operation).
+    pub op: Option<Op>,
+}
+
+/// One operation of a process (see the module docs): memory accesses plus work that does
+/// not depend on placement.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Op {
+    /// Its name in the report (`get`).
+    pub name: String,
+    /// Memory accesses per operation (a mean, at least 1).
+    pub accesses: f64,
+    /// CPU work per operation besides the accesses, ns.
+    pub compute_ns: f64,
+    /// System-call and network-stack time per operation, ns.
+    pub io_ns: f64,
+}
+
+impl Op {
+    /// Operations per second of one thread whose accesses each take `per_access_ns`
+    /// (memory latency + per-access compute + tax).
+    #[must_use]
+    pub fn rate(&self, per_access_ns: f64) -> f64 {
+        1e9 / (self.accesses * per_access_ns + self.compute_ns + self.io_ns).max(1.0)
+    }
 }
 
 /// Loaded access latency between an initiator node (CPUs) and a memory node.
@@ -105,6 +139,9 @@ pub struct Load {
     pub class_rate: Vec<f64>,
     /// Accesses per second per process.
     pub process_rate: Vec<f64>,
+    /// Operations per second per process (its accesses per second when it defines no
+    /// operation).
+    pub process_ops: Vec<f64>,
     /// Mean latency per access per process, ns (placement plus tax).
     pub process_latency_ns: Vec<f64>,
     /// All accesses per second.
@@ -123,6 +160,7 @@ impl Load {
             cumulative: Vec::new(),
             class_rate: vec![0.0; nclasses],
             process_rate: vec![0.0; procs.len()],
+            process_ops: vec![0.0; procs.len()],
             process_latency_ns: vec![0.0; procs.len()],
             total_rate: 0.0,
             zipf: BTreeMap::new(),
@@ -150,10 +188,20 @@ impl Load {
                     .sum();
                 let per_access = mem_lat + p.compute_ns + tax;
                 // `rate_scale` is 1 unless a scenario asks otherwise; x * 1.0 is x exactly.
-                let rate = f64::from(g.threads) * 1e9 / per_access.max(1.0) * p.rate_scale;
+                let (rate, ops) = match &p.op {
+                    None => {
+                        let rate = f64::from(g.threads) * 1e9 / per_access.max(1.0) * p.rate_scale;
+                        (rate, rate)
+                    }
+                    Some(op) => {
+                        let ops = f64::from(g.threads) * op.rate(per_access) * p.rate_scale;
+                        (ops * op.accesses, ops)
+                    }
+                };
                 weighted_lat += f64::from(g.threads) * (mem_lat + tax);
                 total_threads += f64::from(g.threads);
                 load.process_rate[pi] += rate;
+                load.process_ops[pi] += ops;
                 for s in &p.streams {
                     let r = rate * s.share;
                     load.class_rate[usize::from(s.class.0)] += r;
