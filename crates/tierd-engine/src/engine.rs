@@ -163,12 +163,18 @@ impl Claimed {
     fn spans(page: PageRef) -> impl Iterator<Item = (u64, usize, usize)> {
         let r = page.vpns();
         let (first, last) = (r.start >> 9, r.end.saturating_sub(1) >> 9);
-        (first..=last).filter(move |_| r.start < r.end).map(move |b| {
-            let lo = r.start.max(b << 9) - (b << 9);
-            let hi = r.end.min((b + 1) << 9) - (b << 9);
-            // Both are at most 512.
-            (b, lo as usize, hi as usize)
-        })
+        (first..=last)
+            .filter(move |_| r.start < r.end)
+            .map(move |b| {
+                let lo = r.start.max(b << 9) - (b << 9);
+                let hi = r.end.min((b + 1) << 9) - (b << 9);
+                // Both are at most 512, so they fit any usize.
+                let (lo, hi) = (
+                    usize::try_from(lo).unwrap_or(512),
+                    usize::try_from(hi).unwrap_or(512),
+                );
+                (b, lo, hi)
+            })
     }
 
     /// The words of a block's bitmap that `[lo, hi)` touches, each with its mask.
