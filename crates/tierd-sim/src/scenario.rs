@@ -293,6 +293,13 @@ pub struct ProcessToml {
     /// Access streams.
     #[serde(default)]
     pub access: Vec<AccessToml>,
+    /// Each thread is its own copy of the program with private memory (SPEC CPU rate copies,
+    /// MPI ranks written as one process for brevity): threads then never contend on a page
+    /// (a hint fault or a migration costs what one thread's does,
+    /// [`crate::workload::Load::sharing_threads`]). Default: threads of one process share
+    /// its pages.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub private_threads: bool,
     /// What one operation of this process is (a request served, a unit of work), when its
     /// throughput is counted in operations rather than memory accesses (`None`: every access
     /// is one operation, as a pointer chase).

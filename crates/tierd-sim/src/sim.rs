@@ -360,7 +360,13 @@ impl World {
                     .map(|t| ThreadGroup {
                         node: NodeId(t.node),
                         threads: t.count,
-                        sharing: t.unscaled.unwrap_or(t.count),
+                        // Private copies contend with nobody: 0 here, and the faulting
+                        // thread itself is the floor of `Load::sharing_threads`.
+                        sharing: if p.private_threads {
+                            0
+                        } else {
+                            t.unscaled.unwrap_or(t.count)
+                        },
                     })
                     .collect(),
                 streams: Vec::new(),

@@ -37,7 +37,8 @@ pub struct ThreadGroup {
     /// How many.
     pub threads: u32,
     /// How many threads the group stands for at full scale: `threads` before `--scale`
-    /// shrank it ([`crate::scenario::Scenario::scaled`]). Contention between threads sharing a
+    /// shrank it ([`crate::scenario::Scenario::scaled`]); 0 for a process of private copies
+    /// (`private_threads`). Contention between threads sharing a
     /// page is a property of the real machine, not of the scaled-down one, so the cost of a
     /// hint fault or a migration counts these ([`Load::sharing_threads`]).
     pub sharing: u32,
