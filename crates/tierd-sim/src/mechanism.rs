@@ -442,12 +442,8 @@ pub fn kswapd(ctx: &mut Ctx<'_>) {
         if m.free() >= wm.low {
             continue;
         }
-        let goal = if ctx.kernel.tiering_kswapd {
-            wm.promo
-        } else {
-            wm.high
-        };
-        demote_coldest(ctx, node, goal, None);
+        // Below the low watermark kswapd wakes by itself, and balances as when woken.
+        kswapd_wake(ctx, node);
     }
 }
 
@@ -681,11 +677,21 @@ mod tests {
         (m, r)
     }
 
-    /// Runs `f` with a step context over `m`.
+    /// Runs `f` with a step context over `m`, the kernel's default knobs, no cgroup limits.
     fn with_ctx<T>(m: &mut Memory, acct: &mut Accounting, f: impl FnOnce(&mut Ctx<'_>) -> T) -> T {
+        with_ctx_under(m, acct, &KernelKnobs::default(), &NO_MEMCGS, f)
+    }
+
+    /// [`with_ctx`] with these knobs and cgroup limits.
+    fn with_ctx_under<T>(
+        m: &mut Memory,
+        acct: &mut Accounting,
+        knobs: &KernelKnobs,
+        memcg: &Memcgs,
+        f: impl FnOnce(&mut Ctx<'_>) -> T,
+    ) -> T {
         let load = Load::compute(&[], m, &LatencyTable::default(), &[]);
         let mut rng = SimRng::seed_from_u64(1);
-        let knobs = KernelKnobs::default();
         let mut ctx = Ctx {
             now: 0,
             dt: 10_000_000,
@@ -694,8 +700,8 @@ mod tests {
             procs: &[],
             rng: &mut rng,
             acct,
-            kernel: &knobs,
-            memcg: &NO_MEMCGS,
+            kernel: knobs,
+            memcg,
         };
         f(&mut ctx)
     }
@@ -723,26 +729,15 @@ mod tests {
     }
 
     fn reclaim_with(m: &mut Memory, memcg: &Memcgs, tiering: bool, goal: u64) -> Accounting {
-        let load = Load::compute(&[], m, &LatencyTable::default(), &[]);
-        let mut rng = SimRng::seed_from_u64(1);
         let knobs = KernelKnobs {
             demotion_enabled: true,
             memcg_tiering: tiering,
             ..KernelKnobs::default()
         };
         let mut acct = Accounting::default();
-        let mut ctx = Ctx {
-            now: 0,
-            dt: 10_000_000,
-            mem: m,
-            load: &load,
-            procs: &[],
-            rng: &mut rng,
-            acct: &mut acct,
-            kernel: &knobs,
-            memcg,
-        };
-        demote_coldest(&mut ctx, FAST, Pages(goal), None);
+        with_ctx_under(m, &mut acct, &knobs, memcg, |ctx| {
+            demote_coldest(ctx, FAST, Pages(goal), None);
+        });
         acct
     }
 

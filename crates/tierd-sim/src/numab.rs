@@ -276,13 +276,8 @@ pub struct NumabParams {
     /// top tier is short of free memory, and memory.high applies to top-tier usage scaled the
     /// same way (see [`crate::mechanism`] and `World::cgroup_high`). Written back only when
     /// set, so scenarios without it serialize as they did.
-    #[serde(skip_serializing_if = "is_false")]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub memcg_tiering: bool,
-}
-
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-fn is_false(x: &bool) -> bool {
-    !*x
 }
 
 /// Where NUMA balancing's faults come from.
@@ -1356,11 +1351,6 @@ impl Numab {
         m.free().0 > wm.promo.0 + margin.0
     }
 
-    /// `migrate_balanced_pgdat()` (mm/migrate.c), [`crate::mechanism::migrate_balanced_pgdat`].
-    fn balanced(ctx: &Ctx<'_>, node: NodeId, nr: u64) -> bool {
-        crate::mechanism::migrate_balanced_pgdat(ctx, node, nr)
-    }
-
     /// `wakeup_kswapd()` from `migrate_misplaced_folio_prepare()` in tiering mode. kswapd
     /// balances a top-tier node to the promotion watermark in tiering mode (mm/vmscan.c
     /// `pgdat_balanced()`); it runs once per node per step here, and only demotes if demotion
@@ -1496,7 +1486,7 @@ impl Numab {
         }
         let (mut migrated, mut failed) = (false, false);
         if decided && cur != this {
-            if !Self::balanced(ctx, this, nr) {
+            if !crate::mechanism::migrate_balanced_pgdat(ctx, this, nr) {
                 self.stats.refused_watermark += 1;
                 failed = true;
                 if tiering {

@@ -214,8 +214,8 @@ pub struct World {
     procs: Vec<Process>,
     proc_specs: Vec<ProcessToml>,
     cgroups: BTreeMap<String, CgroupId>,
-    lows: CgroupLows,
-    highs: BTreeMap<CgroupId, Bytes>,
+    /// memory.low and memory.high by cgroup, as the kernel's reclaim reads them.
+    memcg: Memcgs,
     knobs: KernelKnobs,
     /// The hot class, and its base-page twin when the region is partly THP.
     hot_classes: Vec<ClassId>,
@@ -336,8 +336,10 @@ impl World {
             procs: Vec::new(),
             proc_specs: sc.process.clone(),
             cgroups,
-            lows,
-            highs,
+            memcg: Memcgs {
+                low: lows,
+                high: highs,
+            },
             knobs,
             hot_classes: vec![ClassId(0)],
             report_regions: Vec::new(),
@@ -544,10 +546,6 @@ impl World {
                 .sum();
             let falls_back = spill >= need_pages;
             if let Some((load, rng, acct)) = ctx_mem.as_mut().filter(|_| !falls_back) {
-                let memcg = Memcgs {
-                    low: self.lows.clone(),
-                    high: self.highs.clone(),
-                };
                 let mut need = need_pages;
                 for &n in &order {
                     if need == 0 || !self.knobs.demotion_enabled || !self.topo.is_toptier(n) {
@@ -563,17 +561,7 @@ impl World {
                     );
                     let want = need.min(cap.saturating_sub(wm.high.0));
                     if free < want + wm.high.0 {
-                        let mut ctx = Ctx {
-                            now: 0,
-                            dt: 0,
-                            mem: &mut self.mem,
-                            load,
-                            procs: &self.procs,
-                            rng,
-                            acct,
-                            kernel: &self.knobs,
-                            memcg: &memcg,
-                        };
+                        let mut ctx = self.charge_ctx(load, rng, acct);
                         demote_coldest(
                             &mut ctx,
                             n,
@@ -656,6 +644,27 @@ impl World {
         Ok(())
     }
 
+    /// A step context for work done when a process charges its pages (start of the process,
+    /// outside the step loop's own context): time 0, no step length.
+    fn charge_ctx<'a>(
+        &'a mut self,
+        load: &'a Load,
+        rng: &'a mut SimRng,
+        acct: &'a mut Accounting,
+    ) -> Ctx<'a> {
+        Ctx {
+            now: 0,
+            dt: 0,
+            mem: &mut self.mem,
+            load,
+            procs: &self.procs,
+            rng,
+            acct,
+            kernel: &self.knobs,
+            memcg: &self.memcg,
+        }
+    }
+
     /// `memory.high` as the stock kernel applies it, on charge: after a process mid-run has
     /// charged its pages, a cgroup over its high is reclaimed and the allocating thread
     /// sleeps (mm/memcontrol.c `mem_cgroup_handle_over_high()`, run on the return to user
@@ -671,7 +680,7 @@ impl World {
         acct: &mut Accounting,
     ) {
         let cg = self.procs[pi].cgroup;
-        let Some(high) = self.highs.get(&cg).map(|b| b.pages().0) else {
+        let Some(high) = self.memcg.high.get(&cg).map(|b| b.pages().0) else {
             return;
         };
         let (usage, _) = cgroup_usage(&self.mem, cg);
@@ -690,21 +699,7 @@ impl World {
             })
             .sum();
         acct.count("memory_high_events", 1);
-        let memcg = Memcgs {
-            low: self.lows.clone(),
-            high: self.highs.clone(),
-        };
-        let mut ctx = Ctx {
-            now: 0,
-            dt: 0,
-            mem: &mut self.mem,
-            load,
-            procs: &self.procs,
-            rng,
-            acct,
-            kernel: &self.knobs,
-            memcg: &memcg,
-        };
+        let mut ctx = self.charge_ctx(load, rng, acct);
         let over = usage - high;
         if ctx.kernel.demotion_enabled {
             // reclaim_high(): asks for the pages over high.
@@ -784,8 +779,13 @@ impl World {
                         config: c.id.clone(),
                     });
                 };
-                let tierd = Tierd::new(t, self.topo.clone(), self.procs.len(), self.lows.clone())
-                    .map_err(|source| SimError::Config {
+                let tierd = Tierd::new(
+                    t,
+                    self.topo.clone(),
+                    self.procs.len(),
+                    self.memcg.low.clone(),
+                )
+                .map_err(|source| SimError::Config {
                     scenario: self.scenario.name.clone(),
                     config: c.id.clone(),
                     source,
@@ -863,8 +863,7 @@ impl World {
             procs: self.procs.clone(),
             proc_specs: self.proc_specs.clone(),
             cgroups: self.cgroups.clone(),
-            lows: self.lows.clone(),
-            highs: self.highs.clone(),
+            memcg: self.memcg.clone(),
             knobs: self.knobs,
             hot_classes: self.hot_classes.clone(),
             report_regions: self.report_regions.clone(),
@@ -899,11 +898,11 @@ impl World {
         }
         for cg in &c.cgroup {
             if let Some(id) = w.cgroups.get(&cg.name).copied() {
-                w.lows.insert(id, gib(cg.low_gib));
+                w.memcg.low.insert(id, gib(cg.low_gib));
                 if cg.high_gib > 0.0 {
-                    w.highs.insert(id, gib(cg.high_gib));
+                    w.memcg.high.insert(id, gib(cg.high_gib));
                 } else {
-                    w.highs.remove(&id);
+                    w.memcg.high.remove(&id);
                 }
             }
         }
@@ -931,10 +930,6 @@ impl World {
                         .contains(&tierd_engine::sources::SourceKind::HintFault)
             });
         }
-        let memcg = Memcgs {
-            low: w.lows.clone(),
-            high: w.highs.clone(),
-        };
         let sc = &self.scenario;
         let mut rng = SimRng::seed_from_u64(sc.seed);
         let dt = sc.step_ms * 1_000_000;
@@ -1030,7 +1025,7 @@ impl World {
                     rng: &mut rng,
                     acct: &mut acct,
                     kernel: &w.knobs,
-                    memcg: &memcg,
+                    memcg: &w.memcg,
                 };
                 kswapd(&mut ctx);
                 World::cgroup_high(&mut ctx);
