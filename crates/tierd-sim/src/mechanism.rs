@@ -18,6 +18,13 @@
 //!   Kaiyang Zhao, 2024, patch 3/4) reclaim of a top-tier node compares the cgroup's
 //!   top-tier usage with `locallow = low x top-tier capacity / all capacity` instead.
 //! - **memory.high**: see `World::cgroup_high` in [`crate::sim`].
+//!
+//! # Reclaim models
+//!
+//! [`ReclaimModel::Coldest`] (the default) demotes the lowest access rates first, at once;
+//! [`ReclaimModel::Lru`] runs the kernel's active/inactive LRU as a two-handed clock with a
+//! bounded scan rate ([`crate::memory::Lru`], `demote_lru`), so pages touched more often than
+//! the inactive list turns over cannot be told apart and cannot be reclaimed.
 
 use std::collections::BTreeMap;
 
@@ -298,6 +305,8 @@ pub struct KernelKnobs {
     /// protects top-tier usage from demotion, NUMA balancing scans less for a cgroup over its
     /// top-tier protection, and memory.high is applied to top-tier usage scaled the same way.
     pub memcg_tiering: bool,
+    /// How reclaim chooses the pages it demotes.
+    pub reclaim: ReclaimModel,
 }
 
 impl Default for KernelKnobs {
@@ -307,7 +316,47 @@ impl Default for KernelKnobs {
             watermark_scale_factor: 10,
             tiering_kswapd: false,
             memcg_tiering: false,
+            reclaim: ReclaimModel::Coldest,
         }
+    }
+}
+
+/// How reclaim chooses what to demote (scenario key `machine.reclaim`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReclaimModel {
+    /// The lowest access rates first, at once: an oracle of the LRU, which never mistakes a
+    /// hot page for a cold one and never runs out of time. The model of every scenario
+    /// calibrated before the LRU model existed.
+    Coldest,
+    /// The kernel's LRU ([`crate::memory::Lru`]): a page is demoted when it went untouched
+    /// while it sat on the inactive list, and reclaim scans at a bounded rate, so a node full
+    /// of pages touched more often than the inactive list turns over cannot be reclaimed.
+    Lru {
+        /// Base pages one reclaimer scans per second, already scaled with the machine.
+        scan_pages_per_s: f64,
+        /// Unscaled over scaled machine size (`1 / --scale`): the inactive list's share of a
+        /// node is `1 / (1 + inactive_ratio)` of the node at full size ([`inactive_ratio`]),
+        /// so a scaled run turns its LRU over in the same time as the full machine.
+        unscale: f64,
+    },
+}
+
+/// The cost of scanning one base page on the inactive list: isolating it, the reverse-map
+/// walk of `folio_referenced()` that tests and clears its accessed bits, and putting it back
+/// (mm/vmscan.c `shrink_folio_list()`). **Assumed**: 1 us, about 1 M pages (4 GB) a second
+/// per reclaiming thread; docs/simulator.md "Reclaim" shows how D's rows move with it.
+pub const LRU_SCAN_NS_PER_PAGE: f64 = 1000.0;
+
+/// `inactive_is_low()`'s `inactive_ratio` for a node of `gib` GiB: `int_sqrt(10 x gb)`, or
+/// 1 under 1 GiB.
+#[must_use]
+pub fn inactive_ratio(gib: f64) -> u64 {
+    let gb = gib.max(0.0) as u64;
+    if gb == 0 {
+        1
+    } else {
+        (10 * gb).isqrt()
     }
 }
 
@@ -423,9 +472,10 @@ impl Mechanism for Baseline {
 /// target until free memory reaches the high watermark (the promotion watermark in tiering
 /// mode). Counted as `pgdemote_kswapd`.
 ///
-/// "Coldest" approximates the kernel's LRU: units with the lowest access rate go first,
-/// older regions before newer ones at equal rates (an idle process's pages are older on the
-/// LRU than a memory eater's fresh ones). Demotion ignores mempolicy, as the kernel's does
+/// What is demoted follows [`KernelKnobs::reclaim`]: by default ("coldest") units with the
+/// lowest access rate go first, older regions before newer ones at equal rates (an idle
+/// process's pages are older on the LRU than a memory eater's fresh ones); under
+/// [`ReclaimModel::Lru`] the kernel's LRU test, at a bounded scan rate (`demote_lru`). Demotion ignores mempolicy, as the kernel's does
 /// (mm/vmscan.c `demote_folio_list()`): that is how seed E's memory eater pushes a
 /// PREFERRED_MANY(0-1) process down to node 6. Only promotion mechanisms are held to
 /// nodemasks.
@@ -478,7 +528,18 @@ pub fn kswapd_wake(ctx: &mut Ctx<'_>, node: NodeId) {
     } else {
         wm.high
     };
-    demote_coldest(ctx, node, goal, None);
+    kswapd_demote(ctx, node, goal);
+}
+
+/// kswapd's reclaim of `node` up to `goal` free pages: [`demote_coldest`]'s choice, with
+/// kswapd's own scan budget under the LRU model (one kernel thread per node, beside the
+/// tasks in direct reclaim).
+pub fn kswapd_demote(ctx: &mut Ctx<'_>, node: NodeId, goal: Pages) {
+    if let ReclaimModel::Lru { .. } = ctx.kernel.reclaim {
+        demote_lru(ctx, node, goal, None, true);
+    } else {
+        demote_coldest(ctx, node, goal, None);
+    }
 }
 
 /// Demotes the coldest units of `node` (of `cgroup` only, if given) until its free memory
@@ -491,6 +552,10 @@ pub fn kswapd_wake(ctx: &mut Ctx<'_>, node: NodeId) {
 /// Global reclaim (`cgroup` is `None`) skips cgroups under their memory.low on a first pass
 /// and takes them only if the goal is still unmet (see the module docs).
 pub fn demote_coldest(ctx: &mut Ctx<'_>, node: NodeId, goal: Pages, cgroup: Option<CgroupId>) {
+    if let ReclaimModel::Lru { .. } = ctx.kernel.reclaim {
+        demote_lru(ctx, node, goal, cgroup, false);
+        return;
+    }
     if cgroup.is_some() || ctx.memcg.low.is_empty() {
         demote_pass(ctx, node, goal, cgroup, &[]);
         return;
@@ -510,6 +575,159 @@ pub fn demote_coldest(ctx: &mut Ctx<'_>, node: NodeId, goal: Pages, cgroup: Opti
         // memcg_low_reclaim: nothing else was left to reclaim.
         ctx.acct.count("memcg_low_reclaim", 1);
         demote_pass(ctx, node, goal, None, &[]);
+    }
+}
+
+/// Reclaim of `node` under the LRU model ([`ReclaimModel::Lru`], [`crate::memory::Lru`]):
+/// the back hand walks the node's slots from where it stopped, the front hand clearing
+/// accessed bits `inactive_share` of the node ahead of it, until free memory reaches `goal`,
+/// the reclaimer's scan budget for the step is spent, or two revolutions are done.
+///
+/// A unit at the back hand was touched since its bit was cleared with probability
+/// `1 - exp(-rate x dt)` for random touches, `min(1, dt / sweep_s)` for a sequential sweep
+/// (one touch per pass, at a phase uniform over the pass), and with probability 1 if it
+/// moved to the node since (its bit came with it). Touched units stay (`pgactivate`); the
+/// others are demoted to the nearest lower node with room (`pgdemote_kswapd` or
+/// `pgdemote_direct`). Every unit looked at is scanned (`pgscan_kswapd`, `pgscan_direct`),
+/// in base pages as the kernel counts. memory.low works as in [`demote_coldest`]: global
+/// reclaim skips protected cgroups (their units cost no scan), and takes them on a second
+/// pass if the goal is still unmet with budget left (`memcg_low_reclaim`).
+fn demote_lru(
+    ctx: &mut Ctx<'_>,
+    node: NodeId,
+    goal: Pages,
+    cgroup: Option<CgroupId>,
+    kswapd: bool,
+) {
+    use rand::Rng;
+
+    let ReclaimModel::Lru {
+        scan_pages_per_s,
+        unscale,
+    } = ctx.kernel.reclaim
+    else {
+        return;
+    };
+    let topo = ctx.mem.topology().clone();
+    let targets = topo.demotion_targets(node);
+    let Some(slots) = ctx.mem.node(node).map(crate::memory::NodeMem::slots) else {
+        return;
+    };
+    if targets.is_empty() || slots == 0 || ctx.mem.node(node).is_none_or(|m| m.free() >= goal) {
+        return;
+    }
+    let gib = ctx.mem.node(node).map_or(0.0, |m| {
+        m.capacity.bytes().0 as f64 / f64::from(1u32 << 30) * unscale
+    });
+    let inactive_share = 1.0 / (1 + inactive_ratio(gib)) as f64;
+    let spread = ((f64::from(slots) * inactive_share) as u32).clamp(1, slots);
+    let budget = (scan_pages_per_s * ctx.dt as f64 / 1e9) as u64;
+    // The scan takes time: a hand's position is stamped at the step's start plus the time the
+    // reclaimer has spent scanning in this step, so the back hand finds the bits the front
+    // hand cleared as old as the scan of the pages between them.
+    let ns_per_page = 1e9 / scan_pages_per_s;
+    let now = ctx.now;
+    let tick = move |spent: u64| {
+        ((now + (spent as f64 * ns_per_page) as u64) / crate::memory::LRU_TICK_NS) as u32
+    };
+    let mut protected: Vec<CgroupId> = if cgroup.is_none() {
+        ctx.memcg
+            .low
+            .keys()
+            .copied()
+            .filter(|cg| {
+                ctx.memcg
+                    .below_low(ctx.mem, *cg, node, ctx.kernel.memcg_tiering)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let hand = *ctx.mem.lru.hand(node, ctx.now);
+    let mut back = hand.back % slots;
+    let mut spent = if kswapd {
+        hand.kswapd_scanned
+    } else {
+        hand.direct_scanned
+    };
+    let (mut scanned, mut activated, mut demoted) = (0u64, 0u64, 0u64);
+    loop {
+        // Two revolutions at most: the second finds every bit the first one cleared.
+        let mut visited = 0u64;
+        while spent < budget && visited < 2 * u64::from(slots) {
+            if ctx.mem.node(node).is_none_or(|m| m.free() >= goal) {
+                break;
+            }
+            let front = ((u64::from(back) + u64::from(spread)) % u64::from(slots)) as u32;
+            if let Some(u) = ctx.mem.node(node).and_then(|m| m.unit_in(front)) {
+                ctx.mem.lru.clear(u, node, tick(spent));
+            }
+            let slot = back;
+            back = (back + 1) % slots;
+            visited += 1;
+            let Some(u) = ctx.mem.node(node).and_then(|m| m.unit_in(slot)) else {
+                continue;
+            };
+            let (alive, owner, pages, sweep_s) = {
+                let r = ctx.mem.region_of(u);
+                (r.alive, r.cgroup, r.unit_pages(), r.sweep_s)
+            };
+            if !alive || cgroup.is_some_and(|cg| owner != cg) || protected.contains(&owner) {
+                continue;
+            }
+            spent += pages;
+            scanned += pages;
+            let touched = match ctx.mem.lru.cleared_at(u, node) {
+                None => 1.0,
+                Some(cleared) => {
+                    let dt_s = f64::from(tick(spent).wrapping_sub(cleared))
+                        * crate::memory::LRU_TICK_NS as f64
+                        / 1e9;
+                    match sweep_s {
+                        Some(pass) => (dt_s / pass).min(1.0),
+                        None => 1.0 - (-ctx.load.unit_rate(ctx.mem, u) * dt_s).exp(),
+                    }
+                }
+            };
+            if touched >= 1.0 || (touched > 0.0 && ctx.rng.gen::<f64>() < touched) {
+                activated += pages;
+                continue;
+            }
+            let Some(to) = targets
+                .iter()
+                .filter(|t| ctx.mem.free(*t).pages().0 >= pages)
+                .min_by_key(|t| topo.distance(node, *t).unwrap_or(u32::MAX))
+            else {
+                continue;
+            };
+            if ctx.reclaim(u, to).is_ok() {
+                demoted += pages;
+            }
+        }
+        let unmet = ctx.mem.node(node).is_some_and(|m| m.free() < goal);
+        if protected.is_empty() || !unmet || spent >= budget {
+            break;
+        }
+        // memcg_low_reclaim: nothing else was left to reclaim in budget.
+        ctx.acct.count("memcg_low_reclaim", 1);
+        protected.clear();
+    }
+    let h = ctx.mem.lru.hand(node, ctx.now);
+    h.back = back;
+    if kswapd {
+        h.kswapd_scanned = spent;
+    } else {
+        h.direct_scanned = spent;
+    }
+    let who = if kswapd { "kswapd" } else { "direct" };
+    if scanned > 0 {
+        ctx.acct.count(&format!("pgscan_{who}"), scanned);
+    }
+    if activated > 0 {
+        ctx.acct.count("pgactivate", activated);
+    }
+    if demoted > 0 {
+        ctx.acct.count(&format!("pgdemote_{who}"), demoted);
     }
 }
 
@@ -745,6 +963,97 @@ mod tests {
         m.region_placement(RegionId(region))
             .get(&FAST)
             .map_or(0, |p| p.0)
+    }
+
+    /// Knobs of the LRU model scanning `pages_per_s`.
+    fn lru_knobs(pages_per_s: f64) -> KernelKnobs {
+        KernelKnobs {
+            demotion_enabled: true,
+            reclaim: ReclaimModel::Lru {
+                scan_pages_per_s: pages_per_s,
+                unscale: 1.0,
+            },
+            ..KernelKnobs::default()
+        }
+    }
+
+    /// Direct reclaim of the fast node to `goal` free pages under `knobs`, at `now`.
+    fn lru_reclaim(m: &mut Memory, knobs: &KernelKnobs, memcg: &Memcgs, goal: u64) -> Accounting {
+        let mut acct = Accounting::default();
+        with_ctx_under(m, &mut acct, knobs, memcg, |ctx| {
+            demote_coldest(ctx, FAST, Pages(goal), None);
+        });
+        acct
+    }
+
+    #[test]
+    fn inactive_ratio_is_the_kernels() {
+        // inactive_is_low(): int_sqrt(10 x gb), 1 under 1 GiB.
+        assert_eq!(inactive_ratio(0.5), 1);
+        assert_eq!(inactive_ratio(1.0), 3);
+        assert_eq!(inactive_ratio(10.0), 10);
+        assert_eq!(inactive_ratio(256.0), 50);
+        assert_eq!(inactive_ratio(1024.0), 101);
+    }
+
+    /// The LRU model demotes what went untouched since the front hand cleared its bit and
+    /// keeps what was touched, whatever the two access rates: a page swept every pass is
+    /// "young" to the kernel even when the other tenant touches its pages more often.
+    #[test]
+    fn lru_reclaim_demotes_what_went_untouched() {
+        // Tenant 1 swept (touched whenever its bit was clear a while), tenant 2 idle.
+        let mut m = two_tenants(8_000, 8_000);
+        m.set_sweep(RegionId(0), Some(1e-6));
+        let acct = lru_reclaim(&mut m, &lru_knobs(1e7), &NO_MEMCGS, 2_000);
+        assert_eq!(on_fast(&m, 0), 8_000, "the swept tenant keeps every page");
+        assert!(on_fast(&m, 1) < 8_000, "the idle tenant gave pages");
+        assert!(m.free(FAST).pages().0 >= 2_000, "goal met");
+        let demoted = 8_000 - on_fast(&m, 1);
+        assert_eq!(acct.get("pgdemote_direct"), demoted);
+        assert_eq!(acct.get("pgdemote_kswapd"), 0);
+        assert!(acct.get("pgscan_direct") > demoted);
+        assert!(acct.get("pgactivate") > 0);
+        // A sweep slower than the inactive list's turnover leaves pages untouched in between:
+        // with a 10 s pass, swept pages are demoted too.
+        let mut m = two_tenants(8_000, 8_000);
+        m.set_sweep(RegionId(0), Some(10.0));
+        m.set_sweep(RegionId(1), Some(10.0));
+        lru_reclaim(&mut m, &lru_knobs(1e7), &NO_MEMCGS, 2_000);
+        assert!(on_fast(&m, 0) + on_fast(&m, 1) < 16_000);
+        assert!(m.free(FAST).pages().0 >= 2_000, "goal met");
+    }
+
+    /// Reclaim scans at a bounded rate: a node whose pages are all touched is scanned for the
+    /// step's budget and gives nothing.
+    #[test]
+    fn lru_reclaim_stops_at_its_scan_budget() {
+        let mut m = two_tenants(8_000, 8_000);
+        m.set_sweep(RegionId(0), Some(1e-6));
+        m.set_sweep(RegionId(1), Some(1e-6));
+        // 1 M pages a second: 10,000 pages in a 10 ms step.
+        let acct = lru_reclaim(&mut m, &lru_knobs(1e6), &NO_MEMCGS, 2_000);
+        assert_eq!((on_fast(&m, 0), on_fast(&m, 1)), (8_000, 8_000));
+        assert_eq!(acct.get("pgscan_direct"), 10_000);
+        assert_eq!(acct.get("pgactivate"), 10_000);
+        assert_eq!(acct.get("pgdemote_direct"), 0);
+        // The budget is per step: a second call in the same step scans nothing more.
+        let acct = lru_reclaim(&mut m, &lru_knobs(1e6), &NO_MEMCGS, 2_000);
+        assert_eq!(acct.get("pgscan_direct"), 0);
+    }
+
+    /// memory.low under the LRU model: a protected cgroup is skipped (at no scan cost) while
+    /// others have pages to give.
+    #[test]
+    fn lru_reclaim_skips_a_cgroup_below_its_memory_low() {
+        let low = Memcgs {
+            low: [(CgroupId(2), Pages(9_000).bytes())].into_iter().collect(),
+            high: BTreeMap::new(),
+        };
+        let mut m = two_tenants(8_000, 8_000);
+        let acct = lru_reclaim(&mut m, &lru_knobs(1e7), &low, 2_000);
+        assert!(on_fast(&m, 0) < 8_000, "cgroup 1 gave pages");
+        assert_eq!(on_fast(&m, 1), 8_000, "cgroup 2 is protected");
+        assert_eq!(acct.get("memcg_low_reclaim"), 0);
     }
 
     /// mm/vmscan.c `shrink_node_memcgs()`: a cgroup below its memory.low is skipped while

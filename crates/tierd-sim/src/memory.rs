@@ -89,6 +89,10 @@ pub struct Region {
     pub policy: MemPolicy,
     /// Whether the region is still mapped.
     pub alive: bool,
+    /// The period of a sequential sweep over the region, seconds (`None`: its pages are
+    /// touched at random, a Poisson process at their access rate). Only reference-bit tests
+    /// read it ([`Lru`]): a sweep touches each page once per pass, whatever its access count.
+    pub sweep_s: Option<f64>,
 }
 
 impl Region {
@@ -354,6 +358,85 @@ impl Clone for NodeMem {
     }
 }
 
+/// The kernel's LRU of each node as a two-handed clock: the state the reclaim model of
+/// [`crate::mechanism::demote_coldest`] keeps when the scenario asks for it
+/// (`machine.reclaim.model = "lru"`).
+///
+/// mm/vmscan.c keeps an active and an inactive list per node: `shrink_active_list()` moves
+/// folios from the active tail to the inactive list and clears their accessed bits
+/// (`folio_referenced()`), and `shrink_inactive_list()` takes the inactive tail, where
+/// `folio_check_references()` activates a folio referenced since then and reclaims (here:
+/// demotes, `demote_folio_list()`) one that was not. A page is thus reclaimed when it went
+/// untouched for as long as it sat on the inactive list. The two-handed clock is the same
+/// test on one circle: the front hand clears accessed bits, the back hand, a fixed number of
+/// slots behind (the inactive list's size, `inactive_is_low()`), reclaims what is still
+/// clear. The circle here is a node's physical slots.
+#[derive(Clone, Debug, Default)]
+pub struct Lru {
+    /// Per unit: when the front hand last cleared its accessed bit, in [`LRU_TICK_NS`] since
+    /// the run began (a u32 lasts 74 hours of simulated time).
+    cleared_tick: Vec<u32>,
+    /// Per unit: the node it was on then (`u8::MAX`: never cleared). A unit found on another
+    /// node has moved since, and arrived with its accessed bit set (a migration keeps the
+    /// young and referenced flags: mm/migrate.c `folio_migrate_flags()`).
+    cleared_node: Vec<u8>,
+    /// Per node: the back hand and the step's scan budget spent.
+    hands: BTreeMap<NodeId, LruHand>,
+}
+
+/// The clock of [`Lru`]'s stamps: 1/16 ms. Finer than a step, so that the front and back
+/// hands of one step's scan are apart by the time the scan between them takes.
+pub const LRU_TICK_NS: u64 = 62_500;
+
+/// One node's clock hand and the scanning it did in the current step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LruHand {
+    /// The back hand's slot.
+    pub back: u32,
+    /// Start of the step the counts below belong to, ns.
+    pub step_ns: u64,
+    /// Base pages kswapd scanned in that step.
+    pub kswapd_scanned: u64,
+    /// Base pages direct (and memcg) reclaim scanned in that step.
+    pub direct_scanned: u64,
+}
+
+impl Lru {
+    /// Clears `u`'s accessed bit on `node` at `tick` (the front hand passing it).
+    pub fn clear(&mut self, u: UnitId, node: NodeId, tick: u32) {
+        let i = u.idx();
+        if self.cleared_tick.len() <= i {
+            self.cleared_tick.resize(i + 1, 0);
+            self.cleared_node.resize(i + 1, u8::MAX);
+        }
+        self.cleared_tick[i] = tick;
+        // Node ids are < 64 (topology limit).
+        #[allow(clippy::cast_possible_truncation)]
+        {
+            self.cleared_node[i] = node.0 as u8;
+        }
+    }
+
+    /// When `u`'s accessed bit was last cleared while it sat on `node`: `None` if never, or
+    /// if it has moved since (it then arrived with the bit set).
+    #[must_use]
+    pub fn cleared_at(&self, u: UnitId, node: NodeId) -> Option<u32> {
+        let i = u.idx();
+        (self.cleared_node.get(i).copied() == Some(node.0 as u8)).then(|| self.cleared_tick[i])
+    }
+
+    /// `node`'s hand, its budget reset if `now` starts a new step.
+    pub fn hand(&mut self, node: NodeId, now: u64) -> &mut LruHand {
+        let h = self.hands.entry(node).or_default();
+        if h.step_ns != now {
+            h.step_ns = now;
+            h.kswapd_scanned = 0;
+            h.direct_scanned = 0;
+        }
+        h
+    }
+}
+
 /// All memory of the simulated machine.
 #[derive(Debug)]
 pub struct Memory {
@@ -369,6 +452,8 @@ pub struct Memory {
     split: BTreeSet<u32>,
     /// Counters.
     pub stats: MemStats,
+    /// The kernel's LRU as a two-handed clock (see [`Lru`]); empty until reclaim uses it.
+    pub lru: Lru,
 }
 
 // By hand, like `NodeMem`: `clone_from` keeps the per-unit arrays' allocations (see there).
@@ -384,6 +469,7 @@ impl Clone for Memory {
             classes: self.classes.clone(),
             split: self.split.clone(),
             stats: self.stats.clone(),
+            lru: self.lru.clone(),
         }
     }
 
@@ -403,6 +489,7 @@ impl Clone for Memory {
         self.classes.clone_from(&src.classes);
         self.split.clone_from(&src.split);
         self.stats.clone_from(&src.stats);
+        self.lru.clone_from(&src.lru);
     }
 }
 
@@ -462,6 +549,7 @@ impl Memory {
             classes: Vec::new(),
             split: BTreeSet::new(),
             stats: MemStats::default(),
+            lru: Lru::default(),
         }
     }
 
@@ -535,6 +623,13 @@ impl Memory {
     pub fn region_of(&self, u: UnitId) -> &Region {
         &self.regions[self.class(self.class_of(u)).region.0 as usize]
     }
+    /// Sets region `r`'s sweep period ([`Region::sweep_s`]).
+    pub fn set_sweep(&mut self, r: RegionId, sweep_s: Option<f64>) {
+        if let Some(reg) = self.regions.get_mut(r.0 as usize) {
+            reg.sweep_s = sweep_s;
+        }
+    }
+
     /// Base pages of a unit.
     #[must_use]
     pub fn unit_pages(&self, u: UnitId) -> u64 {
@@ -700,6 +795,7 @@ impl Memory {
             page_size,
             policy,
             alive: true,
+            sweep_s: None,
         });
         // Classes, plus the remainder.
         let mut covered = vec![false; units as usize];

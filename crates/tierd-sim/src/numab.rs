@@ -107,9 +107,7 @@ use tierd_engine::ratelimit::{mbps_to_pages_per_s, AdaptiveThreshold, KernelWind
 use tierd_engine::types::{Nanos, NodeId, Pages, HPAGE_PMD_NR, PAGE_SHIFT};
 
 use crate::cost::{MIGRATE_COPY_NS_PER_PAGE, MIGRATE_FOLIO_NS};
-use crate::mechanism::{
-    cgroup_usage, demote_coldest, toptier_share, Ctx, Mechanism, SimRng, Watermarks,
-};
+use crate::mechanism::{cgroup_usage, toptier_share, Ctx, Mechanism, SimRng, Watermarks};
 use crate::memory::{Memory, RegionId, UnitId};
 use crate::workload::{Load, Process};
 
@@ -1368,7 +1366,7 @@ impl Numab {
             return;
         };
         let goal = Watermarks::of(m.capacity, ctx.kernel.watermark_scale_factor).promo;
-        demote_coldest(ctx, node, goal, None);
+        crate::mechanism::kswapd_demote(ctx, node, goal);
     }
 
     /// The tiering branch of `should_numa_migrate_memory()` for a page on a slow node faulted

@@ -95,6 +95,9 @@ pub struct MachineToml {
     /// `vm.watermark_scale_factor`.
     #[serde(default = "default_wsf")]
     pub watermark_scale_factor: u32,
+    /// How the kernel's reclaim chooses what to demote (default: the coldest pages).
+    #[serde(default, skip_serializing_if = "ReclaimToml::is_default")]
+    pub reclaim: ReclaimToml,
     /// Named latency profiles: the same machine measured under another kernel build, as
     /// seed A's note says its latencies were ("measured on two different kernels"). Keys
     /// are `"initiator-target"` node pairs, values loaded latencies in ns.
@@ -104,6 +107,71 @@ pub struct MachineToml {
 
 fn default_wsf() -> u32 {
     10
+}
+
+/// `[machine] reclaim = { model, scan_ns_per_page }`: how reclaim picks the pages it
+/// demotes (see `mechanism::ReclaimModel`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReclaimToml {
+    /// `"coldest"` (the lowest access rates, at once) or `"lru"` (the kernel's LRU with a
+    /// bounded scan rate).
+    #[serde(default)]
+    pub model: ReclaimKind,
+    /// With `"lru"`: ns a reclaiming thread spends per base page scanned
+    /// (default `mechanism::LRU_SCAN_NS_PER_PAGE`).
+    #[serde(default = "default_scan_ns")]
+    pub scan_ns_per_page: f64,
+    /// The product of the `--scale` factors applied (not a key of the file): the LRU's scan
+    /// rate shrinks with the machine, its inactive list is sized for the unscaled node.
+    #[serde(skip)]
+    pub scale: Option<f64>,
+}
+
+/// The reclaim models.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReclaimKind {
+    /// Lowest access rate first.
+    #[default]
+    Coldest,
+    /// The kernel's active/inactive LRU as a two-handed clock.
+    Lru,
+}
+
+fn default_scan_ns() -> f64 {
+    crate::mechanism::LRU_SCAN_NS_PER_PAGE
+}
+
+impl Default for ReclaimToml {
+    fn default() -> Self {
+        ReclaimToml {
+            model: ReclaimKind::Coldest,
+            scan_ns_per_page: default_scan_ns(),
+            scale: None,
+        }
+    }
+}
+
+impl ReclaimToml {
+    fn is_default(&self) -> bool {
+        self.model == ReclaimKind::Coldest && self.scan_ns_per_page == default_scan_ns()
+    }
+
+    /// The model the kernel mechanisms read.
+    #[must_use]
+    pub fn model(&self) -> crate::mechanism::ReclaimModel {
+        match self.model {
+            ReclaimKind::Coldest => crate::mechanism::ReclaimModel::Coldest,
+            ReclaimKind::Lru => {
+                let scale = self.scale.unwrap_or(1.0);
+                crate::mechanism::ReclaimModel::Lru {
+                    scan_pages_per_s: 1e9 / self.scan_ns_per_page * scale,
+                    unscale: 1.0 / scale,
+                }
+            }
+        }
+    }
 }
 
 /// Threads bound to a node.
@@ -191,6 +259,11 @@ pub struct RegionToml {
     /// Spread over the whole region when it has no hot subset.
     #[serde(default)]
     pub spread: SpreadToml,
+    /// The region is swept sequentially, one pass every `sweep_s` seconds: each page is
+    /// touched once per pass (all its accesses then), not at random. Read by the accessed-bit
+    /// test of the LRU reclaim model (`machine.reclaim.model = "lru"`); unset: random touches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep_s: Option<f64>,
 }
 
 /// A region's THP share (`thp = "always" | "never" | <share>`): the share of its bytes in
@@ -794,6 +867,13 @@ impl Scenario {
                 "must be positive".into(),
             ));
         }
+        if !pos(self.machine.reclaim.scan_ns_per_page) {
+            return Err(err(
+                "machine.reclaim.scan_ns_per_page".into(),
+                "scan_ns_per_page",
+                "must be positive".into(),
+            ));
+        }
         for (i, n) in self.machine.node.iter().enumerate() {
             if !pos(n.capacity_gib) {
                 return Err(err(
@@ -933,6 +1013,13 @@ impl Scenario {
                             "fraction must be in 0..=1 and chunk_mib positive".into(),
                         ));
                     }
+                }
+                if r.sweep_s.is_some_and(|v| !pos(v)) {
+                    return Err(err(
+                        format!("process[{pi}].region[{ri}].sweep_s"),
+                        &r.name,
+                        "must be positive".into(),
+                    ));
                 }
                 if let Some(pl) = r.place {
                     if !node_ids.contains(&pl) {
@@ -1201,6 +1288,7 @@ impl Scenario {
             n.capacity_gib *= scale;
             n.reserved_gib *= scale;
         }
+        s.machine.reclaim.scale = Some(s.machine.reclaim.scale.unwrap_or(1.0) * scale);
         for p in &mut s.process {
             for t in &mut p.threads {
                 // Thread counts round to at least one.
@@ -1310,6 +1398,13 @@ mod range_tests {
                 "size_gib = 64,",
                 "size_gib = 64, huge = true, thp = 0.5,",
                 "process[0].region[0].thp",
+            ),
+            ("size_gib = 64,", "size_gib = 64, sweep_s = 0,", "process[0].region[0].sweep_s"),
+            ("size_gib = 64,", "size_gib = 64, sweep_s = nan,", "process[0].region[0].sweep_s"),
+            (
+                "[machine]",
+                "[machine]\nreclaim = { model = \"lru\", scan_ns_per_page = -1 }",
+                "machine.reclaim.scan_ns_per_page",
             ),
             ("chunk_mib = 64", "chunk_mib = nan", "process[0].region[0].hot"),
             ("fraction = 0.25", "fraction = nan", "process[0].region[0].hot"),

@@ -327,6 +327,7 @@ impl World {
             watermark_scale_factor: sc.machine.watermark_scale_factor,
             tiering_kswapd: false,
             memcg_tiering: false,
+            reclaim: sc.machine.reclaim.model(),
         };
         let mut w = World {
             scenario: sc.clone(),
@@ -609,6 +610,7 @@ impl World {
                     scenario: self.scenario.name.clone(),
                     source,
                 })?;
+            self.mem.set_sweep(rid, r.sweep_s);
             self.procs[pi].regions.push(rid);
         }
         // Streams.

@@ -232,11 +232,15 @@ fn precise_target_beats_default_on_two_dram_nodes_in_c() {
     }
 }
 
-/// Seed D: stacking behind the sweeper costs the small tenant a clear share of its rate;
-/// memory.low under the kernel with the per-cgroup tiering RFC gives back most of it (its
-/// heap, allocated on CXL while DRAM was full, is promoted and then shielded from demotion),
-/// and memory.high on the sweeper (scaled to top-tier memory) leaves room in DRAM from the
-/// start, within a few % of alone. The rate is omnetpp's, relative to alone, over its run.
+/// Seed D under the LRU reclaim model (`machine.reclaim.model = "lru"`): the sweeper, started
+/// first, fills DRAM with pages it touches every pass, which the kernel's reference bits
+/// cannot tell from omnetpp's hot heap; kswapd finds nothing untouched to demote, omnetpp's
+/// promotions fail the watermark test, and its heap stays on CXL: a large share of its rate
+/// is lost. memory.low protects only what omnetpp has in DRAM, so it gives nothing back here;
+/// memory.high on the sweeper (scaled to top-tier memory by the RFC) leaves room in DRAM and
+/// gives most of it back. The rate is omnetpp's, relative to alone, over its run. The seed
+/// also reports memory.low (patched) giving back a share; the model does not (docs/simulator.md
+/// "Seed D" says why and what it would take).
 #[test]
 fn memory_low_protects_the_small_tenant_in_d() {
     let r = run(
@@ -257,31 +261,33 @@ fn memory_low_protects_the_small_tenant_in_d() {
             .expect("D reports a rate vs alone")
     };
     assert!((rate("alone") - 1.0).abs() < 1e-12);
-    // The seed's direction is stacked << memory.low (patched) < low + high ~ alone. With the
-    // 64 omnetpp copies private (no contention between them, as SPEC rate copies are), the
-    // model's stacked loss is ~2 %, not the seed's large share (docs/simulator.md, "Seed D":
-    // what the model lacks). What it does show, and this checks: stacking costs something,
-    // memory.low never makes it worse, memory.low + high gives the alone rate back.
     assert!(
-        rate("K-stack") < 0.995,
-        "stacking costs the tenant something: {}",
+        rate("K-stack") < 0.7,
+        "stacking costs the tenant a large share: {}",
         rate("K-stack")
     );
+    let stack = row(&r, "K-stack");
+    // Why: kswapd scanned and found the sweeper's pages touched (activated), demoting
+    // almost nothing, so omnetpp's heap was hardly promoted.
+    let counter =
+        |c: &tierd_sim::sim::ConfigResult, k: &str| c.counters.get(k).copied().unwrap_or(0);
+    assert!(counter(stack, "pgscan_kswapd") > 0);
+    assert!(counter(stack, "pgactivate") > 10 * counter(stack, "pgdemote_kswapd"));
     assert!(
-        rate("K-low-patched") >= rate("K-stack"),
+        rate("K-low-patched") >= rate("K-stack") - 0.01,
         "memory.low (RFC) does not hurt: {} vs stacked {}",
         rate("K-low-patched"),
         rate("K-stack")
     );
     assert!(
-        rate("K-lowhigh-patched") >= rate("K-low-patched"),
-        "memory.high adds to memory.low: {} vs {}",
+        rate("K-lowhigh-patched") > rate("K-stack") + 0.3,
+        "memory.high on the sweeper gives most of the rate back: {} vs stacked {}",
         rate("K-lowhigh-patched"),
-        rate("K-low-patched")
+        rate("K-stack")
     );
     assert!(
-        rate("K-lowhigh-patched") > 0.97,
-        "memory.low + high is within a few % of alone: {}",
+        rate("K-lowhigh-patched") > 0.85,
+        "memory.low + high: {}",
         rate("K-lowhigh-patched")
     );
     // The tier-scaled memory.high kept the sweeper's DRAM at 257 x 256/320 GiB (scaled).
