@@ -409,6 +409,114 @@ impl Default for SystemRoots {
     }
 }
 
+/// `[topology]`: the memory tiers tierd uses when the kernel's are wrong or flat.
+///
+/// Kernels 6.1-6.9 put a CPU-less node present at boot in the DRAM tier (its adistance is
+/// only set from HMAT by 6.10's memory-tiers.c), and firmware often gets HMAT wrong, so a
+/// machine with a slow node can show one tier. tierd moves pages with `move_pages(2)`, which
+/// does not look at tiers, so it can tier such a machine if told which node is which. Either
+/// `fast` and `slow` (two tiers) or `tiers` (fastest first, two or more), not both; every
+/// memory node must be named once. Empty: the kernel's tiers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TopologyOverride {
+    /// The fast (top-tier) nodes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fast: Vec<u16>,
+    /// The slow nodes (the tier below `fast`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub slow: Vec<u16>,
+    /// Every tier, fastest first: `[[0], [1], [2]]`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tiers: Vec<Vec<u16>>,
+}
+
+impl TopologyOverride {
+    /// The tiers asked for, fastest first; empty when there is no override.
+    #[must_use]
+    pub fn tiers(&self) -> Vec<Vec<u16>> {
+        if !self.tiers.is_empty() {
+            self.tiers.clone()
+        } else if self.fast.is_empty() && self.slow.is_empty() {
+            Vec::new()
+        } else {
+            vec![self.fast.clone(), self.slow.clone()]
+        }
+    }
+
+    /// Whether the kernel's tiers are overridden.
+    #[must_use]
+    pub fn is_set(&self) -> bool {
+        !self.tiers().is_empty()
+    }
+
+    /// What is wrong with the override on its own (the nodes it names are checked against the
+    /// machine at start): `(key, reason)`.
+    fn problem(&self) -> Option<(&'static str, String)> {
+        let pair = !self.fast.is_empty() || !self.slow.is_empty();
+        if pair && !self.tiers.is_empty() {
+            return Some((
+                "topology.tiers",
+                "give either fast and slow, or tiers, not both".into(),
+            ));
+        }
+        if pair && (self.fast.is_empty() || self.slow.is_empty()) {
+            let key = if self.fast.is_empty() {
+                "topology.fast"
+            } else {
+                "topology.slow"
+            };
+            return Some((key, "fast and slow go together: name both".into()));
+        }
+        let tiers = self.tiers();
+        if tiers.is_empty() {
+            return None;
+        }
+        let key = if pair {
+            "topology.fast"
+        } else {
+            "topology.tiers"
+        };
+        if tiers.len() < 2 {
+            return Some((
+                key,
+                "one tier has nothing to tier: name at least two".into(),
+            ));
+        }
+        if tiers.len() > MAX_OVERRIDE_TIERS {
+            return Some((
+                key,
+                format!("{} tiers: at most {MAX_OVERRIDE_TIERS}", tiers.len()),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, t) in tiers.iter().enumerate() {
+            if t.is_empty() {
+                return Some((key, format!("tier {i} names no node")));
+            }
+            for &n in t {
+                if usize::from(n) >= tierd_engine::types::MAX_NODES {
+                    return Some((
+                        key,
+                        format!(
+                            "node {n} is beyond the {} nodes tierd supports",
+                            tierd_engine::types::MAX_NODES
+                        ),
+                    ));
+                }
+                if !seen.insert(n) {
+                    return Some((key, format!("node {n} is named twice")));
+                }
+            }
+        }
+        None
+    }
+}
+
+/// The most tiers `[topology]` may name: tier k gets the adistance of memory_tier(4 + k), and
+/// the kernel's own tiers stop well before memory_tier(4 + 16).
+pub const MAX_OVERRIDE_TIERS: usize = 16;
+
 /// A whole daemon configuration.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -423,6 +531,8 @@ pub struct DaemonConfig {
     pub daemon: DaemonSection,
     /// Filesystem roots.
     pub system: SystemRoots,
+    /// The memory tiers, when the kernel's are to be overridden.
+    pub topology: TopologyOverride,
 }
 
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
@@ -515,6 +625,9 @@ impl DaemonConfig {
             key: key.to_string(),
             reason,
         };
+        if let Some((key, reason)) = self.topology.problem() {
+            return Err(invalid(key, reason));
+        }
         let s = &self.scope;
         if s.pids.is_empty() && s.cgroups.is_empty() && !s.all {
             return Err(invalid(
@@ -1029,5 +1142,48 @@ mod tests {
         let text = include_str!("../../../deploy/tierd.toml");
         let c = parse(text).expect("deploy/tierd.toml must stay valid");
         assert!(!c.sources.enabled.is_empty());
+    }
+
+    proptest::proptest! {
+        /// Any `[topology]` of small node lists parses to an override that names each node
+        /// once in at least two non-empty tiers, or is refused with one line naming a
+        /// `topology` key; never a panic.
+        #[test]
+        fn topology_overrides_are_accepted_only_when_well_formed(
+            tiers in proptest::collection::vec(proptest::collection::vec(0u16..70, 0..4), 0..5),
+            pair in proptest::option::of((proptest::collection::vec(0u16..70, 0..3), proptest::collection::vec(0u16..70, 0..3))),
+        ) {
+            let list = |v: &[u16]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+            let mut t = String::from("[scope]\nall = true\n\n[topology]\n");
+            if !tiers.is_empty() {
+                let inner: Vec<String> = tiers.iter().map(|x| format!("[{}]", list(x))).collect();
+                t.push_str(&format!("tiers = [{}]\n", inner.join(", ")));
+            }
+            if let Some((f, s)) = &pair {
+                t.push_str(&format!("fast = [{}]\nslow = [{}]\n", list(f), list(s)));
+            }
+            match parse(&t) {
+                Ok(cfg) => {
+                    let got = cfg.topology.tiers();
+                    if got.is_empty() {
+                        proptest::prop_assert!(tiers.is_empty() && pair.as_ref().is_none_or(|(f, s)| f.is_empty() && s.is_empty()));
+                    } else {
+                        proptest::prop_assert!(got.len() >= 2);
+                        let mut all: Vec<u16> = got.iter().flatten().copied().collect();
+                        proptest::prop_assert!(got.iter().all(|x| !x.is_empty()));
+                        let n = all.len();
+                        all.sort_unstable();
+                        all.dedup();
+                        proptest::prop_assert_eq!(all.len(), n, "a node named twice was accepted");
+                        proptest::prop_assert!(all.iter().all(|x| usize::from(*x) < tierd_engine::types::MAX_NODES));
+                    }
+                }
+                Err(e) => {
+                    let m = e.to_string();
+                    proptest::prop_assert!(m.contains("topology"), "{}", m);
+                    proptest::prop_assert!(!m.contains('\n'), "{}", m);
+                }
+            }
+        }
     }
 }

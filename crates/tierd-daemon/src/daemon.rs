@@ -94,6 +94,10 @@ pub enum DaemonError {
     /// The topology could not be turned into the engine's.
     #[error("topology")]
     Topology(#[from] tierd_linux::read::topology::ConvertError),
+    /// `[topology]` does not fit this machine (a node it names has no memory, a memory node
+    /// it leaves out, or tiers the engine refuses).
+    #[error("[topology]: {0}")]
+    TopologyOverride(String),
     /// The engine refused the configuration.
     #[error("engine configuration")]
     Engine(#[from] tierd_engine::ConfigError),
@@ -116,7 +120,9 @@ impl DaemonError {
     #[must_use]
     pub fn exit_code(&self) -> u8 {
         match self {
-            DaemonError::Engine(_) | DaemonError::PidNamespace { .. } => EXIT_CONFIG,
+            DaemonError::Engine(_)
+            | DaemonError::PidNamespace { .. }
+            | DaemonError::TopologyOverride(_) => EXIT_CONFIG,
             DaemonError::Read(_)
             | DaemonError::NothingToTier(_)
             | DaemonError::Topology(_)
@@ -221,8 +227,10 @@ fn read_errno(e: &ReadError) -> Option<i32> {
 pub struct Preflight {
     /// The machine as sysfs describes it.
     pub system: SystemTopology,
-    /// The engine's view: tiers and nodes.
+    /// The engine's view: tiers and nodes (the `[topology]` override's, when set).
     pub topology: Topology,
+    /// The kernel's tiers, when `[topology]` overrides them.
+    pub kernel_topology: Option<Topology>,
     /// `kernel.numa_balancing`, when the kernel has it.
     pub numa_balancing: Option<u32>,
     /// `/sys/kernel/mm/numa/demotion_enabled`, when present.
@@ -241,18 +249,31 @@ impl Preflight {
     pub fn check(cfg: &DaemonConfig) -> Result<Preflight, DaemonError> {
         let roots = &cfg.system;
         let system = read_system_topology(&roots.sys_root)?;
-        let topology = system.to_engine()?;
+        let kernel = system.to_engine()?;
+        let (topology, kernel_topology) = if cfg.topology.is_set() {
+            (override_topology(&system, &cfg.topology)?, Some(kernel))
+        } else {
+            (kernel, None)
+        };
         if topology.tiers().len() < 2 {
             let nodes: Vec<String> = system.nodes.iter().map(|n| n.id.0.to_string()).collect();
             return Err(DaemonError::NothingToTier(format!(
                 "every memory node ({}) is in one tier; tierd needs a slower tier (a CPU-less \
-                 CXL or PMEM node that the kernel places in a lower memory_tier)",
+                 CXL or PMEM node that the kernel places in a lower memory_tier), or name the \
+                 tiers in [topology] (fast = [..], slow = [..]) when the kernel's are wrong",
                 nodes.join(", ")
             )));
         }
         let numa_balancing = read_numa_balancing(&roots.proc_root)?.map(|b| b.0);
         let demotion_enabled = read_demotion_enabled(&roots.sys_root)?;
         let mut warnings = Vec::new();
+        if let Some(k) = &kernel_topology {
+            warnings.push(format!(
+                "[topology] overrides the kernel's memory tiers: the kernel has {}, tierd uses {}",
+                tiers_line(k),
+                tiers_line(&topology)
+            ));
+        }
         if let Some(w) = check_pid_namespace(&roots.proc_root, std::process::id())? {
             warnings.push(w);
         }
@@ -277,6 +298,7 @@ impl Preflight {
         Ok(Preflight {
             system,
             topology,
+            kernel_topology,
             numa_balancing,
             demotion_enabled,
             warnings,
@@ -287,6 +309,18 @@ impl Preflight {
     #[must_use]
     pub fn describe(&self) -> String {
         let mut s = String::new();
+        if let Some(k) = &self.kernel_topology {
+            let _ = writeln!(
+                s,
+                "kernel's tiers (overridden by [topology]): {}",
+                tiers_line(k)
+            );
+            let _ = writeln!(
+                s,
+                "tierd's tiers ([topology]): {}",
+                tiers_line(&self.topology)
+            );
+        }
         for (i, tier) in self.topology.tiers().iter().enumerate() {
             let nodes: Vec<String> = tier.nodes.iter().map(|n| n.0.to_string()).collect();
             let _ = writeln!(s, "tier {i}: nodes {}", nodes.join(","));
@@ -316,6 +350,67 @@ impl Preflight {
         );
         s
     }
+}
+
+/// A topology's tiers on one line, fastest first: `memory_tier4 = nodes 0,1; memory_tier5 =
+/// nodes 2` (the kernel's numbering: `adistance >> MEMTIER_CHUNK_BITS`).
+#[must_use]
+pub fn tiers_line(t: &Topology) -> String {
+    let tiers: Vec<String> = t
+        .tiers()
+        .iter()
+        .map(|tier| {
+            let nodes: Vec<String> = tier.nodes.iter().map(|n| n.0.to_string()).collect();
+            format!("memory_tier{} = nodes {}", tier.id, nodes.join(","))
+        })
+        .collect();
+    tiers.join("; ")
+}
+
+/// The engine's topology with `[topology]`'s tiers in place of the kernel's: tier k of the
+/// override (fastest first) gets the abstract distance of the kernel's DRAM tier plus k tiers
+/// (`MEMTIER_ADISTANCE_DRAM + k x MEMTIER_CHUNK_SIZE`, mm/memory-tiers.c), so the engine's
+/// tiers, demotion targets and top tier follow from it exactly as from the kernel's.
+///
+/// # Errors
+/// [`DaemonError::TopologyOverride`] when a named node has no memory here, a memory node is
+/// not named, or the engine refuses the result (no node with CPUs in the top tier...);
+/// [`DaemonError::Topology`] when sysfs's description is incomplete.
+pub fn override_topology(
+    system: &SystemTopology,
+    o: &crate::config::TopologyOverride,
+) -> Result<Topology, DaemonError> {
+    use tierd_engine::topology::{MEMTIER_ADISTANCE_DRAM, MEMTIER_CHUNK_SIZE};
+    let (mut specs, dist) = system.node_specs()?;
+    let tiers = o.tiers();
+    for (k, tier) in tiers.iter().enumerate() {
+        for n in tier {
+            if !specs.iter().any(|s| s.id.0 == *n) {
+                return Err(DaemonError::TopologyOverride(format!(
+                    "node {n} has no memory on this machine (memory nodes: {})",
+                    specs
+                        .iter()
+                        .map(|s| s.id.0.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )));
+            }
+        }
+        let adist = MEMTIER_ADISTANCE_DRAM + MEMTIER_CHUNK_SIZE * u32::try_from(k).unwrap_or(0);
+        for spec in specs.iter_mut().filter(|s| tier.contains(&s.id.0)) {
+            spec.adistance = Some(adist);
+        }
+    }
+    if let Some(missing) = specs
+        .iter()
+        .find(|s| !tiers.iter().flatten().any(|n| *n == s.id.0))
+    {
+        return Err(DaemonError::TopologyOverride(format!(
+            "node {} has memory but is in no tier: name every memory node",
+            missing.id.0
+        )));
+    }
+    Topology::new(specs, dist).map_err(|e| DaemonError::TopologyOverride(e.to_string()))
 }
 
 /// The inode of the initial pid namespace (include/linux/proc_ns.h `PROC_PID_INIT_INO`), as
