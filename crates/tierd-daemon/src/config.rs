@@ -810,11 +810,13 @@ impl DaemonConfig {
                 "set by [sources] enabled = [...]; remove it here".into(),
             ));
         }
-        self.engine.validate().map_err(|e| {
+        // The engine's configuration as the daemon runs it: its sources from [sources].
+        self.engine_config().validate().map_err(|e| {
             let key = match &e {
                 EngineConfigError::OutOfRange { key, .. } => format!("engine.{key}"),
                 EngineConfigError::Watermarks { .. } => "engine.demotion".to_string(),
                 EngineConfigError::TargetNotToptier(_) => "engine.target_nid".to_string(),
+                EngineConfigError::IdleDemotionBlind => "engine.demotion.idle_after_ms".to_string(),
             };
             invalid(&key, e.to_string())
         })?;

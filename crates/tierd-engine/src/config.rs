@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::hotness::HotnessMode;
-use crate::sources::SourceMask;
+use crate::sources::{SourceKind, SourceMask};
 use crate::types::NodeId;
 
 /// A configuration value out of its range. Each variant names the key.
@@ -53,6 +53,13 @@ pub enum ConfigError {
     /// The promotion target is not a top-tier node of the topology.
     #[error("target_nid = {0} is not a top-tier node")]
     TargetNotToptier(NodeId),
+    /// Idle demotion is on but no enabled source sees accesses to fast-tier pages (hint faults
+    /// in tiering mode fire only on slow pages): every fast page would look idle.
+    #[error(
+        "demotion.idle_after_ms needs a source that sees fast-tier pages (hardware samples or \
+         accessed-bit scans: damon, idle, perf); with hint faults alone every fast page looks idle"
+    )]
+    IdleDemotionBlind,
 }
 
 impl ConfigError {
@@ -64,6 +71,7 @@ impl ConfigError {
             ConfigError::OutOfRange { key, .. } => key,
             ConfigError::Watermarks { .. } => "demotion.low_free_permille",
             ConfigError::TargetNotToptier(_) => "target_nid",
+            ConfigError::IdleDemotionBlind => "demotion.idle_after_ms",
         }
     }
 }
@@ -83,6 +91,11 @@ pub enum ThresholdMode {
     Fixed,
 }
 
+/// The default bound on idle demotion per fast node, MB/s: 64 MB/s moves 1 GB of idle memory
+/// in about 16 s, a small share of one core's `move_pages(2)` throughput (docs/lab.md
+/// measures ~150 MiB/s under TCG), so idle demotion stays background work.
+pub const DEFAULT_IDLE_RATE_LIMIT_MBPS: u64 = 64;
+
 /// Demotion of cold pages from fast nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -94,6 +107,14 @@ pub struct DemotionConfig {
     pub low_free_permille: u32,
     /// Demote until free memory reaches this, per mille of capacity.
     pub high_free_permille: u32,
+    /// Demote fast-tier pages no source has seen accessed for this long, ms, even while the
+    /// node has room: the fast tier keeps room for what comes next instead of waiting for
+    /// pressure (memtierd, damo and HMSDK demote idle memory the same way). 0, the default,
+    /// is off; otherwise 1000..=86400000.
+    pub idle_after_ms: u64,
+    /// Most idle demotion per fast node, MB/s (bounded so that a process going quiet all at
+    /// once does not turn into a migration storm).
+    pub idle_rate_limit_mbps: u64,
 }
 
 impl Default for DemotionConfig {
@@ -106,6 +127,8 @@ impl Default for DemotionConfig {
             enabled: true,
             low_free_permille: 20,
             high_free_permille: 50,
+            idle_after_ms: 0,
+            idle_rate_limit_mbps: DEFAULT_IDLE_RATE_LIMIT_MBPS,
         }
     }
 }
@@ -334,6 +357,26 @@ impl EngineConfig {
             3000,
         )?;
         let d = self.demotion;
+        if d.idle_after_ms != 0 {
+            check(
+                "demotion.idle_after_ms",
+                d.idle_after_ms,
+                1000,
+                24 * 3600 * 1000,
+            )?;
+            if !self.sources.contains(SourceKind::HwSample)
+                && !self.sources.contains(SourceKind::AccessedBitScan)
+            {
+                return Err(ConfigError::IdleDemotionBlind);
+            }
+        }
+        check(
+            "demotion.idle_rate_limit_mbps",
+            d.idle_rate_limit_mbps,
+            1,
+            MAX_RATE_LIMIT_MBPS,
+        )?;
+        let d = self.demotion;
         if d.low_free_permille >= d.high_free_permille || d.high_free_permille > 1000 {
             return Err(ConfigError::Watermarks {
                 low: d.low_free_permille,
@@ -368,6 +411,34 @@ mod tests {
         };
         assert_eq!(p.window_ms(), 5000);
         p.validate().unwrap();
+    }
+
+    #[test]
+    fn idle_demotion_is_off_by_default_and_range_checked() {
+        let c = EngineConfig::default();
+        assert_eq!(c.demotion.idle_after_ms, 0, "off by default");
+        assert_eq!(
+            c.demotion.idle_rate_limit_mbps,
+            DEFAULT_IDLE_RATE_LIMIT_MBPS
+        );
+        let with = |ms: u64, mbps: u64| EngineConfig {
+            demotion: DemotionConfig {
+                idle_after_ms: ms,
+                idle_rate_limit_mbps: mbps,
+                ..DemotionConfig::default()
+            },
+            ..EngineConfig::default()
+        };
+        assert!(with(60_000, 64).validate().is_ok());
+        assert!(with(0, 64).validate().is_ok());
+        for (ms, mbps, key) in [
+            (999, 64, "demotion.idle_after_ms"),
+            (24 * 3600 * 1000 + 1, 64, "demotion.idle_after_ms"),
+            (60_000, 0, "demotion.idle_rate_limit_mbps"),
+        ] {
+            let e = with(ms, mbps).validate().unwrap_err();
+            assert_eq!(e.key(), key, "{e}");
+        }
     }
 
     #[test]
@@ -571,6 +642,7 @@ mod tests {
                             enabled: true,
                             low_free_permille: low,
                             high_free_permille: high,
+                            ..DemotionConfig::default()
                         },
                         ..EngineConfig::default()
                     }

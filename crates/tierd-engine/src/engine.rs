@@ -280,6 +280,8 @@ pub struct Engine {
     /// When room was last made: at most once a second, since choosing the coldest pages
     /// walks the whole fast-page index.
     last_room: Option<Nanos>,
+    /// The last idle-demotion pass: its budget is the rate limit over the time since.
+    last_idle: Option<Nanos>,
     next_batch_id: u64,
     stats: Stats,
     ready: Vec<ReadyPage>,
@@ -354,6 +356,7 @@ impl Engine {
             last_prune: Nanos::ZERO,
             room_wanted: BTreeMap::new(),
             last_room: None,
+            last_idle: None,
             next_batch_id: 1,
             stats,
             ready: Vec::new(),
@@ -661,11 +664,29 @@ impl Engine {
             BTreeMap::new()
         };
         let idle_for = Nanos::from_millis(self.config.pingpong_window_ms);
+        // Idle demotion (demotion.idle_after_ms): with no pressure to answer, pages no source
+        // has seen accessed for that long go down at the idle rate limit, so the fast tier
+        // has room before the next workload needs it.
+        let idle_after = Nanos::from_millis(self.config.demotion.idle_after_ms);
+        let idle_budget: i128 = if idle_after.0 > 0 && self.sees_fast_tier() {
+            let since = self.last_idle.map_or(
+                Nanos::from_millis(u64::from(self.config.interval_ms)),
+                |t| now.saturating_sub(t),
+            );
+            self.last_idle = Some(now);
+            // At most a second's worth: a stalled loop does not bank a burst.
+            let secs = since.0.min(1_000_000_000);
+            i128::from(self.config.demotion.idle_rate_limit_mbps) * 1_000_000 * i128::from(secs)
+                / 1_000_000_000
+        } else {
+            0
+        };
         for node in self.topo.toptier_mask().iter() {
             let (low, high) = self.demotion_watermarks(node);
             let node_free = free.get(&node).copied().unwrap_or(0);
             let room = wanted.get(&node).copied().unwrap_or(0);
-            if self.topo.lower_tier_mask(node).is_empty() || (node_free >= low && room == 0) {
+            let pressure = node_free < low || room > 0;
+            if self.topo.lower_tier_mask(node).is_empty() || (!pressure && idle_budget == 0) {
                 continue;
             }
             // Below low: anything cold goes, down to high. Only making room for refused
@@ -684,6 +705,13 @@ impl Engine {
             } else {
                 high + room - node_free
             };
+            // No pressure to answer (or it is met): the idle pass, bounded by its budget.
+            let idle_pass = need <= 0 && idle_budget > 0;
+            if idle_pass {
+                need = idle_budget;
+            } else if !pressure {
+                continue;
+            }
             // Coldest first, cgroups above their fast-tier share before the others.
             let mut cands: Vec<(bool, Nanos, PageKey, PageSize)> = self
                 .fast
@@ -700,7 +728,9 @@ impl Engine {
                 .collect();
             let backoff = &mut self.backoff;
             cands.retain(|c| backoff.get(c.2).is_none_or(|b| now >= b.until));
-            if !below_low {
+            if idle_pass {
+                cands.retain(|c| now.saturating_sub(c.1) >= idle_after);
+            } else if !below_low {
                 if self.relative() {
                     // Room for hotter pages: only pages colder than the promotion threshold
                     // make way (Memtis demotes below its hot threshold), and, as in the fixed
@@ -788,6 +818,9 @@ impl Engine {
                     .or_default()
                     .push(PlannedMove { page, from: node });
                 self.stats.engine.pgdemote_candidate += size.nr_pages().0;
+                if idle_pass {
+                    self.stats.engine.pgdemote_idle += size.nr_pages().0;
+                }
             }
             self.emit(MigrationKind::Demote, groups, plan);
         }

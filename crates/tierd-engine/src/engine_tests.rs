@@ -649,6 +649,7 @@ fn demotion_starts_below_low_and_stops_at_high_coldest_first() {
             enabled: true,
             low_free_permille: 49,
             high_free_permille: 50,
+            ..DemotionConfig::default()
         },
         ..kcfg()
     };
@@ -666,6 +667,67 @@ fn demotion_starts_below_low_and_stops_at_high_coldest_first() {
         .collect();
     vpns.sort_unstable();
     assert_eq!(vpns, (0..300).collect::<Vec<_>>(), "the 300 coldest");
+}
+
+/// Idle demotion (demotion.idle_after_ms): with room to spare on the fast node, pages no
+/// source has seen for the idle age go down, oldest first, at most the idle rate limit per
+/// pass; pages seen since stay; off by default.
+#[test]
+fn idle_demotion_takes_pages_idle_past_the_age_at_a_bounded_rate() {
+    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+    // Plenty of room: far above the low watermark, no pressure.
+    let u = usage(&topo, Bytes::mib(800));
+    // 2000 fast pages seen at t = 0..2 s (page i at i ms); pages 1000.. seen again at 59 s.
+    let mut v: Vec<Observation> = (0..2000).map(|i| obs(1, i, N0, Some(N0), i)).collect();
+    v.extend((1000..2000).map(|i| obs(1, i, N0, Some(N0), 59_000)));
+    // Off (the default): nothing moves.
+    let mut e = Engine::new(kcfg(), topo.clone()).unwrap();
+    e.observe(&v);
+    assert_eq!(kcfg().demotion.idle_after_ms, 0);
+    assert!(e.tick(Nanos::from_secs(62), &u).is_empty());
+    // On, idle after 60 s, 4 MB/s: one 100 ms pass at t = 62 s may move 400 kB, 97.7 pages
+    // (the last page that starts within the budget goes: 98), the oldest; pages seen at 59 s
+    // are not idle.
+    let cfg = EngineConfig {
+        demotion: DemotionConfig {
+            idle_after_ms: 60_000,
+            idle_rate_limit_mbps: 4,
+            ..DemotionConfig::default()
+        },
+        ..kcfg()
+    };
+    let mut e = Engine::new(cfg.clone(), topo.clone()).unwrap();
+    e.observe(&v);
+    let plan = e.tick(Nanos::from_secs(62), &u);
+    let vpns = planned_vpns(&plan, MigrationKind::Demote);
+    assert_eq!(vpns.len(), 98, "the rate limit: 4 MB/s over 100 ms");
+    assert_eq!(vpns, (0..98).collect(), "oldest first");
+    assert!(plan.batches.iter().all(|b| b.target == N1));
+    assert_eq!(e.stats().engine.pgdemote_idle, 98);
+    apply_all(&mut e, Nanos::from_secs(62), &plan);
+    // A second later the budget is a second's worth (capped at 1 s): 977 pages, but only
+    // the 902 left idle (seen before 2 s) are old enough.
+    let plan = e.tick(Nanos::from_secs(63), &u);
+    let vpns = planned_vpns(&plan, MigrationKind::Demote);
+    assert_eq!(vpns, (98..1000).collect());
+    apply_all(&mut e, Nanos::from_secs(63), &plan);
+    // Pages seen at 59 s go once they are 60 s idle.
+    assert!(e.tick(Nanos::from_secs(64), &u).is_empty());
+    let plan = e.tick(Nanos::from_secs(120), &u);
+    assert_eq!(
+        planned(&plan, MigrationKind::Demote),
+        977,
+        "a second's budget"
+    );
+    // Without a source that sees the fast tier, every fast page would look idle: refused.
+    let blind = EngineConfig {
+        sources: SourceMask::of(&[SourceKind::HintFault]),
+        ..cfg
+    };
+    assert!(matches!(
+        Engine::new(blind, topo),
+        Err(crate::ConfigError::IdleDemotionBlind)
+    ));
 }
 
 #[test]
@@ -692,6 +754,7 @@ fn demotion_takes_from_cgroups_over_their_share_first() {
             enabled: true,
             low_free_permille: 49,
             high_free_permille: 50,
+            ..DemotionConfig::default()
         },
         ..kcfg()
     };
@@ -1405,6 +1468,7 @@ fn the_coldest_pages_are_chosen_without_sorting_the_whole_fast_tier() {
             enabled: true,
             low_free_permille: 49,
             high_free_permille: 50,
+            ..DemotionConfig::default()
         },
         ..kcfg()
     };

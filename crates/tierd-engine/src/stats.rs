@@ -116,6 +116,7 @@ stats_struct! {
         pgpromote_no_room: Counter, Pages, "tierd: ready pages not promoted because the target would drop below its demotion high watermark (as migrate_balanced_pgdat() refuses).";
         pgpromote_already_there: Counter, Pages, "tierd: ready pages already on their target node.";
         pgdemote_candidate: Counter, Pages, "tierd: pages put in a demotion plan.";
+        pgdemote_idle: Counter, Pages, "tierd: pages put in a demotion plan because no source saw them accessed for demotion.idle_after_ms, with no memory pressure (also in pgdemote_candidate); pingpong_promoted counts those that came back.";
         pgdemote_success: Counter, Pages, "Pages demoted by tierd (the kernel's pgdemote_* count its own demotions).";
         pgdemote_fail: Counter, Pages, "tierd: demotions that failed, any reason.";
         thp_migration_success: Counter, Events, "Huge folios (2 MiB THP or hugetlb, 1 GiB hugetlb) moved by tierd, promotion or demotion, one per folio as the kernel's vmstat thp_migration_success counts a THP (the kernel's leaves hugetlb out); their base pages are in pgpromote_success / pgdemote_success.";

@@ -14,6 +14,10 @@ pub enum Machine {
     TwoNode,
     /// Nodes 0 and 1: 1 vCPU + 1 GiB each; node 2: 2 GiB, no CPUs, lower tier.
     ThreeNode,
+    /// [`Machine::TwoNode`] without HMAT: the kernel puts both nodes in one tier
+    /// (`memory_tier4`), as kernels 6.1-6.9 do with any CPU-less node present at boot and as
+    /// wrong firmware does (docs/lab.md "Flat tiers").
+    TwoNodeFlat,
 }
 
 /// The guest's transparent-huge-page mode for a run: what the guest script writes to
@@ -455,6 +459,62 @@ pub fn experiment_three_node() -> Experiment {
         ],
         home_nodes: vec![0, 1],
         until: None,
+        thp: Thp::Never,
+        procs: 0,
+        rootfs: false,
+        app: None,
+    }
+}
+
+/// tierd's `[topology]` for the flat guest: node 0 fast, node 1 slow.
+pub const FLAT_TOPOLOGY: &str = "[topology]\nfast = [0]\nslow = [1]\n";
+
+/// Flat tiers (issue 16): experiment A's chase on a guest whose kernel puts both nodes in
+/// one memory tier (no HMAT). The kernel's tiering finds nothing to do: NUMA balancing's
+/// tiering mode promotes only from a lower tier, and demotion has no target. Classic NUMA
+/// balancing (mode 1) and a DAMOS `migrate_hot` scheme name their target node themselves, so
+/// they are measured too. tierd without `[topology]` refuses to start (one tier); with it,
+/// it promotes the hot set.
+#[must_use]
+pub fn experiment_flat(quick: bool) -> Experiment {
+    let (total, hot) = (512, 128);
+    let tierd = |topology: &str| Mechanism::Tierd {
+        config: tierd_damon_config(&format!("[engine.demotion]\nenabled = false\n\n{topology}")),
+    };
+    let mut runs = vec![
+        ("N2".to_string(), Mechanism::Numab2),
+        ("N1".to_string(), Mechanism::NumabTiering { mode: 1 }),
+        (
+            "D3".to_string(),
+            Mechanism::DamonMigrateHot(DamosParams::default()),
+        ),
+        ("T-kernel".to_string(), tierd("")),
+        ("T1".to_string(), tierd(FLAT_TOPOLOGY)),
+    ];
+    if quick {
+        runs.retain(|(id, _)| id == "T1");
+    }
+    Experiment {
+        id: "flat".into(),
+        title: "Flat tiers: both nodes in one kernel tier (no HMAT); tierd with [topology]".into(),
+        machine: Machine::TwoNodeFlat,
+        fast: vec![0],
+        slow: 1,
+        setup: String::new(),
+        tick: String::new(),
+        workload: format!(
+            "chase --total-mib {total} --hot-mib {hot} --secs 100000 --node 1 --interval-ms 1000 --tick-us 1000"
+        ),
+        parts: chase_parts(hot, total),
+        duration_s: if quick { 120 } else { 60 },
+        runs,
+        home_nodes: Vec::new(),
+        // As A's short run: until 95 % of the hot set holds on node 0 for 3 s (at least 20 s).
+        until: quick.then_some(Until {
+            hot_permille: 950,
+            consecutive: 3,
+            min_s: 20,
+        }),
         thp: Thp::Never,
         procs: 0,
         rootfs: false,

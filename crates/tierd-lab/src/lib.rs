@@ -273,6 +273,7 @@ pub fn experiment(id: &str, quick: bool) -> Result<Experiment, LabError> {
         "a" => Ok(experiment::experiment_a(quick)),
         "integrity" => Ok(experiment::experiment_integrity(quick)),
         "churn" => Ok(experiment::experiment_churn()),
+        "flat" => Ok(experiment::experiment_flat(quick)),
         "three-node" => Ok(experiment::experiment_three_node()),
         "three-node-procs" => Ok(experiment::experiment_three_node_procs()),
         "mempolicy" => Ok(experiment::experiment_mempolicy()),
@@ -312,4 +313,5 @@ pub const EXPERIMENTS: &[&str] = &[
     "redis",
     "memcached-pm",
     "memcached-pm-balancing",
+    "flat",
 ];

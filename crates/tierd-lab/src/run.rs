@@ -478,6 +478,10 @@ pub fn run_one(
     let spec = match exp.machine {
         Machine::TwoNode => GuestSpec::two_node(),
         Machine::ThreeNode => GuestSpec::three_node(),
+        Machine::TwoNodeFlat => GuestSpec {
+            hmat: Vec::new(),
+            ..GuestSpec::two_node()
+        },
     };
     // The mechanism runs `duration_s` of guest time (the loop counts seconds since the
     // start, not samples: a sample costs 0.5-1.5 s more under TCG on a loaded host); boot,
