@@ -152,7 +152,7 @@ enum Command {
     Lab {
         /// Experiments to run (default: all but chaos and scale). Known: a, churn, three-node,
         /// three-node-procs, mempolicy, mempolicy-balancing, integrity, memcached, redis,
-        /// memcached-pm, memcached-pm-balancing; chaos (issue 12's fault run) and scale (cost
+        /// memcached-pm, memcached-pm-balancing, flat; chaos (issue 12's fault run) and scale (cost
         /// against the number of processes) run alone.
         experiments: Vec<String>,
         /// The short versions (what CI runs).
