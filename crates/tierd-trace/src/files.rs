@@ -15,21 +15,22 @@ use crate::format::{decode_header, decode_record, encode_header, Header, Record,
 /// Why a trace file could not be written or read; names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
-    /// An I/O error.
-    #[error("{}: {source}", path.display())]
+    /// An I/O error. (The error is in the message, not a `source`: a caller printing the
+    /// chain would say it twice.)
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file or directory.
         path: PathBuf,
         /// The error.
-        source: io::Error,
+        error: io::Error,
     },
     /// The contents are not a trace.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Trace {
         /// The file.
         path: PathBuf,
         /// What is wrong, and where.
-        source: TraceError,
+        error: TraceError,
     },
     /// A directory without trace files.
     #[error("{}: no trace files (trace.0, trace.1, ...) in this directory", path.display())]
@@ -40,9 +41,9 @@ pub enum FileError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> FileError + '_ {
-    move |source| FileError::Io {
+    move |error| FileError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 
@@ -207,9 +208,9 @@ pub fn read(path: &Path) -> Result<Trace, FileError> {
     let mut records = Vec::new();
     for f in &files {
         let buf = std::fs::read(f).map_err(io_err(f))?;
-        let bad = |source| FileError::Trace {
+        let bad = |error| FileError::Trace {
             path: f.clone(),
-            source,
+            error,
         };
         let (h, mut at) = decode_header(&buf).map_err(bad)?;
         while at < buf.len() {

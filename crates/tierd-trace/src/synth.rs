@@ -1,7 +1,8 @@
 //! A small deterministic machine behind the [`Backend`] trait, for tests and for a recording
 //! made without a kernel (`tierd record --synthetic`, the picture in docs/img/): a DRAM node 0
 //! and a CXL node 1, processes whose pages start on node 1, a hot set per process that moves
-//! over time, sampled accesses, and `move_pages` that now and then finds a page busy.
+//! over time, accesses reported as an accessed-bit scan (DAMON, tierd's default source)
+//! reports them, and `move_pages` that now and then finds a page busy.
 
 use std::collections::BTreeMap;
 
@@ -93,8 +94,8 @@ impl Backend for SynthBackend {
                 out.push(Observation {
                     page,
                     page_node: self.node_of(page.key()),
-                    accessing_node: Some(NodeId(0)),
-                    source: SourceKind::HwSample,
+                    accessing_node: None,
+                    source: SourceKind::AccessedBitScan,
                     time: Nanos(t),
                     weight: 1,
                 });
