@@ -78,3 +78,31 @@ fn a_rotated_trace_replays_what_is_left_and_says_it_is_incomplete() {
     assert_eq!(t.files.len(), 4);
     assert!(t.header.seq > 0);
 }
+
+/// The small trace committed as the fuzz target's seed (fuzz/regressions/trace) still reads
+/// and replays to its recorded decisions: a change of the format that forgot to bump its
+/// version fails here. `TIERD_REGEN_TRACE=1` writes it anew (after a version bump).
+#[test]
+fn the_committed_trace_reads_and_replays_identically() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/regressions/trace/synthetic-2s.trace");
+    if std::env::var_os("TIERD_REGEN_TRACE").is_some() {
+        let d = tempfile::tempdir().unwrap();
+        let mut b = SynthBackend::new(1, 256, 64);
+        record_synthetic(
+            &mut b,
+            EngineConfig::default(),
+            2,
+            100,
+            d.path(),
+            Limits::default(),
+        )
+        .unwrap();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::copy(d.path().join("trace.0"), &path).unwrap();
+    }
+    let t = read(&path).unwrap();
+    let cfg = t.header.config.clone();
+    let r = replay(&t.header, passes(t.records).unwrap(), cfg).unwrap();
+    assert!(r.recorded > 0 && r.identical(), "{}", r.verdict());
+}
