@@ -63,7 +63,7 @@ impl Feed for Moving {
             pfn: None,
         };
         out.push(range(hot, 2 << 20, 20));
-        if (now.0 / 100_000_000) % 7 == 0 {
+        if (now.0 / 100_000_000).is_multiple_of(7) {
             out.push(range(START + ((secs * 5) % 32) * (1 << 20), 1 << 20, 1));
         }
         Ok(())
@@ -103,7 +103,7 @@ fn a_recorded_daemon_run_replays_to_the_same_decisions() {
     let mut log = |l: &str| lines.push(l.to_string());
     for pass in 0..200_u64 {
         let now = Nanos::from_millis(pass * 100);
-        if pass % 10 == 0 {
+        if pass.is_multiple_of(10) {
             backend.refresh(now);
         }
         let Ok(_) = recorded_step(

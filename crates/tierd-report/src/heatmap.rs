@@ -40,6 +40,8 @@ pub enum Panel {
 
 /// A colour for `v` in 0..=1: dark blue through teal and green to yellow (viridis' stops),
 /// readable in grey and by most colour-blind readers.
+// The casts take values clamped to 0..=4 (the stop index) and 0..=255 (a channel).
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn colour(v: f64) -> RGBColor {
     const STOPS: [(u8, u8, u8); 5] = [
         (68, 1, 84),

@@ -173,6 +173,8 @@ fn table(r: &Replay, every_s: f64) -> String {
         let _ = write!(out, " {:>12}", format!("node{n} MiB"));
     }
     out.push('\n');
+    // Seconds over a positive window: far inside i64, and `as` saturates anyway.
+    #[allow(clippy::cast_possible_truncation)]
     let window = |t: f64| (t / every_s).floor() as i64;
     let mut di = 0;
     let mut pi = 0;
