@@ -168,9 +168,10 @@ pub enum TraceError {
         /// Bytes left over.
         extra: usize,
     },
-    /// The recorded topology is refused by the engine.
+    /// The recorded topology is refused by the engine. (Not a `source`: the message holds
+    /// it, and a caller printing the chain would say it twice.)
     #[error("the recorded topology is not valid: {0}")]
-    Topology(#[source] TopologyError),
+    Topology(TopologyError),
 }
 
 fn bincode_config() -> impl bincode::config::Config {
