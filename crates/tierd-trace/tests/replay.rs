@@ -106,3 +106,88 @@ fn the_committed_trace_reads_and_replays_identically() {
     let r = replay(&t.header, passes(t.records).unwrap(), cfg).unwrap();
     assert!(r.recorded > 0 && r.identical(), "{}", r.verdict());
 }
+
+/// A backend whose calls fail now and then as a whole (a sysfs file gone, a syscall refused):
+/// `usage` every 13th pass, `migrate` every 5th call.
+struct Flaky {
+    inner: SynthBackend,
+    passes: u64,
+    calls: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("flaky")]
+struct Flake;
+
+impl tierd_engine::Backend for Flaky {
+    type Error = Flake;
+    fn drain_observations(
+        &mut self,
+        now: tierd_engine::types::Nanos,
+        out: &mut Vec<tierd_engine::Observation>,
+    ) -> Result<(), Flake> {
+        self.inner.drain_observations(now, out).map_err(|_| Flake)
+    }
+    fn drain_owner_updates(
+        &mut self,
+        out: &mut Vec<tierd_engine::OwnerUpdate>,
+    ) -> Result<(), Flake> {
+        self.passes += 1;
+        self.inner.drain_owner_updates(out).map_err(|_| Flake)
+    }
+    fn usage(
+        &mut self,
+        now: tierd_engine::types::Nanos,
+    ) -> Result<tierd_engine::SystemUsage, Flake> {
+        if self.passes.is_multiple_of(13) {
+            return Err(Flake);
+        }
+        self.inner.usage(now).map_err(|_| Flake)
+    }
+    fn migrate(
+        &mut self,
+        now: tierd_engine::types::Nanos,
+        batch: &tierd_engine::MigrationBatch,
+    ) -> Result<tierd_engine::MigrationReport, Flake> {
+        self.calls += 1;
+        if self.calls.is_multiple_of(5) {
+            return Err(Flake);
+        }
+        self.inner.migrate(now, batch).map_err(|_| Flake)
+    }
+}
+
+/// Calls that failed in the recorded run fail at the same place in the replay, so the engine
+/// ends those passes as the recorded one did and the decisions stay the same.
+#[test]
+fn backend_failures_replay_as_they_happened() {
+    use tierd_engine::types::Nanos;
+    use tierd_trace::format::{decode, encode_header};
+    let mut b = Flaky {
+        inner: SynthBackend::new(2, 4096, 4096),
+        passes: 0,
+        calls: 0,
+    };
+    let cfg = EngineConfig::default();
+    let topo = tierd_engine::topology::dram_cxl(b.inner.capacity[0], b.inner.capacity[1]).unwrap();
+    let header = tierd_trace::Header::new(cfg.clone(), &topo, 0, 0);
+    let mut engine = tierd_engine::Engine::new(cfg.clone(), topo).unwrap();
+    let mut bufs = tierd_engine::StepBuffers::default();
+    let mut file = encode_header(&header);
+    let mut failed = 0;
+    for pass in 0..300 {
+        let now = Nanos::from_millis(pass * 100);
+        let mut rec = tierd_trace::Recorder::pass(&mut b, &mut file, now);
+        failed += usize::from(tierd_engine::step(&mut engine, &mut rec, now, &mut bufs).is_err());
+    }
+    assert!(failed > 20, "{failed} passes failed");
+    let (h, records) = decode(&file).unwrap();
+    let orphans = records
+        .windows(2)
+        .filter(|w| matches!(w[0], Record::Batch(_)) && !matches!(w[1], Record::Report(_)))
+        .count();
+    assert!(orphans > 0, "some batches failed");
+    let r = replay(&h, passes(records).unwrap(), cfg).unwrap();
+    assert!(r.identical(), "{}", r.verdict());
+    assert!(r.recorded > 50);
+}
