@@ -1,6 +1,6 @@
 //! Fuzz targets for every parser of kernel output tierd has (`/proc` and `/sys` files, DAMON's
-//! region directories, the perf decoders, pagemap) and for the daemon's config and the
-//! simulator's scenario loaders.
+//! region directories, the perf decoders, pagemap), for the daemon's config and the
+//! simulator's scenario loaders, and for recorded traces (`tierd replay`).
 //!
 //! Each target takes the fuzzer's bytes, runs the parser the way tierd runs it (text files
 //! decoded as UTF-8 lossily, as `tierd_linux::read` reads them), and asserts what must hold of
@@ -379,11 +379,32 @@ pub fn scenario(data: &[u8]) {
     let _ = tierd_sim::scenario::Scenario::parse(t, Path::new("fuzz.toml"));
 }
 
+/// A recorded trace (`tierd replay`, docs/trace.md): decoding never panics; what decodes
+/// encodes back to the same records; and the records, grouped into passes, replay through
+/// an engine built from the header (the first 64 passes, to stay quick).
+pub fn trace(data: &[u8]) {
+    use tierd_trace::format::{decode, encode_header, encode_record};
+    let Ok((header, records)) = decode(data) else {
+        return;
+    };
+    let mut again = encode_header(&header);
+    for r in &records {
+        encode_record(r, &mut again);
+    }
+    let (h2, r2) = decode(&again).expect("what decodes encodes back");
+    assert_eq!(r2, records);
+    assert_eq!(h2.seq, header.seq);
+    if let Ok(mut passes) = tierd_trace::passes(records) {
+        passes.truncate(64);
+        let _ = tierd_trace::replay(&header, passes, header.config.clone());
+    }
+}
+
 /// A fuzz target: takes the fuzzer's bytes, panics on a bug.
 pub type Target = fn(&[u8]);
 
 /// Every target by name, for the corpus replay and scripts/fuzz.sh's list.
-pub const TARGETS: [(&str, Target); 15] = [
+pub const TARGETS: [(&str, Target); 16] = [
     ("numa_maps", numa_maps),
     ("proc_files", proc_files),
     ("meminfo_vmstat", meminfo_vmstat),
@@ -399,4 +420,5 @@ pub const TARGETS: [(&str, Target); 15] = [
     ("scenario", scenario),
     ("smaps", smaps),
     ("kpageflags", kpageflags),
+    ("trace", trace),
 ];

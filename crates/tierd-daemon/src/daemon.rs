@@ -113,6 +113,9 @@ pub enum DaemonError {
         /// What does not match.
         reason: String,
     },
+    /// The recording (`--record`) could not start.
+    #[error("starting the recording")]
+    Record(#[from] tierd_trace::FileError),
 }
 
 impl DaemonError {
@@ -122,7 +125,8 @@ impl DaemonError {
         match self {
             DaemonError::Engine(_)
             | DaemonError::PidNamespace { .. }
-            | DaemonError::TopologyOverride(_) => EXIT_CONFIG,
+            | DaemonError::TopologyOverride(_)
+            | DaemonError::Record(_) => EXIT_CONFIG,
             DaemonError::Read(_)
             | DaemonError::NothingToTier(_)
             | DaemonError::Topology(_)
@@ -1909,6 +1913,9 @@ pub struct RunOptions {
     pub snapshot: Option<SharedSnapshot>,
     /// Beaten after every completed pass (the metrics endpoint's `/healthz` reads it).
     pub heartbeat: Option<crate::metrics::Heartbeat>,
+    /// Record what the engine saw and decided into this directory (`tierd run --record`,
+    /// docs/trace.md), within these limits.
+    pub record: Option<(std::path::PathBuf, tierd_trace::Limits)>,
 }
 
 /// What a run did, for the exit message.
@@ -2063,6 +2070,52 @@ fn build_snapshot(
     snap
 }
 
+/// Starts a recording of a run on `pre`'s machine into `dir` (`tierd run --record`): the
+/// header holds the engine configuration and topology the run's engine is built from.
+///
+/// # Errors
+/// [`DaemonError::Record`] when the directory or its first file cannot be written.
+pub fn start_recording<B: Backend>(
+    cfg: &DaemonConfig,
+    pre: &Preflight,
+    backend: &B,
+    dir: &Path,
+    limits: tierd_trace::Limits,
+) -> Result<tierd_trace::TraceWriter, DaemonError> {
+    let mut header =
+        tierd_trace::Header::new(cfg.engine_config(), &pre.topology, backend.join_pages(), 0);
+    header.note = format!("tierd run, pid {}", std::process::id());
+    Ok(tierd_trace::TraceWriter::create(dir, header, limits)?)
+}
+
+/// One pass of the engine ([`tierd_engine::step`]), recorded into `recording` when it is on.
+///
+/// Recording wraps the backend for the pass ([`tierd_trace::Recorder`]): every input enters
+/// the engine through the backend's calls in `step`, so what is recorded is exactly what the
+/// engine saw, and the batches it asked for. The pass's records are written after it, whole;
+/// a write that fails (a full disk) stops the recording, not the tiering.
+pub fn recorded_step<B: Backend>(
+    engine: &mut Engine,
+    backend: &mut B,
+    now: Nanos,
+    bufs: &mut StepBuffers,
+    recording: &mut Option<tierd_trace::TraceWriter>,
+    buf: &mut Vec<u8>,
+    log: &mut dyn FnMut(&str),
+) -> Result<tierd_engine::StepOutcome, B::Error> {
+    let Some(w) = recording.as_mut() else {
+        return tierd_engine::step(engine, backend, now, bufs);
+    };
+    buf.clear();
+    let mut rec = tierd_trace::Recorder::pass(backend, buf, now);
+    let out = tierd_engine::step(engine, &mut rec, now, bufs);
+    if let Err(e) = w.append(buf) {
+        log(&format!("recording stopped: {e}"));
+        *recording = None;
+    }
+    out
+}
+
 /// Runs the daemon loop until `stop` is set or the duration passes. Lines for the operator
 /// (dry-run plans, source trouble) go to `log`.
 ///
@@ -2086,6 +2139,15 @@ pub fn run(
     let refresh = Duration::from_millis(cfg.daemon.refresh_ms);
     let mut bufs = StepBuffers::default();
     let mut summary = RunSummary::default();
+    let mut recording = match &opts.record {
+        Some((dir, limits)) => {
+            let w = start_recording(cfg, pre, &backend, dir, *limits)?;
+            log(&format!("recording to {}", dir.display()));
+            Some(w)
+        }
+        None => None,
+    };
+    let mut record_buf = Vec::new();
     let mut next_refresh = Duration::ZERO;
     let mut last_intervals: Vec<(&'static str, crate::metrics::IntervalsSnapshot)> = Vec::new();
     let publish = |engine: &Engine, backend: &LinuxBackend| {
@@ -2134,7 +2196,16 @@ pub fn run(
         // The engine's share of a step is what the backend's calls did not take.
         let t0 = tierd_linux::sys::thread_cpu_time();
         let backend_before = backend_phases(&backend.phase_cpu);
-        let Ok(out) = tierd_engine::step(&mut engine, &mut backend, nanos_since(start), &mut bufs);
+        let now = nanos_since(start);
+        let Ok(out) = recorded_step(
+            &mut engine,
+            &mut backend,
+            now,
+            &mut bufs,
+            &mut recording,
+            &mut record_buf,
+            log,
+        );
         let step_cpu = tierd_linux::sys::thread_cpu_time().saturating_sub(t0);
         let backend_cpu = backend_phases(&backend.phase_cpu).saturating_sub(backend_before);
         backend

@@ -17,8 +17,9 @@ use crate::policy::{MemPolicy, Owner};
 use crate::sources::Observation;
 use crate::types::{Nanos, NodeId, SpaceId, Vpn};
 
-/// A change in who owns an address space or what policy its ranges have.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A change in who owns an address space or what policy its ranges have. Serializable so that
+/// a recorded run (the `tierd-trace` crate) can feed the same updates to an engine again.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum OwnerUpdate {
     /// The space's owner (process and cgroup).
     Owner {

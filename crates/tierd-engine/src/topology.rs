@@ -485,6 +485,26 @@ impl Topology {
         self.index.get(id.index()).copied().flatten()
     }
 
+    /// A description that [`Topology::new`] turns back into this topology: each node with its
+    /// derived abstract distance made explicit (so the tiers come out the same whatever rule
+    /// chose them), and the distance matrix in node order. A recorded run stores it so that a
+    /// replay builds the engine on the machine it was recorded on.
+    #[must_use]
+    pub fn describe(&self) -> (Vec<NodeSpec>, Vec<Vec<u32>>) {
+        let specs = self
+            .nodes
+            .iter()
+            .map(|n| NodeSpec {
+                id: n.id,
+                has_cpus: n.has_cpus,
+                capacity: n.capacity,
+                perf: None,
+                adistance: Some(n.adistance),
+            })
+            .collect();
+        (specs, self.dist.clone())
+    }
+
     /// All nodes, sorted by id.
     #[must_use]
     pub fn nodes(&self) -> &[NodeInfo] {
@@ -855,6 +875,28 @@ mod tests {
     use super::*;
 
     const GIB: Bytes = Bytes::gib(1);
+
+    /// What a recorded trace stores rebuilds the same machine: tiers, targets and candidates.
+    #[test]
+    fn describe_rebuilds_the_same_tiers_and_targets() {
+        for t in [
+            two_tier(Bytes::gib(4), Bytes::gib(16)),
+            three_node(GIB, GIB, Bytes::gib(8)),
+        ] {
+            let (specs, dist) = t.describe();
+            let back = Topology::new(specs, dist).unwrap();
+            assert_eq!(back.tiers(), t.tiers());
+            for n in t.nodes() {
+                assert_eq!(back.demotion_targets(n.id), t.demotion_targets(n.id));
+                assert_eq!(
+                    back.promotion_candidates(n.id),
+                    t.promotion_candidates(n.id)
+                );
+                assert_eq!(back.node(n.id).map(|b| b.tier), Some(n.tier));
+            }
+            assert_eq!(back.default_target(), t.default_target());
+        }
+    }
 
     fn spec(id: u16, has_cpus: bool) -> NodeSpec {
         NodeSpec {

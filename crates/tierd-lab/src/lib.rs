@@ -153,6 +153,10 @@ pub struct LabEnv {
     pub bins: PathBuf,
     /// Where guests keep their files.
     pub work_dir: PathBuf,
+    /// Where each tierd row's trace goes, as `<experiment>-<thp>-<row>.trace.tgz`
+    /// (`tar -xzf` it, then `tierd replay DIR`): `$TIERD_LAB_TRACES`, else
+    /// `target/lab-traces` of the workspace.
+    pub traces: PathBuf,
 }
 
 impl LabEnv {
@@ -173,10 +177,13 @@ impl LabEnv {
         let kernel = Kernel::fetch_choice(&default_cache_dir(), choice)?;
         let bins = binaries::build_static(workspace, &["tierd", "tierd-workload"])?;
         let work_dir = std::env::temp_dir().join(format!("tierd-lab-{}", std::process::id()));
+        let traces = std::env::var_os("TIERD_LAB_TRACES")
+            .map_or_else(|| workspace.join("target/lab-traces"), PathBuf::from);
         Ok(LabEnv {
             kernel,
             bins,
             work_dir,
+            traces,
         })
     }
 }
@@ -239,7 +246,20 @@ pub fn run_experiment(
         let outcome = run::run_one(&env.kernel, &env.bins, exp, mech, &dir);
         std::fs::remove_dir_all(&dir).ok();
         let (row, data) = match outcome {
-            Ok((data, _console)) => (summary::summarize(exp, id, mech.name(), &data), data),
+            Ok((mut data, _console)) => {
+                if let Some(tgz) = data.trace_tgz.take() {
+                    let path = env
+                        .traces
+                        .join(format!("{}-{}-{id}.trace.tgz", exp.id, exp.thp));
+                    let saved = std::fs::create_dir_all(&env.traces)
+                        .and_then(|()| std::fs::write(&path, tgz));
+                    data.notes.push(match saved {
+                        Ok(()) => format!("TIERD_TRACE {}", path.display()),
+                        Err(e) => format!("TIERD_TRACE not saved: {}: {e}", path.display()),
+                    });
+                }
+                (summary::summarize(exp, id, mech.name(), &data), data)
+            }
             Err(e) => (
                 Summary {
                     id: id.clone(),

@@ -200,8 +200,11 @@ impl Mechanism {
             // moment after its own start, so each sample looks for it until found
             // (`lab_discover`, called by `lab_sample`) rather than the start waiting for it,
             // which would delay the first sample and every time measured from it.
+            // Every tierd row records its engine's inputs and decisions (docs/trace.md) so
+            // that it can be replayed; the trace lives in the guest's RAM, bounded to 2 x 16
+            // MiB (a long row rotates its start away and its replay then says so).
             Mechanism::Tierd { .. } => "echo 0 > /proc/sys/kernel/numa_balancing\n\
-                 /bin/tierd run --config /lab/tierd.toml > /tmp/tierd.out 2> /tmp/tierd.err &\n\
+                 /bin/tierd run --config /lab/tierd.toml --record /tmp/trace --record-max-mib 16 --record-files 2 > /tmp/tierd.out 2> /tmp/tierd.err &\n\
                  PID_promoter=$!\n\
                  lab_discover() { [ -z \"$PID_kdamond\" ] || return 0; K=/sys/kernel/mm/damon/admin/kdamonds/0; [ -r $K/pid ] || return 0; P=$(cat $K/pid); [ \"$P\" -gt 0 ] 2>/dev/null && PID_kdamond=$P; }\n\
                  lab_discover\n"
@@ -229,7 +232,9 @@ impl Mechanism {
                  kill -TERM $PID_promoter; wait $PID_promoter; echo \"LAB TIERD_RC $?\"\n\
                  sed 's/^/LAB TIERD_ERR /' /tmp/tierd.err\n\
                  grep -E ' intervals |first pass done|first pages moved' /tmp/tierd.out | sed 's/^/LAB TIERD_OUT /'\n\
-                 tierd_export /tmp/status.json status.json\n"
+                 tierd_export /tmp/status.json status.json\n\
+                 /bin/tierd replay /tmp/trace --every 100000 2>&1 | grep -E '^decisions:' | sed 's/^/LAB TIERD_REPLAY /'\n\
+                 tierd_export_tree /tmp/trace trace.tgz\n"
                 .into(),
         }
     }
@@ -488,5 +493,8 @@ mod tests {
         let stop = m.stop_script();
         assert!(stop.contains("kill -TERM $PID_promoter"));
         assert!(stop.contains("tierd_export /tmp/status.json status.json"));
+        // The row's trace: replayed in the guest (the verdict is a LAB line) and exported.
+        assert!(stop.contains("/bin/tierd replay /tmp/trace"));
+        assert!(stop.contains("tierd_export_tree /tmp/trace trace.tgz"));
     }
 }

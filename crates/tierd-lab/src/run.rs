@@ -241,6 +241,10 @@ pub struct RunData {
     pub workload_lines: Vec<String>,
     /// Other `LAB` lines (DAMOS stats, tierd's exit), for the record.
     pub notes: Vec<String>,
+    /// A tierd row's recorded trace (`trace.N` files, gzip'd tar), as the guest exported
+    /// it; written under [`crate::LabEnv::traces`], not into the JSON.
+    #[serde(skip)]
+    pub trace_tgz: Option<Vec<u8>>,
     /// tierd's `/status` at the end, when tierd ran.
     pub tierd_status: Option<serde_json::Value>,
     /// Wall time of the guest.
@@ -501,6 +505,9 @@ pub fn run_one(
     }
     if let Some(f) = out.file("status.json") {
         data.tierd_status = serde_json::from_slice(&f.data).ok();
+    }
+    if let Some(f) = out.file("trace.tgz") {
+        data.trace_tgz = Some(f.data.clone());
     }
     Ok((data, out.console))
 }

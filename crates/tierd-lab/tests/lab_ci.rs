@@ -84,6 +84,45 @@ fn experiment_a_short_tierd_places_the_hot_set_without_over_promoting() {
     }
     assert!(t1.error.is_none(), "the run failed: {:?}", t1.error);
     assert_placed_the_hot_set(t1);
+    let d = res.runs.iter().find(|(id, _)| id == "T1").map(|(_, d)| d);
+    assert_trace_replays(d.expect("T1's data"));
+}
+
+/// A tierd row's recorded trace replays to the decisions the daemon made: in the guest (its
+/// `tierd replay` verdict, a LAB line) and here, from the trace the row exported.
+fn assert_trace_replays(d: &tierd_lab::RunData) {
+    let verdict = d
+        .notes
+        .iter()
+        .find_map(|n| n.strip_prefix("TIERD_REPLAY "))
+        .expect("the guest replayed the row's trace");
+    println!("guest replay: {verdict}");
+    let path = d
+        .notes
+        .iter()
+        .find_map(|n| n.strip_prefix("TIERD_TRACE "))
+        .expect("the row's trace was saved");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ok = std::process::Command::new("tar")
+        .arg("-xzf")
+        .arg(path)
+        .arg("-C")
+        .arg(dir.path())
+        .status()
+        .expect("tar")
+        .success();
+    assert!(ok, "tar -xzf {path}");
+    let t = tierd_trace::read(dir.path()).expect("the trace reads back");
+    let cfg = t.header.config.clone();
+    let complete = t.complete;
+    let passes = tierd_trace::passes(t.records).expect("passes");
+    let r = tierd_trace::replay(&t.header, passes, cfg).expect("replay");
+    println!("host replay: {}", r.verdict());
+    assert!(r.recorded > 0, "the row decided something");
+    if complete {
+        assert!(r.identical(), "{}", r.verdict());
+        assert!(verdict.starts_with(&format!("decisions: {0} of {0} same", r.recorded)));
+    }
 }
 
 /// Experiment A's placement bounds for tierd's row: >= 90 % of the hot set on node 0 and 90 %

@@ -6,10 +6,13 @@
 //! tables), so that this crate is the only one that depends on the plotting library.
 //!
 //! - [`plot`]: figures to an SVG or PNG file (by extension), or to an SVG string.
+//! - [`heatmap`]: heat grids (a value per time window and address bucket) stacked with
+//!   figures, to an SVG or PNG file (`tierd report TRACE --heatmap`).
 //! - [`output`]: every output file written atomically (temporary file, fsync, rename).
 //! - [`html`]: one HTML page with inline CSS and inline SVG plots, no scripts and no external
 //!   resource, so that it opens in a browser without a network.
 
+pub mod heatmap;
 pub mod html;
 pub mod output;
 pub mod plot;

@@ -28,7 +28,7 @@ pub const FIGURE_HEIGHT: u32 = 420;
 /// DejaVu Sans, the font of every label (the module's docs say why it is embedded).
 static FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
 /// The family the charts ask for; the embedded font is registered under it.
-const FAMILY: &str = "sans-serif";
+pub(crate) const FAMILY: &str = "sans-serif";
 
 /// What went wrong drawing or writing a plot.
 #[derive(Debug, Error)]
@@ -103,7 +103,7 @@ impl Format {
     }
 }
 
-fn register_font() -> Result<(), PlotError> {
+pub(crate) fn register_font() -> Result<(), PlotError> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
     let ok = *REGISTERED
         .get_or_init(|| plotters::style::register_font(FAMILY, FontStyle::Normal, FONT).is_ok());
@@ -189,7 +189,10 @@ fn decimals(r: &Range<f64>) -> usize {
     }
 }
 
-fn draw_one<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, fig: &Figure) -> Result<(), String> {
+pub(crate) fn draw_one<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    fig: &Figure,
+) -> Result<(), String> {
     let (xr, yr) = ranges(fig);
     let (xp, yp) = (decimals(&xr), decimals(&yr));
     let mut chart = ChartBuilder::on(area)
@@ -260,7 +263,7 @@ fn draw_all<DB: DrawingBackend>(
     root.present().map_err(|e| fail("", e.to_string()))
 }
 
-fn height(n: usize) -> u32 {
+pub(crate) fn height(n: usize) -> u32 {
     FIGURE_HEIGHT.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))
 }
 

@@ -63,6 +63,7 @@ pub fn run_daemon(
     dry_run: bool,
     duration: Option<f64>,
     metrics: Option<SocketAddr>,
+    record: Option<(std::path::PathBuf, tierd_trace::Limits)>,
 ) -> Result<()> {
     init_logging();
     let mut cfg = DaemonConfig::load(config)?;
@@ -164,6 +165,7 @@ pub fn run_daemon(
         duration,
         snapshot: Some(shared),
         heartbeat: Some(heartbeat),
+        record,
     };
     // Not println!: SIGPIPE stays ignored for the daemon (main.rs output_only), and a log
     // reader that went away must not end the tiering loop with a panic.

@@ -9,6 +9,9 @@
 //! - `tierd status`: what a running daemon reports.
 //! - `tierd top`: a live terminal view of a daemon or a simulated run ([`top_cmd`]).
 //! - `tierd lab`: tierd against the kernel's own promotion in a tiered QEMU guest ([`lab_cmd`]).
+//! - `tierd run --record DIR` / `tierd record`, `tierd replay TRACE`, `tierd report TRACE
+//!   --heatmap FILE`: record a run, replay it through the engine, draw its heat
+//!   ([`trace_cmd`]).
 //! - `--plot FILE` (compare, sim, lab) and `--report FILE.html` (compare, sim): [`report_cmd`].
 //! - `tierd completions SHELL`, `tierd man [--out DIR]`: generated from these definitions
 //!   ([`gen_cmd`]).
@@ -19,6 +22,7 @@ mod gen_cmd;
 mod lab_cmd;
 mod report_cmd;
 mod top_cmd;
+mod trace_cmd;
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -136,6 +140,71 @@ enum Command {
         /// Listen for /metrics and /status here instead of the file's daemon.metrics_listen.
         #[arg(long)]
         metrics: Option<std::net::SocketAddr>,
+        #[command(flatten)]
+        record: trace_cmd::RecordArgs,
+    },
+    /// Run the daemon recording what its engine saw and decided into DIR (`tierd run
+    /// --record DIR`), or record the built-in synthetic machine (--synthetic SECS).
+    Record {
+        /// The directory for trace.0, trace.1, ... (docs/trace.md).
+        dir: PathBuf,
+        /// The configuration file (see deploy/tierd.toml).
+        #[arg(long, short, required_unless_present = "synthetic")]
+        config: Option<PathBuf>,
+        /// Plan and print the migrations, move nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Stop after this many seconds (default: until SIGINT or SIGTERM).
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Listen for /metrics and /status here instead of the file's daemon.metrics_listen.
+        #[arg(long)]
+        metrics: Option<std::net::SocketAddr>,
+        /// Record this many seconds of a built-in synthetic machine instead (no kernel needed).
+        #[arg(long, value_name = "SECS", conflicts_with_all = ["config", "dry_run", "duration", "metrics"])]
+        synthetic: Option<u64>,
+        /// Start the next trace file once one holds this many MiB.
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+        record_max_mib: u64,
+        /// Keep at most this many trace files (the oldest is removed).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+        record_files: u32,
+    },
+    /// Replay a recorded trace through the engine, with its recorded configuration (the same
+    /// decisions, checked) or another (what it would have promoted and demoted).
+    Replay {
+        /// A trace file or a recording directory.
+        trace: PathBuf,
+        /// Replay with this daemon configuration's engine settings instead of the recorded.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Seconds per row of the table.
+        #[arg(long, default_value_t = 1.0)]
+        every: f64,
+        /// Write every decision and the placement over time as JSON to FILE (`-`: stdout).
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        /// Plot placement and pages moved over time to FILE.svg or FILE.png.
+        #[arg(long, value_name = "FILE")]
+        plot: Option<PathBuf>,
+    },
+    /// Draw a recorded trace: access heat over address and time per process, and working-set
+    /// size over time.
+    Report {
+        /// A trace file or a recording directory.
+        trace: PathBuf,
+        /// The picture, FILE.svg or FILE.png.
+        #[arg(long, value_name = "FILE")]
+        heatmap: PathBuf,
+        /// Draw this many processes, the most observed first.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=32))]
+        top: u64,
+        /// Time windows (heat columns; the working-set size is per window).
+        #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=2000))]
+        windows: u64,
+        /// Also write the grids and working-set sizes as JSON to FILE (`-`: stdout).
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
     },
     /// Show what a running daemon reports: placement per process, sources, counters.
     Status {
@@ -238,7 +307,10 @@ pub(crate) fn write_out(path: &Path, text: &str) -> Result<()> {
 /// away without it stopping, and not the lab, whose guests must be shut down by their
 /// destructors rather than left behind by a killed parent.
 fn output_only(cmd: &Command) -> bool {
-    !matches!(cmd, Command::Run { .. } | Command::Lab { .. })
+    !matches!(
+        cmd,
+        Command::Run { .. } | Command::Record { .. } | Command::Lab { .. }
+    )
 }
 
 fn run(sc: &Scenario, only: &[String], args: &RunArgs) -> Result<()> {
@@ -346,7 +418,59 @@ fn real_main() -> Result<()> {
             dry_run,
             duration,
             metrics,
-        } => daemon_cmd::run_daemon(&config, dry_run, duration, metrics)?,
+            record,
+        } => daemon_cmd::run_daemon(&config, dry_run, duration, metrics, record.option())?,
+        Command::Record {
+            dir,
+            config,
+            dry_run,
+            duration,
+            metrics,
+            synthetic,
+            record_max_mib,
+            record_files,
+        } => {
+            let args = trace_cmd::RecordArgs {
+                record: Some(dir.clone()),
+                record_max_mib,
+                record_files,
+            };
+            match (synthetic, config) {
+                (Some(secs), _) => trace_cmd::record_synthetic(&dir, secs, &args)?,
+                (None, Some(config)) => {
+                    daemon_cmd::run_daemon(&config, dry_run, duration, metrics, args.option())?;
+                }
+                (None, None) => {
+                    anyhow::bail!("tierd record needs --config FILE or --synthetic SECS")
+                }
+            }
+        }
+        Command::Replay {
+            trace,
+            config,
+            every,
+            json,
+            plot,
+        } => trace_cmd::replay(
+            &trace,
+            config.as_deref(),
+            every,
+            json.as_deref(),
+            plot.as_deref(),
+        )?,
+        Command::Report {
+            trace,
+            heatmap,
+            top,
+            windows,
+            json,
+        } => trace_cmd::report(
+            &trace,
+            &heatmap,
+            usize::try_from(top).unwrap_or(4),
+            usize::try_from(windows).unwrap_or(120),
+            json.as_deref(),
+        )?,
         Command::Status { addr, json } => daemon_cmd::status(addr, json)?,
         Command::Top(args) => top_cmd::top(&args)?,
         Command::Lab {

@@ -1,0 +1,193 @@
+//! Record a run of the engine on the synthetic machine, read the files back, replay them:
+//! with the recorded configuration every decision is the recorded one; with another, they
+//! differ and the replay says where first.
+#![allow(clippy::tests_outside_test_module, clippy::unwrap_used)]
+
+use tierd_engine::EngineConfig;
+use tierd_trace::files::Limits;
+use tierd_trace::synth::{record_synthetic, SynthBackend};
+use tierd_trace::{passes, read, replay, Record};
+
+fn record(dir: &std::path::Path, limits: Limits) -> u64 {
+    let mut b = SynthBackend::new(3, 4096, 4096);
+    record_synthetic(&mut b, EngineConfig::default(), 40, 100, dir, limits).unwrap()
+}
+
+#[test]
+fn replay_with_the_recorded_config_makes_the_recorded_decisions() {
+    let d = tempfile::tempdir().unwrap();
+    let moved = record(d.path(), Limits::default());
+    assert!(moved > 1000, "the run must decide something: {moved}");
+    let t = read(d.path()).unwrap();
+    assert!(t.complete);
+    let batches = t
+        .records
+        .iter()
+        .filter(|r| matches!(r, Record::Batch(_)))
+        .count();
+    let cfg = t.header.config.clone();
+    let r = replay(&t.header, passes(t.records).unwrap(), cfg).unwrap();
+    assert!(!r.what_if);
+    assert_eq!(r.recorded, batches);
+    assert_eq!((r.same, r.replayed), (batches, batches), "{}", r.verdict());
+    assert!(r.identical(), "{}", r.verdict());
+    assert_eq!(
+        r.verdict(),
+        format!("decisions: {batches} of {batches} same as recorded ({batches} replayed)")
+    );
+    assert_eq!(r.passes, 401);
+    assert!(r.promoted_pages > 0);
+}
+
+#[test]
+fn replay_with_another_config_diverges_and_says_where() {
+    let d = tempfile::tempdir().unwrap();
+    record(d.path(), Limits::default());
+    let t = read(d.path()).unwrap();
+    let cfg = EngineConfig {
+        promote_rate_limit_mbps: 1,
+        ..t.header.config.clone()
+    };
+    let r = replay(&t.header, passes(t.records).unwrap(), cfg).unwrap();
+    assert!(r.what_if);
+    let d = r.first_divergence.clone().unwrap();
+    assert!(
+        r.verdict().contains("first divergence at"),
+        "{}",
+        r.verdict()
+    );
+    assert!(d.pass > 0);
+    assert!(r.same < r.recorded);
+    // Placement over time: the fast node fills as the replay promotes.
+    let fast: Vec<u64> = r.placement.iter().map(|p| p.used[0].1).collect();
+    assert!(fast.last() > fast.first());
+}
+
+#[test]
+fn a_rotated_trace_replays_what_is_left_and_says_it_is_incomplete() {
+    let d = tempfile::tempdir().unwrap();
+    record(
+        d.path(),
+        Limits {
+            max_bytes: 64 << 10,
+            max_files: 4,
+        },
+    );
+    let t = read(d.path()).unwrap();
+    assert!(!t.complete);
+    assert_eq!(t.files.len(), 4);
+    assert!(t.header.seq > 0);
+}
+
+/// The small trace committed as the fuzz target's seed (fuzz/regressions/trace) still reads
+/// and replays to its recorded decisions: a change of the format that forgot to bump its
+/// version fails here. `TIERD_REGEN_TRACE=1` writes it anew (after a version bump).
+#[test]
+fn the_committed_trace_reads_and_replays_identically() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/regressions/trace/synthetic-2s.trace");
+    if std::env::var_os("TIERD_REGEN_TRACE").is_some() {
+        let d = tempfile::tempdir().unwrap();
+        let mut b = SynthBackend::new(1, 256, 64);
+        record_synthetic(
+            &mut b,
+            EngineConfig::default(),
+            2,
+            100,
+            d.path(),
+            Limits::default(),
+        )
+        .unwrap();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::copy(d.path().join("trace.0"), &path).unwrap();
+    }
+    let t = read(&path).unwrap();
+    let cfg = t.header.config.clone();
+    let r = replay(&t.header, passes(t.records).unwrap(), cfg).unwrap();
+    assert!(r.recorded > 0 && r.identical(), "{}", r.verdict());
+}
+
+/// A backend whose calls fail now and then as a whole (a sysfs file gone, a syscall refused):
+/// `usage` every 13th pass, `migrate` every 5th call.
+struct Flaky {
+    inner: SynthBackend,
+    passes: u64,
+    calls: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("flaky")]
+struct Flake;
+
+impl tierd_engine::Backend for Flaky {
+    type Error = Flake;
+    fn drain_observations(
+        &mut self,
+        now: tierd_engine::types::Nanos,
+        out: &mut Vec<tierd_engine::Observation>,
+    ) -> Result<(), Flake> {
+        self.inner.drain_observations(now, out).map_err(|_| Flake)
+    }
+    fn drain_owner_updates(
+        &mut self,
+        out: &mut Vec<tierd_engine::OwnerUpdate>,
+    ) -> Result<(), Flake> {
+        self.passes += 1;
+        self.inner.drain_owner_updates(out).map_err(|_| Flake)
+    }
+    fn usage(
+        &mut self,
+        now: tierd_engine::types::Nanos,
+    ) -> Result<tierd_engine::SystemUsage, Flake> {
+        if self.passes.is_multiple_of(13) {
+            return Err(Flake);
+        }
+        self.inner.usage(now).map_err(|_| Flake)
+    }
+    fn migrate(
+        &mut self,
+        now: tierd_engine::types::Nanos,
+        batch: &tierd_engine::MigrationBatch,
+    ) -> Result<tierd_engine::MigrationReport, Flake> {
+        self.calls += 1;
+        if self.calls.is_multiple_of(5) {
+            return Err(Flake);
+        }
+        self.inner.migrate(now, batch).map_err(|_| Flake)
+    }
+}
+
+/// Calls that failed in the recorded run fail at the same place in the replay, so the engine
+/// ends those passes as the recorded one did and the decisions stay the same.
+#[test]
+fn backend_failures_replay_as_they_happened() {
+    use tierd_engine::types::Nanos;
+    use tierd_trace::format::{decode, encode_header};
+    let mut b = Flaky {
+        inner: SynthBackend::new(2, 4096, 4096),
+        passes: 0,
+        calls: 0,
+    };
+    let cfg = EngineConfig::default();
+    let topo = tierd_engine::topology::dram_cxl(b.inner.capacity[0], b.inner.capacity[1]).unwrap();
+    let header = tierd_trace::Header::new(cfg.clone(), &topo, 0, 0);
+    let mut engine = tierd_engine::Engine::new(cfg.clone(), topo).unwrap();
+    let mut bufs = tierd_engine::StepBuffers::default();
+    let mut file = encode_header(&header);
+    let mut failed = 0;
+    for pass in 0..300 {
+        let now = Nanos::from_millis(pass * 100);
+        let mut rec = tierd_trace::Recorder::pass(&mut b, &mut file, now);
+        failed += usize::from(tierd_engine::step(&mut engine, &mut rec, now, &mut bufs).is_err());
+    }
+    assert!(failed > 20, "{failed} passes failed");
+    let (h, records) = decode(&file).unwrap();
+    let orphans = records
+        .windows(2)
+        .filter(|w| matches!(w[0], Record::Batch(_)) && !matches!(w[1], Record::Report(_)))
+        .count();
+    assert!(orphans > 0, "some batches failed");
+    let r = replay(&h, passes(records).unwrap(), cfg).unwrap();
+    assert!(r.identical(), "{}", r.verdict());
+    assert!(r.recorded > 50);
+}
