@@ -848,6 +848,19 @@ impl LinuxBackend {
         }
     }
 
+    /// Replaces the configuration after a reload that [`crate::reload::live_changes`]
+    /// accepted: what the backend reads on use (scope, refresh ages, idle delay, hugetlb
+    /// policy, DAMON's read-back filters) applies from the next pass or refresh.
+    pub fn set_config(&mut self, cfg: DaemonConfig) {
+        self.cfg = cfg;
+    }
+
+    /// The configuration in force.
+    #[must_use]
+    pub fn config(&self) -> &DaemonConfig {
+        &self.cfg
+    }
+
     /// Looks pages up with `locator` instead of `move_pages(2)` (tests over fixture trees:
     /// their pids are not processes of this host).
     #[must_use]
@@ -1803,9 +1816,36 @@ impl LinuxBackend {
     }
 }
 
+/// The results `tierd_config_reloads_total{result}` counts (docs/daemon.md, "Reload").
+pub const RELOAD_RESULTS: [&str; 3] = ["ok", "refused", "invalid"];
+
+/// Reads the configuration again for a reload: the file through the same checks as at
+/// start, with the command line's overrides applied.
+pub type ConfigLoader =
+    dyn Fn() -> Result<DaemonConfig, crate::config::ConfigFileError> + Send + Sync;
+
+/// SIGHUP: a flag the signal handler sets, and how to read the configuration again.
+#[derive(Clone)]
+pub struct Reload {
+    /// Set by the signal handler; the loop takes it between passes.
+    pub requested: std::sync::Arc<AtomicBool>,
+    /// Reads and validates the file.
+    pub load: std::sync::Arc<ConfigLoader>,
+}
+
+impl std::fmt::Debug for Reload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reload")
+            .field("requested", &self.requested)
+            .finish_non_exhaustive()
+    }
+}
+
 /// How to run.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
+    /// Reload the configuration when asked (SIGHUP); `None`: never.
+    pub reload: Option<Reload>,
     /// Plan and print, move nothing.
     pub dry_run: bool,
     /// Stop after this long (`None`: until signalled).
@@ -1968,6 +2008,46 @@ fn build_snapshot(
     snap
 }
 
+/// Applies a configuration read again (SIGHUP) to the running engine and backend, or keeps
+/// the old one: returns the result counted in `tierd_config_reloads_total` (`ok`, `refused`,
+/// `invalid`) after logging what changed or why nothing did. The engine keeps its hotness
+/// store, heat and history either way.
+pub fn reload(
+    engine: &mut Engine,
+    backend: &mut LinuxBackend,
+    read: Result<DaemonConfig, crate::config::ConfigFileError>,
+) -> &'static str {
+    let new = match read {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!("reload refused, the configuration in force stays: {e}");
+            return "invalid";
+        }
+    };
+    let changes = match crate::reload::live_changes(&backend.cfg, &new) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!("reload refused, the configuration in force stays: {e}");
+            return "refused";
+        }
+    };
+    if let Err(e) = engine.reconfigure(new.engine_config()) {
+        tracing::warn!("reload refused, the configuration in force stays: engine: {e}");
+        return match e {
+            tierd_engine::ReconfigureError::Invalid(_) => "invalid",
+            tierd_engine::ReconfigureError::NotLive { .. } => "refused",
+        };
+    }
+    if changes.is_empty() {
+        tracing::info!("reloaded: nothing changed");
+    } else {
+        let list: Vec<String> = changes.iter().map(ToString::to_string).collect();
+        tracing::info!("reloaded: {}", list.join(", "));
+    }
+    backend.set_config(new);
+    "ok"
+}
+
 /// Runs the daemon loop until `stop` is set or the duration passes. Lines for the operator
 /// (dry-run plans, source trouble) go to `log`.
 ///
@@ -1987,15 +2067,19 @@ pub fn run(
     let mut engine = Engine::new(cfg.engine_config(), pre.topology.clone())?;
     let mut backend = LinuxBackend::new(cfg.clone(), &pre.topology, feeds, opts.dry_run);
     let vm0 = read_vmstat(&cfg.system.proc_root).ok();
-    let interval = Duration::from_millis(u64::from(cfg.engine.interval_ms));
-    let refresh = Duration::from_millis(cfg.daemon.refresh_ms);
+    let mut interval = Duration::from_millis(u64::from(cfg.engine.interval_ms));
+    let mut refresh = Duration::from_millis(cfg.daemon.refresh_ms);
+    let mut reloads: BTreeMap<String, u64> = RELOAD_RESULTS
+        .iter()
+        .map(|r| ((*r).to_string(), 0))
+        .collect();
     let mut bufs = StepBuffers::default();
     let mut summary = RunSummary::default();
     let mut next_refresh = Duration::ZERO;
     let mut last_intervals: Vec<(&'static str, crate::metrics::IntervalsSnapshot)> = Vec::new();
-    let publish = |engine: &Engine, backend: &LinuxBackend| {
-        let snap = build_snapshot(
-            cfg,
+    let publish = |engine: &Engine, backend: &LinuxBackend, reloads: &BTreeMap<String, u64>| {
+        let mut snap = build_snapshot(
+            backend.config(),
             pre,
             engine,
             backend,
@@ -2004,6 +2088,7 @@ pub fn run(
             start.elapsed(),
             opts.dry_run,
         );
+        snap.config_reloads.clone_from(reloads);
         if let Some(shared) = &opts.snapshot {
             let fresh = std::sync::Arc::new(snap.clone());
             match shared.lock() {
@@ -2020,6 +2105,18 @@ pub fn run(
         if opts.duration.is_some_and(|d| start.elapsed() >= d) {
             break;
         }
+        if let Some(r) = opts
+            .reload
+            .as_ref()
+            .filter(|r| r.requested.swap(false, Ordering::Relaxed))
+        {
+            let result = reload(&mut engine, &mut backend, (r.load)());
+            *reloads.entry(result.to_string()).or_insert(0) += 1;
+            interval = Duration::from_millis(u64::from(backend.cfg.engine.interval_ms));
+            refresh = Duration::from_millis(backend.cfg.daemon.refresh_ms);
+            // Seen at once in /metrics, not at the next refresh.
+            publish(&engine, &backend, &reloads);
+        }
         let pass_start = start.elapsed();
         // Idle (nothing to move for daemon.idle_after_ms): the loop passes and refreshes
         // IDLE_SLOWDOWN times less often, until something to move shows up.
@@ -2029,7 +2126,7 @@ pub fn run(
             backend.refresh(nanos_since(start));
             let t1 = tierd_linux::sys::thread_cpu_time();
             backend.phase_cpu.add("refresh", t1.saturating_sub(t0));
-            publish(&engine, &backend);
+            publish(&engine, &backend, &reloads);
             backend.phase_cpu.add(
                 "publish",
                 tierd_linux::sys::thread_cpu_time().saturating_sub(t1),
@@ -2113,7 +2210,7 @@ pub fn run(
     backend.stop();
     summary.planned_pages = backend.planned_pages;
     summary.gone = backend.faults.get("process_gone");
-    summary.snapshot = publish(&engine, &backend);
+    summary.snapshot = publish(&engine, &backend, &reloads);
     Ok(summary)
 }
 
