@@ -18,6 +18,8 @@
 //!                                                      or only printed: dry run)
 //!  every refresh: a Snapshot for /metrics and /status
 //!  SIGINT/SIGTERM: the stop flag is read between passes, so the batch in flight finishes
+//!  SIGHUP: between passes, the file is read again and what can change live applied
+//!          ([`reload`], crate::reload), the engine's hotness store kept
 //! ```
 //!
 //! Everything goes through [`tierd_engine::step`], the same loop the simulator runs.
@@ -1816,8 +1818,36 @@ impl LinuxBackend {
     }
 }
 
-/// The results `tierd_config_reloads_total{result}` counts (docs/daemon.md, "Reload").
-pub const RELOAD_RESULTS: [&str; 3] = ["ok", "refused", "invalid"];
+/// What a reload (SIGHUP) did: the `result` label of `tierd_config_reloads_total`
+/// (docs/daemon.md, "Reload").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    /// Every change applied.
+    Applied,
+    /// A change needs a restart: nothing applied.
+    Refused,
+    /// The file does not check, or the engine refuses it on this machine: nothing applied.
+    Invalid,
+}
+
+impl ReloadOutcome {
+    /// Every outcome, in the order the metric lists them.
+    pub const ALL: [ReloadOutcome; 3] = [
+        ReloadOutcome::Applied,
+        ReloadOutcome::Refused,
+        ReloadOutcome::Invalid,
+    ];
+
+    /// The label value: `ok`, `refused`, `invalid`.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            ReloadOutcome::Applied => "ok",
+            ReloadOutcome::Refused => "refused",
+            ReloadOutcome::Invalid => "invalid",
+        }
+    }
+}
 
 /// Reads the configuration again for a reload: the file through the same checks as at
 /// start, with the command line's overrides applied.
@@ -2009,33 +2039,32 @@ fn build_snapshot(
 }
 
 /// Applies a configuration read again (SIGHUP) to the running engine and backend, or keeps
-/// the old one: returns the result counted in `tierd_config_reloads_total` (`ok`, `refused`,
-/// `invalid`) after logging what changed or why nothing did. The engine keeps its hotness
+/// the old one, after logging what changed or why nothing did. The engine keeps its hotness
 /// store, heat and history either way.
 pub fn reload(
     engine: &mut Engine,
     backend: &mut LinuxBackend,
     read: Result<DaemonConfig, crate::config::ConfigFileError>,
-) -> &'static str {
+) -> ReloadOutcome {
     let new = match read {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!("reload refused, the configuration in force stays: {e}");
-            return "invalid";
+            return ReloadOutcome::Invalid;
         }
     };
     let changes = match crate::reload::live_changes(&backend.cfg, &new) {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!("reload refused, the configuration in force stays: {e}");
-            return "refused";
+            return ReloadOutcome::Refused;
         }
     };
     if let Err(e) = engine.reconfigure(new.engine_config()) {
         tracing::warn!("reload refused, the configuration in force stays: engine: {e}");
         return match e {
-            tierd_engine::ReconfigureError::Invalid(_) => "invalid",
-            tierd_engine::ReconfigureError::NotLive { .. } => "refused",
+            tierd_engine::ReconfigureError::Invalid(_) => ReloadOutcome::Invalid,
+            tierd_engine::ReconfigureError::NotLive { .. } => ReloadOutcome::Refused,
         };
     }
     if changes.is_empty() {
@@ -2045,7 +2074,7 @@ pub fn reload(
         tracing::info!("reloaded: {}", list.join(", "));
     }
     backend.set_config(new);
-    "ok"
+    ReloadOutcome::Applied
 }
 
 /// Runs the daemon loop until `stop` is set or the duration passes. Lines for the operator
@@ -2069,9 +2098,9 @@ pub fn run(
     let vm0 = read_vmstat(&cfg.system.proc_root).ok();
     let mut interval = Duration::from_millis(u64::from(cfg.engine.interval_ms));
     let mut refresh = Duration::from_millis(cfg.daemon.refresh_ms);
-    let mut reloads: BTreeMap<String, u64> = RELOAD_RESULTS
+    let mut reloads: BTreeMap<String, u64> = ReloadOutcome::ALL
         .iter()
-        .map(|r| ((*r).to_string(), 0))
+        .map(|r| (r.label().to_string(), 0))
         .collect();
     let mut bufs = StepBuffers::default();
     let mut summary = RunSummary::default();
@@ -2111,7 +2140,7 @@ pub fn run(
             .filter(|r| r.requested.swap(false, Ordering::Relaxed))
         {
             let result = reload(&mut engine, &mut backend, (r.load)());
-            *reloads.entry(result.to_string()).or_insert(0) += 1;
+            *reloads.entry(result.label().to_string()).or_insert(0) += 1;
             interval = Duration::from_millis(u64::from(backend.cfg.engine.interval_ms));
             refresh = Duration::from_millis(backend.cfg.daemon.refresh_ms);
             // Seen at once in /metrics, not at the next refresh.

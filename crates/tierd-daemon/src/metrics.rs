@@ -314,12 +314,12 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
         &faults,
     );
     // Every result, 0 included: an alert on a rate needs the series before the first reload.
-    let reloads: Vec<(Labels, u64)> = crate::daemon::RELOAD_RESULTS
+    let reloads: Vec<(Labels, u64)> = crate::daemon::ReloadOutcome::ALL
         .iter()
         .map(|r| {
             (
-                l(&[("result", (*r).to_string())]),
-                s.config_reloads.get(*r).copied().unwrap_or(0),
+                l(&[("result", r.label().to_string())]),
+                s.config_reloads.get(r.label()).copied().unwrap_or(0),
             )
         })
         .collect();

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tierd_daemon::config::DaemonConfig;
-use tierd_daemon::daemon::{reload, run, LinuxBackend, Preflight, Reload, RunOptions};
+use tierd_daemon::daemon::{
+    reload, run, LinuxBackend, Preflight, Reload, ReloadOutcome, RunOptions,
+};
 use tierd_engine::plan::{NodeUsage, SystemUsage};
 use tierd_engine::types::{Bytes, Nanos, NodeId, PageRef, SpaceId, Vpn};
 use tierd_engine::{Engine, Observation, SourceKind};
@@ -73,7 +75,10 @@ fn a_live_change_applies_and_keeps_the_hotness_store() {
         "[engine]\npromote_rate_limit_mbps = 128\nbatch_nr = 64\n\
          [daemon]\nrefresh_ms = 2000\n",
     );
-    assert_eq!(reload(&mut engine, &mut backend, Ok(new.clone())), "ok");
+    assert_eq!(
+        reload(&mut engine, &mut backend, Ok(new.clone())),
+        ReloadOutcome::Applied
+    );
     assert_eq!(engine.config().promote_rate_limit_mbps, 128);
     assert_eq!(engine.config().batch_nr, 64);
     assert_eq!(backend.config(), &new);
@@ -106,7 +111,7 @@ fn a_restart_change_or_a_bad_file_is_refused_and_the_old_config_stays() {
     ] {
         assert_eq!(
             reload(&mut engine, &mut backend, Ok(config(extra))),
-            "refused",
+            ReloadOutcome::Refused,
             "{extra}"
         );
         assert_eq!(engine.config(), &cfg.engine_config(), "{extra}");
@@ -116,11 +121,14 @@ fn a_restart_change_or_a_bad_file_is_refused_and_the_old_config_stays() {
     let slow_target = config("[engine]\ntarget_nid = 1\n");
     assert_eq!(
         reload(&mut engine, &mut backend, Ok(slow_target)),
-        "invalid"
+        ReloadOutcome::Invalid
     );
     let bad = DaemonConfig::parse("[engine]\nfreq_threshold = 9\n", Path::new("bad.toml"))
         .expect_err("out of range");
-    assert_eq!(reload(&mut engine, &mut backend, Err(bad)), "invalid");
+    assert_eq!(
+        reload(&mut engine, &mut backend, Err(bad)),
+        ReloadOutcome::Invalid
+    );
     assert_eq!(backend.config(), &cfg);
     engine.tick(Nanos::from_millis(200), &usage());
     assert_eq!(tracked(&engine), 8);
