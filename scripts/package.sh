@@ -42,6 +42,9 @@ out=target/package
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/man" "$out/completions" "$out/systemd"
 cp "$bin" "$out/bin/tierd"
+# The release profile's line tables (`debug = 1`, for profiling on the host) are most of the
+# binary: 63 MB installed with them, 11 without. cargo-deb strips only what it builds itself.
+strip --strip-debug "$out/bin/tierd"
 "$bin" man --out "$out/man" >&2
 gzip -9n "$out"/man/*.1
 "$bin" completions bash > "$out/completions/tierd.bash"
