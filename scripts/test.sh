@@ -40,6 +40,12 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   else
     echo "scripts/fuzz-deps.sh failed: the fuzz targets will SKIP" >&2
   fi
+  # The Debian package test needs cargo-deb and systemd-analyze: once installed it must run.
+  if ./scripts/package-deps.sh; then
+    export TIERD_REQUIRE_PACKAGE=1
+  else
+    echo "scripts/package-deps.sh failed: the package test will SKIP" >&2
+  fi
 fi
 
 cargo fmt --all -- --check
@@ -48,3 +54,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
 # Every fuzz target for a few seconds (TIERD_FUZZ_SECONDS, default 8): CONTRIBUTING.md "Fuzzing".
 ./scripts/fuzz.sh
+# The Debian package built, installed (dpkg -i), checked (tierd --version, systemd-analyze
+# verify on its unit, tierd config check on its config) and purged; as root on Debian only.
+# `static`: the statically linked release binary the guest tests built above, by the same
+# cargo command, so no second release build (scripts/package.sh).
+TIERD_PACKAGE_PROFILE=static ./scripts/package-test.sh

@@ -18,6 +18,8 @@
 //!                                                      or only printed: dry run)
 //!  every refresh: a Snapshot for /metrics and /status
 //!  SIGINT/SIGTERM: the stop flag is read between passes, so the batch in flight finishes
+//!  SIGHUP: between passes, the file is read again and what can change live applied
+//!          ([`reload`], crate::reload), the engine's hotness store kept
 //! ```
 //!
 //! Everything goes through [`tierd_engine::step`], the same loop the simulator runs.
@@ -945,6 +947,19 @@ impl LinuxBackend {
             verifier,
             verify_off,
         }
+    }
+
+    /// Replaces the configuration after a reload that [`crate::reload::live_changes`]
+    /// accepted: what the backend reads on use (scope, refresh ages, idle delay, hugetlb
+    /// policy, DAMON's read-back filters) applies from the next pass or refresh.
+    pub fn set_config(&mut self, cfg: DaemonConfig) {
+        self.cfg = cfg;
+    }
+
+    /// The configuration in force.
+    #[must_use]
+    pub fn config(&self) -> &DaemonConfig {
+        &self.cfg
     }
 
     /// Looks pages up with `locator` instead of `move_pages(2)` (tests over fixture trees:
@@ -1902,9 +1917,64 @@ impl LinuxBackend {
     }
 }
 
+/// What a reload (SIGHUP) did: the `result` label of `tierd_config_reloads_total`
+/// (docs/daemon.md, "Reload").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    /// Every change applied.
+    Applied,
+    /// A change needs a restart: nothing applied.
+    Refused,
+    /// The file does not check, or the engine refuses it on this machine: nothing applied.
+    Invalid,
+}
+
+impl ReloadOutcome {
+    /// Every outcome, in the order the metric lists them.
+    pub const ALL: [ReloadOutcome; 3] = [
+        ReloadOutcome::Applied,
+        ReloadOutcome::Refused,
+        ReloadOutcome::Invalid,
+    ];
+
+    /// The label value: `ok`, `refused`, `invalid`.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            ReloadOutcome::Applied => "ok",
+            ReloadOutcome::Refused => "refused",
+            ReloadOutcome::Invalid => "invalid",
+        }
+    }
+}
+
+/// Reads the configuration again for a reload: the file through the same checks as at
+/// start, with the command line's overrides applied.
+pub type ConfigLoader =
+    dyn Fn() -> Result<DaemonConfig, crate::config::ConfigFileError> + Send + Sync;
+
+/// SIGHUP: a flag the signal handler sets, and how to read the configuration again.
+#[derive(Clone)]
+pub struct Reload {
+    /// Set by the signal handler; the loop takes it between passes.
+    pub requested: std::sync::Arc<AtomicBool>,
+    /// Reads and validates the file.
+    pub load: std::sync::Arc<ConfigLoader>,
+}
+
+impl std::fmt::Debug for Reload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reload")
+            .field("requested", &self.requested)
+            .finish_non_exhaustive()
+    }
+}
+
 /// How to run.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
+    /// Reload the configuration when asked (SIGHUP); `None`: never.
+    pub reload: Option<Reload>,
     /// Plan and print, move nothing.
     pub dry_run: bool,
     /// Stop after this long (`None`: until signalled).
@@ -2116,6 +2186,45 @@ pub fn recorded_step<B: Backend>(
     out
 }
 
+/// Applies a configuration read again (SIGHUP) to the running engine and backend, or keeps
+/// the old one, after logging what changed or why nothing did. The engine keeps its hotness
+/// store, heat and history either way.
+pub fn reload(
+    engine: &mut Engine,
+    backend: &mut LinuxBackend,
+    read: Result<DaemonConfig, crate::config::ConfigFileError>,
+) -> ReloadOutcome {
+    let new = match read {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!("reload refused, the configuration in force stays: {e}");
+            return ReloadOutcome::Invalid;
+        }
+    };
+    let changes = match crate::reload::live_changes(&backend.cfg, &new) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!("reload refused, the configuration in force stays: {e}");
+            return ReloadOutcome::Refused;
+        }
+    };
+    if let Err(e) = engine.reconfigure(new.engine_config()) {
+        tracing::warn!("reload refused, the configuration in force stays: engine: {e}");
+        return match e {
+            tierd_engine::ReconfigureError::Invalid(_) => ReloadOutcome::Invalid,
+            tierd_engine::ReconfigureError::NotLive { .. } => ReloadOutcome::Refused,
+        };
+    }
+    if changes.is_empty() {
+        tracing::info!("reloaded: nothing changed");
+    } else {
+        let list: Vec<String> = changes.iter().map(ToString::to_string).collect();
+        tracing::info!("reloaded: {}", list.join(", "));
+    }
+    backend.set_config(new);
+    ReloadOutcome::Applied
+}
+
 /// Runs the daemon loop until `stop` is set or the duration passes. Lines for the operator
 /// (dry-run plans, source trouble) go to `log`.
 ///
@@ -2135,8 +2244,12 @@ pub fn run(
     let mut engine = Engine::new(cfg.engine_config(), pre.topology.clone())?;
     let mut backend = LinuxBackend::new(cfg.clone(), &pre.topology, feeds, opts.dry_run);
     let vm0 = read_vmstat(&cfg.system.proc_root).ok();
-    let interval = Duration::from_millis(u64::from(cfg.engine.interval_ms));
-    let refresh = Duration::from_millis(cfg.daemon.refresh_ms);
+    let mut interval = Duration::from_millis(u64::from(cfg.engine.interval_ms));
+    let mut refresh = Duration::from_millis(cfg.daemon.refresh_ms);
+    let mut reloads: BTreeMap<String, u64> = ReloadOutcome::ALL
+        .iter()
+        .map(|r| (r.label().to_string(), 0))
+        .collect();
     let mut bufs = StepBuffers::default();
     let mut summary = RunSummary::default();
     let mut recording = match &opts.record {
@@ -2150,9 +2263,9 @@ pub fn run(
     let mut record_buf = Vec::new();
     let mut next_refresh = Duration::ZERO;
     let mut last_intervals: Vec<(&'static str, crate::metrics::IntervalsSnapshot)> = Vec::new();
-    let publish = |engine: &Engine, backend: &LinuxBackend| {
-        let snap = build_snapshot(
-            cfg,
+    let publish = |engine: &Engine, backend: &LinuxBackend, reloads: &BTreeMap<String, u64>| {
+        let mut snap = build_snapshot(
+            backend.config(),
             pre,
             engine,
             backend,
@@ -2161,6 +2274,7 @@ pub fn run(
             start.elapsed(),
             opts.dry_run,
         );
+        snap.config_reloads.clone_from(reloads);
         if let Some(shared) = &opts.snapshot {
             let fresh = std::sync::Arc::new(snap.clone());
             match shared.lock() {
@@ -2177,6 +2291,18 @@ pub fn run(
         if opts.duration.is_some_and(|d| start.elapsed() >= d) {
             break;
         }
+        if let Some(r) = opts
+            .reload
+            .as_ref()
+            .filter(|r| r.requested.swap(false, Ordering::Relaxed))
+        {
+            let result = reload(&mut engine, &mut backend, (r.load)());
+            *reloads.entry(result.label().to_string()).or_insert(0) += 1;
+            interval = Duration::from_millis(u64::from(backend.cfg.engine.interval_ms));
+            refresh = Duration::from_millis(backend.cfg.daemon.refresh_ms);
+            // Seen at once in /metrics, not at the next refresh.
+            publish(&engine, &backend, &reloads);
+        }
         let pass_start = start.elapsed();
         // Idle (nothing to move for daemon.idle_after_ms): the loop passes and refreshes
         // IDLE_SLOWDOWN times less often, until something to move shows up.
@@ -2186,7 +2312,7 @@ pub fn run(
             backend.refresh(nanos_since(start));
             let t1 = tierd_linux::sys::thread_cpu_time();
             backend.phase_cpu.add("refresh", t1.saturating_sub(t0));
-            publish(&engine, &backend);
+            publish(&engine, &backend, &reloads);
             backend.phase_cpu.add(
                 "publish",
                 tierd_linux::sys::thread_cpu_time().saturating_sub(t1),
@@ -2279,7 +2405,7 @@ pub fn run(
     backend.stop();
     summary.planned_pages = backend.planned_pages;
     summary.gone = backend.faults.get("process_gone");
-    summary.snapshot = publish(&engine, &backend);
+    summary.snapshot = publish(&engine, &backend, &reloads);
     Ok(summary)
 }
 

@@ -6,6 +6,8 @@
 //!
 //! Layout:
 //! - [`config`]: the daemon's TOML file with located errors.
+//! - [`effective`]: `tierd config show`, the effective configuration with units.
+//! - [`reload`]: what SIGHUP may change in a running daemon, key by key.
 //! - [`marker`]: the restart marker naming the kdamond tierd runs, so that a restart after
 //!   an unclean exit takes it over.
 //! - [`hugepages`]: free hugetlb pages per node (sysfs), for `daemon.hugetlb = "move"`.
@@ -18,8 +20,10 @@
 
 pub mod config;
 pub mod daemon;
+pub mod effective;
 pub mod feeds;
 pub mod hugepages;
 pub mod marker;
 pub mod metrics;
+pub mod reload;
 pub mod serve;

@@ -313,6 +313,22 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
         "Faults the daemon survived (counted, skipped, retried), by reason",
         &faults,
     );
+    // Every result, 0 included: an alert on a rate needs the series before the first reload.
+    let reloads: Vec<(Labels, u64)> = crate::daemon::ReloadOutcome::ALL
+        .iter()
+        .map(|r| {
+            (
+                l(&[("result", r.label().to_string())]),
+                s.config_reloads.get(r.label()).copied().unwrap_or(0),
+            )
+        })
+        .collect();
+    counter_family(
+        &mut reg,
+        "config_reloads",
+        "Configuration reloads (SIGHUP) by result: ok, refused (needs a restart), invalid",
+        &reloads,
+    );
     gauge_family(
         &mut reg,
         "idle",

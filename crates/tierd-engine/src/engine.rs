@@ -253,6 +253,22 @@ struct TargetState {
     threshold: AdaptiveThreshold,
 }
 
+/// Why [`Engine::reconfigure`] refused a configuration.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReconfigureError {
+    /// The configuration itself is invalid.
+    #[error(transparent)]
+    Invalid(#[from] ConfigError),
+    /// The key cannot change while the engine runs.
+    #[error("{key} cannot change while running: {reason}")]
+    NotLive {
+        /// The key.
+        key: &'static str,
+        /// Why.
+        reason: &'static str,
+    },
+}
+
 /// The hot-page engine. See the module docs for what one pass does.
 #[derive(Debug)]
 pub struct Engine {
@@ -371,6 +387,54 @@ impl Engine {
     #[must_use]
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// Replaces the configuration of a running engine, keeping what it has learnt: the
+    /// hotness records, the heat of every page, the fast-page index, the move history and
+    /// the back-offs. What the engine reads on every pass (rate limit, interval, batch size,
+    /// demotion watermarks, windows, fairness, policy choices) applies from the next pass; the
+    /// fixed target, the frequency threshold and window apply to later accesses and leave
+    /// the stored records as they are, as a sysctl write does in the kernel.
+    ///
+    /// # Errors
+    /// The configuration is invalid ([`EngineConfig::validate`], a target that is not top
+    /// tier), or it changes what a live engine cannot change: the record format (`mode`,
+    /// whose stores do not convert) or the threshold kind (`threshold`, since a fixed-mode
+    /// engine keeps no heat to rank pages by). The engine is then left as it was.
+    pub fn reconfigure(&mut self, config: EngineConfig) -> Result<(), ReconfigureError> {
+        config.validate()?;
+        if config.mode != self.config.mode {
+            return Err(ReconfigureError::NotLive {
+                key: "mode",
+                reason: "the hotness records change format and would be dropped",
+            });
+        }
+        if config.threshold != self.config.threshold {
+            return Err(ReconfigureError::NotLive {
+                key: "threshold",
+                reason: "the heat the relative threshold ranks pages by is only kept in \
+                         relative mode",
+            });
+        }
+        let target = config
+            .target_nid
+            .unwrap_or_else(|| self.topo.default_target());
+        if !self.topo.is_toptier(target) {
+            return Err(ConfigError::TargetNotToptier(target).into());
+        }
+        for store in self.stores.values_mut() {
+            let params = HotnessParams {
+                freq_threshold: config.freq_threshold,
+                freq_window_ms: config.window_ms(),
+                target_nid: target,
+                ..*store.params()
+            };
+            store.set_params(params);
+        }
+        self.heat.set_cooling_ms(config.heat_cooling_ms);
+        self.target = target;
+        self.config = config;
+        Ok(())
     }
 
     /// The topology.

@@ -1494,3 +1494,80 @@ fn the_coldest_pages_are_chosen_without_sorting_the_whole_fast_tier() {
     assert!(want > 200 && want < 5000, "{want}");
     assert_eq!(got, (0..want).collect::<Vec<_>>());
 }
+
+#[test]
+fn reconfigure_keeps_the_records_and_refuses_a_format_change() {
+    let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
+    let u = usage(&topo, Bytes::gib(16));
+    let mut e = Engine::new(kcfg(), topo).unwrap();
+    // One sighting each: tracked, not ready yet.
+    let v: Vec<Observation> = (0..50).map(|vpn| obs(1, vpn, N1, Some(N0), 0)).collect();
+    e.observe(&v);
+    let tracked = |e: &Engine| {
+        e.stores
+            .values()
+            .map(HotnessStore::tracked_pages)
+            .sum::<u64>()
+    };
+    assert_eq!(tracked(&e), 50);
+    e.reconfigure(EngineConfig {
+        promote_rate_limit_mbps: 128,
+        batch_nr: 64,
+        ..kcfg()
+    })
+    .expect("live keys apply");
+    assert_eq!(e.config().promote_rate_limit_mbps, 128);
+    assert_eq!(tracked(&e), 50, "the hotness store is kept");
+    // The second sighting after the change makes the pages ready: the first one was kept.
+    let v: Vec<Observation> = (0..50).map(|vpn| obs(1, vpn, N1, Some(N0), 10)).collect();
+    e.observe(&v);
+    let plan = e.tick(Nanos::from_millis(100), &u);
+    assert_eq!(planned(&plan, MigrationKind::Promote), 50);
+    assert!(
+        plan.batches.iter().all(|b| b.pages.len() <= 64),
+        "new batch_nr"
+    );
+
+    let before = e.config().clone();
+    let err = e
+        .reconfigure(EngineConfig {
+            mode: HotnessMode::Precise,
+            ..kcfg()
+        })
+        .expect_err("a format change");
+    assert!(
+        matches!(err, ReconfigureError::NotLive { key: "mode", .. }),
+        "{err}"
+    );
+    let err = e
+        .reconfigure(EngineConfig {
+            threshold: ThresholdMode::Relative,
+            ..kcfg()
+        })
+        .expect_err("a threshold kind change");
+    assert!(
+        matches!(
+            err,
+            ReconfigureError::NotLive {
+                key: "threshold",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = e
+        .reconfigure(EngineConfig {
+            target_nid: Some(N1),
+            ..kcfg()
+        })
+        .expect_err("a slow target");
+    assert_eq!(
+        err,
+        ReconfigureError::Invalid(ConfigError::TargetNotToptier(N1))
+    );
+    assert_eq!(
+        e.config(),
+        &before,
+        "a refused change leaves the engine as it was"
+    );
+}

@@ -85,7 +85,7 @@ pub use backend::{step, Backend, OwnerUpdate, StepBuffers, StepOutcome};
 pub use config::{
     AccessingNode, ConfigError, DemotionConfig, EngineConfig, PreferredMany, ThresholdMode,
 };
-pub use engine::Engine;
+pub use engine::{Engine, ReconfigureError};
 pub use plan::{
     CgroupUsage, MigrationBatch, MigrationKind, MigrationPlan, MigrationReport, MoveError,
     MoveOutcome, NodeUsage, PageResult, PlannedMove, SystemUsage,

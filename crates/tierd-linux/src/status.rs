@@ -220,6 +220,11 @@ pub struct Snapshot {
     /// Times the loop went idle since the start.
     #[serde(default)]
     pub idle_periods: u64,
+    /// Configuration reloads (SIGHUP) by result: `ok` (applied), `refused` (a change that
+    /// needs a restart; the old configuration stays), `invalid` (the file does not parse or
+    /// validate; the old configuration stays).
+    #[serde(default)]
+    pub config_reloads: BTreeMap<String, u64>,
 }
 
 fn named(values: Vec<(&'static StatDesc, u64)>) -> BTreeMap<String, u64> {

@@ -73,6 +73,19 @@ enabled = false
 refresh_ms = 1000
 "#;
 
+/// The reloads the script sends (SIGHUP): first a live change (the rate limit), then one that
+/// needs a restart (DAMON's sampling interval), which is refused.
+fn reloaded(live: bool) -> String {
+    if live {
+        CONFIG.replace(
+            "freq_threshold = 2\n",
+            "freq_threshold = 2\npromote_rate_limit_mbps = 4096\n",
+        )
+    } else {
+        CONFIG.replace("sample_us = 5000\n", "sample_us = 10000\n")
+    }
+}
+
 fn script() -> String {
     format!(
         r#"
@@ -107,6 +120,15 @@ echo "E2E START $(cut -d' ' -f1 /proc/uptime)"
 TPID=$!
 k=0
 while [ $k -lt {snaps} ]; do sleep 2; snap; k=$((k+1)); done
+# SIGHUP: a live change applies (the store kept), a restart-only one is refused.
+cat > /lab/tierd.toml <<'EOC'
+{live}EOC
+kill -HUP $TPID
+sleep 1
+cat > /lab/tierd.toml <<'EOC'
+{restart}EOC
+kill -HUP $TPID
+sleep 1
 /bin/tierd status --json > /tmp/status.json 2> /tmp/status.err
 snap
 echo "E2E VMSTAT1 $(grep '^pgmigrate_success ' /proc/vmstat)"
@@ -125,6 +147,8 @@ sed 's/^/E2E CHASE /' /tmp/chase.log
 "#,
         chase = TIERD_SECS + 30,
         snaps = (TIERD_SECS - 2) / 2,
+        live = reloaded(true),
+        restart = reloaded(false),
     )
 }
 
@@ -303,6 +327,22 @@ fn tierd_with_damon_promotes_the_hot_set_and_leaves_the_cold_part() {
         vm1 - vm0 >= promoted as f64,
         "the kernel's pgmigrate_success grew by {} but tierd claims {promoted}",
         vm1 - vm0
+    );
+    // The reloads: one applied, one refused, and promotion went on (the store was kept).
+    let reloads = |r: &str| snap.config_reloads.get(r).copied().unwrap_or(0);
+    assert_eq!(
+        (reloads("ok"), reloads("refused"), reloads("invalid")),
+        (1, 1, 0),
+        "{:?}:\n{log}",
+        snap.config_reloads
+    );
+    assert!(
+        log.contains("reloaded: engine.promote_rate_limit_mbps 65536 -> 4096"),
+        "{log}"
+    );
+    assert!(
+        log.contains("sources.damon.sample_us 5000 -> 10000 needs a restart"),
+        "{log}"
     );
     assert!(
         snap.sources

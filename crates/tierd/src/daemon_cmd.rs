@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use tierd_daemon::config::DaemonConfig;
+use tierd_daemon::config::{ConfigFileError, DaemonConfig};
 use tierd_daemon::daemon::{
-    describe_folio_method, probe_folio_method, run, Preflight, RunOptions, EXIT_CONFIG,
+    describe_folio_method, probe_folio_method, run, Preflight, Reload, RunOptions, EXIT_CONFIG,
     EXIT_UNAVAILABLE,
 };
 use tierd_daemon::feeds::start_feeds;
@@ -57,6 +57,45 @@ fn init_logging() {
         .try_init();
 }
 
+/// `tierd config show [FILE]`: the effective configuration of FILE (checked as `tierd run`
+/// checks it), or the built-in defaults.
+///
+/// # Errors
+/// The file's one-line error (exit 78).
+pub fn config_show(file: Option<&Path>) -> Result<String> {
+    Ok(match file {
+        Some(f) => {
+            tierd_daemon::effective::render(&DaemonConfig::load(f)?, &f.display().to_string())
+        }
+        None => tierd_daemon::effective::render(
+            &DaemonConfig::default(),
+            "the built-in defaults ([scope] is empty: a file must set pids, cgroups or all)",
+        ),
+    })
+}
+
+/// The file, and the `--metrics` override applied and checked as at start.
+fn load_config(
+    config: &Path,
+    metrics: Option<SocketAddr>,
+) -> Result<DaemonConfig, ConfigFileError> {
+    let mut cfg = DaemonConfig::load(config)?;
+    if let Some(addr) = metrics {
+        cfg.daemon.metrics_listen = addr;
+        // The file's consent rule applies to the flag too (only the file can consent, with
+        // allow_public_metrics); refused as a configuration error (exit 78).
+        cfg.daemon
+            .check_metrics_listen()
+            .map_err(|reason| ConfigFileError::Invalid {
+                path: config.to_path_buf(),
+                line: 0,
+                key: "--metrics".into(),
+                reason,
+            })?;
+    }
+    Ok(cfg)
+}
+
 /// `tierd run`.
 pub fn run_daemon(
     config: &Path,
@@ -66,20 +105,7 @@ pub fn run_daemon(
     record: Option<(std::path::PathBuf, tierd_trace::Limits)>,
 ) -> Result<()> {
     init_logging();
-    let mut cfg = DaemonConfig::load(config)?;
-    if let Some(addr) = metrics {
-        cfg.daemon.metrics_listen = addr;
-        // The file's consent rule applies to the flag too (only the file can consent, with
-        // allow_public_metrics); refused as a configuration error (exit 78).
-        cfg.daemon.check_metrics_listen().map_err(|reason| {
-            tierd_daemon::config::ConfigFileError::Invalid {
-                path: config.to_path_buf(),
-                line: 0,
-                key: "--metrics".into(),
-                reason,
-            }
-        })?;
-    }
+    let cfg = load_config(config, metrics)?;
     let duration = match duration {
         Some(d) if d.is_finite() && d > 0.0 => Some(Duration::from_secs_f64(d)),
         Some(d) => anyhow::bail!("--duration must be a positive number of seconds, got {d}"),
@@ -160,7 +186,17 @@ pub fn run_daemon(
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .with_context(|| format!("installing the handler for signal {sig}"))?;
     }
+    // SIGHUP: read the file again between passes (docs/daemon.md, "Reload").
+    let requested = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&requested))
+        .context("installing the handler for SIGHUP")?;
+    let path = config.to_path_buf();
+    let reload = Reload {
+        requested,
+        load: Arc::new(move || load_config(&path, metrics)),
+    };
     let opts = RunOptions {
+        reload: Some(reload),
         dry_run,
         duration,
         snapshot: Some(shared),

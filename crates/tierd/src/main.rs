@@ -7,6 +7,8 @@
 //! - `tierd info`: the tiers the engine derives for a DRAM + CXL machine, and its defaults.
 //! - `tierd run --config FILE`: the daemon on this machine ([`daemon_cmd`]).
 //! - `tierd status`: what a running daemon reports.
+//! - `tierd config show [FILE]`, `tierd config check FILE`: the effective configuration with
+//!   units, and a check without starting (exit 78 on a bad file).
 //! - `tierd top`: a live terminal view of a daemon or a simulated run ([`top_cmd`]).
 //! - `tierd lab`: tierd against the kernel's own promotion in a tiered QEMU guest ([`lab_cmd`]).
 //! - `tierd run --record DIR` / `tierd record`, `tierd replay TRACE`, `tierd report TRACE
@@ -206,6 +208,9 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
     },
+    /// Print the effective daemon configuration, or check a file without starting.
+    #[command(subcommand)]
+    Config(ConfigCmd),
     /// Show what a running daemon reports: placement per process, sources, counters.
     Status {
         /// The daemon's metrics address.
@@ -282,6 +287,24 @@ enum Command {
         /// Write tierd.1 and tierd-SUBCOMMAND.1 into this directory instead.
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+}
+
+/// `tierd config`.
+#[derive(Debug, Subcommand)]
+enum ConfigCmd {
+    /// Print the effective configuration as TOML: every key with its default filled in, its
+    /// unit, and whether a reload (SIGHUP) applies it. Without FILE: the built-in defaults
+    /// (whose empty [scope] a file must fill in; the daemon reads no file unless given one).
+    Show {
+        /// The configuration file (e.g. /etc/tierd/tierd.toml).
+        file: Option<PathBuf>,
+    },
+    /// Check a configuration file as `tierd run` would, without starting: prints
+    /// `FILE: ok`, or the daemon's one-line error and exits 78 (EX_CONFIG).
+    Check {
+        /// The configuration file.
+        file: PathBuf,
     },
 }
 
@@ -472,6 +495,14 @@ fn real_main() -> Result<()> {
             json.as_deref(),
         )?,
         Command::Status { addr, json } => daemon_cmd::status(addr, json)?,
+        Command::Config(ConfigCmd::Show { file }) => {
+            let text = daemon_cmd::config_show(file.as_deref())?;
+            write_out(Path::new("-"), &text)?;
+        }
+        Command::Config(ConfigCmd::Check { file }) => {
+            tierd_daemon::config::DaemonConfig::load(&file)?;
+            println!("{}: ok", file.display());
+        }
         Command::Top(args) => top_cmd::top(&args)?,
         Command::Lab {
             experiments,

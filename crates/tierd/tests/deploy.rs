@@ -297,6 +297,7 @@ fn the_unit_grants_what_the_shipped_config_needs_and_no_more() {
             "After",
             "Type",
             "ExecStart",
+            "ExecReload",
             "KillSignal",
             "TimeoutStopSec",
             "Restart",
@@ -774,4 +775,236 @@ fn the_promql_walk_sees_what_is_there() {
     assert!(series["tierd_pgpromote_success_total"].0, "a counter");
     assert!(!series["tierd_node_free_bytes"].0, "a gauge");
     assert!(series["tierd_process_pages"].1.contains("comm"));
+}
+
+const MONITORING: &str = "deploy/k8s/tierd-monitoring.yaml";
+
+fn monitoring_docs() -> Vec<Yaml> {
+    let text = read(MONITORING);
+    serde_norway::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap_or_else(|e| panic!("{MONITORING}: {e}")))
+        .collect()
+}
+
+fn seq<'a>(v: &'a Yaml, path: &str) -> &'a Vec<Yaml> {
+    match get(v, path) {
+        Yaml::Sequence(s) => s,
+        other => panic!("{path} is not a list: {other:?}"),
+    }
+}
+
+#[test]
+fn the_pod_monitor_scrapes_the_daemonsets_metrics_port() {
+    let docs = monitoring_docs();
+    let kinds: Vec<&str> = docs.iter().map(|d| s(d, "kind")).collect();
+    assert_eq!(kinds, ["PodMonitor", "PrometheusRule"]);
+    let manifest = manifest_docs();
+    let ds = doc(&manifest, "DaemonSet");
+    for d in &docs {
+        assert_eq!(s(d, "apiVersion"), "monitoring.coreos.com/v1");
+        assert_eq!(
+            s(d, "metadata.namespace"),
+            s(ds, "metadata.namespace"),
+            "{}",
+            s(d, "kind")
+        );
+    }
+    let pm = doc(&docs, "PodMonitor");
+    assert_eq!(
+        s(pm, "spec.namespaceSelector.matchNames.0"),
+        s(ds, "metadata.namespace")
+    );
+    let Yaml::Mapping(sel) = get(pm, "spec.selector.matchLabels") else {
+        panic!("matchLabels is a mapping")
+    };
+    let template_labels = get(ds, "spec.template.metadata.labels");
+    for (k, v) in sel {
+        let k = k.as_str().expect("label key");
+        assert_eq!(get(template_labels, &format!("[{k}]")), v, "label {k}");
+    }
+    // The endpoint names the container's port and the path the annotations name.
+    let ep = get(pm, "spec.podMetricsEndpoints.0");
+    let container = get(ds, "spec.template.spec.containers.0");
+    assert_eq!(s(ep, "port"), s(container, "ports.0.name"));
+    assert_eq!(
+        s(ep, "path"),
+        s(
+            ds,
+            "spec.template.metadata.annotations.[prometheus.io/path]"
+        )
+    );
+    // A relabelled label never takes one the daemon exports (`node` is the NUMA node).
+    let series = exported_series();
+    for r in seq(ep, "relabelings") {
+        let target = s(r, "targetLabel");
+        assert!(
+            series.values().all(|(_, labels)| !labels.contains(target)),
+            "{target} is a label of tierd's own"
+        );
+    }
+}
+
+#[test]
+fn every_alert_rule_uses_metrics_the_daemon_exports() {
+    let docs = monitoring_docs();
+    let rules = doc(&docs, "PrometheusRule");
+    let series = exported_series();
+    let pm = doc(&docs, "PodMonitor");
+    // Labels a query may use: tierd's, Prometheus' own, and the PodMonitor's relabellings.
+    let mut label_keys: BTreeSet<String> = series
+        .values()
+        .flat_map(|(_, l)| l.iter().cloned())
+        .chain(["instance".to_string(), "job".to_string()])
+        .collect();
+    for r in seq(pm, "spec.podMetricsEndpoints.0.relabelings") {
+        label_keys.insert(s(r, "targetLabel").to_string());
+    }
+    // The job a PodMonitor's targets get: NAMESPACE/NAME.
+    let job = format!("{}/{}", s(pm, "metadata.namespace"), s(pm, "metadata.name"));
+    let mut recorded = BTreeSet::new();
+    let mut alerts = BTreeMap::new();
+    for group in seq(rules, "spec.groups") {
+        for rule in seq(group, "rules") {
+            let expr = s(rule, "expr");
+            let uses = promql_uses(expr);
+            assert!(!uses.metrics.is_empty(), "no metric in {expr}");
+            for (name, in_rate) in uses.metrics {
+                if name == "up" {
+                    // Prometheus' own, per target: the PodMonitor's job.
+                    assert!(expr.contains(&format!("job=\"{job}\"")), "{expr}");
+                    continue;
+                }
+                if recorded.contains(&name) {
+                    assert!(!in_rate, "a recorded rate is a gauge: {name} in {expr}");
+                    continue;
+                }
+                let Some((counter, _)) = series.get(&name) else {
+                    panic!("{name} (in {expr}) is not exported by the daemon")
+                };
+                assert_eq!(*counter, in_rate, "{name} in {expr}");
+            }
+            for l in uses.labels {
+                assert!(label_keys.contains(&l), "label {l} (in {expr})");
+            }
+            if let Some(Yaml::String(r)) = get_opt(rule, "record") {
+                // Recorded before use, in Prometheus' level:metric:operations form.
+                assert_eq!(r.split(':').count(), 3, "{r}");
+                recorded.insert(r.clone());
+            } else {
+                let name = s(rule, "alert").to_string();
+                for k in [
+                    "labels.severity",
+                    "annotations.summary",
+                    "annotations.description",
+                ] {
+                    assert!(!s(rule, k).is_empty(), "{name}: {k}");
+                }
+                alerts.insert(name, expr.to_string());
+            }
+        }
+    }
+    // What the alerts are for (issue 16): each watches what its name says.
+    for (alert, metric) in [
+        ("TierdDown", "up"),
+        ("TierdLoopStalled", "tierd_promoter_runs_total"),
+        (
+            "TierdPromotionFailuresRising",
+            "instance:tierd_pgpromote_fail:rate15m",
+        ),
+        ("TierdPingPongRising", "instance:tierd_pingpong:rate30m"),
+    ] {
+        let expr = alerts
+            .get(alert)
+            .unwrap_or_else(|| panic!("no alert {alert}"));
+        assert!(
+            promql_uses(expr).metrics.iter().any(|(m, _)| m == metric),
+            "{alert}: {expr}"
+        );
+    }
+    assert!(
+        alerts["TierdDown"].contains("absent("),
+        "no target at all is down too"
+    );
+}
+
+fn get_opt<'a>(v: &'a Yaml, key: &str) -> Option<&'a Yaml> {
+    match v {
+        Yaml::Mapping(m) => m.get(key),
+        _ => None,
+    }
+}
+
+/// The Debian package's metadata (crates/tierd/Cargo.toml) against scripts/package.sh, the
+/// unit and the Dockerfile: every asset is a file the script makes or a file of the
+/// repository, /etc/tierd/tierd.toml is a conffile, and the image runs the packaged binary.
+#[test]
+fn the_package_metadata_the_script_and_the_image_agree() {
+    let manifest: toml::Table = read("crates/tierd/Cargo.toml").parse().expect("Cargo.toml");
+    let deb = manifest["package"]["metadata"]["deb"]
+        .as_table()
+        .expect("[package.metadata.deb]");
+    let script = read("scripts/package.sh");
+    let mut dests = BTreeMap::new();
+    for a in deb["assets"].as_array().expect("assets") {
+        let a = a.as_array().expect("[source, dest, mode]");
+        let (src, dest) = (a[0].as_str().expect("src"), a[1].as_str().expect("dest"));
+        if let Some(made) = src.strip_prefix("../../target/package/") {
+            // package.sh writes it: its directory is made and filled there.
+            let dir = made.split('/').next().expect("a directory");
+            assert!(
+                script.contains(&format!("$out/{dir}")),
+                "{src}: package.sh never writes it"
+            );
+        } else {
+            let rel = src.strip_prefix("../../").expect("relative to the crate");
+            assert!(
+                repo().join(rel).is_file(),
+                "{src} is not a file of the repository"
+            );
+        }
+        dests.insert(dest.to_string(), src.to_string());
+    }
+    assert_eq!(dests["usr/bin/"], "../../target/package/bin/tierd");
+    assert_eq!(dests["etc/tierd/tierd.toml"], "../../deploy/tierd.toml");
+    let conf: Vec<&str> = deb["conf-files"]
+        .as_array()
+        .expect("conf-files")
+        .iter()
+        .filter_map(toml::Value::as_str)
+        .collect();
+    assert_eq!(conf, ["/etc/tierd/tierd.toml"]);
+    // The packaged unit is deploy/tierd.service with the binary in /usr/bin.
+    assert!(
+        script.contains("s|/usr/local/bin/tierd|/usr/bin/tierd|g"),
+        "{script}"
+    );
+    let unit = read("deploy/tierd.service");
+    assert!(
+        unit.contains("ExecStart=/usr/local/bin/tierd run --config /etc/tierd/tierd.toml"),
+        "the path package.sh rewrites"
+    );
+    assert!(
+        unit.contains("ExecReload=/bin/kill -HUP $MAINPID"),
+        "systemctl reload"
+    );
+    let units = deb["systemd-units"].as_table().expect("systemd-units");
+    assert_eq!(units["unit-name"].as_str(), Some("tierd"));
+    assert_eq!(units["enable"].as_bool(), Some(false), "installed disabled");
+    // The image installs the package package.sh makes and runs its binary.
+    let docker = read("deploy/k8s/Dockerfile");
+    assert!(docker.contains("./scripts/package.sh"), "{docker}");
+    assert!(docker.contains("dpkg -i /tmp/tierd.deb"), "{docker}");
+    assert!(
+        docker.contains("ENTRYPOINT [\"/usr/bin/tierd\"]"),
+        "{docker}"
+    );
+    let pinned = read("scripts/package-deps.sh");
+    let version = |t: &str| {
+        t.split("cargo install cargo-deb --locked --version ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .map(|v| v.trim_end_matches('`').to_string())
+    };
+    assert!(version(&pinned).is_some(), "package-deps.sh pins cargo-deb");
+    assert_eq!(version(&docker), version(&pinned), "one cargo-deb version");
 }

@@ -131,6 +131,12 @@ impl HeatMap {
         }
     }
 
+    /// Changes the cooling period (at least 1 ms) from the next cooling on; the heats and
+    /// the histogram stay.
+    pub fn set_cooling_ms(&mut self, cooling_ms: u64) {
+        self.cooling = Nanos::from_millis(cooling_ms.max(1));
+    }
+
     /// Applies every cooling due by `now`: each shifts the histogram one bin down.
     pub fn cool_until(&mut self, now: Nanos) {
         let Some(mut due) = self.next_cool else {
