@@ -394,7 +394,15 @@ fn hold_leave_free_fills_node0_down_to_the_mark() {
     let HoldLine::Ready { mib, placement, .. } = HoldLine::parse(&lines[0]).expect("ready") else {
         panic!("{lines:?}")
     };
-    assert!((16..=160).contains(&mib), "allocated {mib} MiB: {lines:?}");
+    // Other processes allocate and free meanwhile (a guest test's QEMU exiting frees
+    // gigabytes: CI once saw node 0 gain 180 MiB between the reading above and the hold's own),
+    // so compare with what node 0 has free right after the hold exits: about what the hold
+    // found at its start.
+    let want = node0_free_mib().saturating_sub(leave);
+    assert!(
+        mib >= 16 && mib.abs_diff(want) <= 112,
+        "allocated {mib} MiB, expected about {want}: {lines:?}"
+    );
     assert_eq!(placement, all_on_node0(mib * 256));
     let out = run(&[
         "hold",
