@@ -2297,6 +2297,15 @@ pub fn run(
             .filter(|r| r.requested.swap(false, Ordering::Relaxed))
         {
             let result = reload(&mut engine, &mut backend, (r.load)());
+            if result == ReloadOutcome::Applied {
+                // The trace follows the reload, so a replay reconfigures where the run did.
+                if let Some(w) = recording.as_mut() {
+                    if let Err(e) = w.reconfigured(&backend.cfg.engine_config()) {
+                        log(&format!("recording stopped: {e}"));
+                        recording = None;
+                    }
+                }
+            }
             *reloads.entry(result.label().to_string()).or_insert(0) += 1;
             interval = Duration::from_millis(u64::from(backend.cfg.engine.interval_ms));
             refresh = Duration::from_millis(backend.cfg.daemon.refresh_ms);

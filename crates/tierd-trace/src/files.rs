@@ -108,6 +108,21 @@ impl TraceWriter {
         })
     }
 
+    /// Records that the engine was reconfigured (a SIGHUP reload) before the next pass: a
+    /// [`Record::Config`](crate::format::Record::Config) in the trace, and the header of every
+    /// later file carries the new configuration, so a file read after rotation starts from
+    /// the configuration in force.
+    ///
+    /// # Errors
+    /// A [`FileError`] when the write fails.
+    pub fn reconfigured(&mut self, config: &tierd_engine::EngineConfig) -> Result<(), FileError> {
+        self.header.config = config.clone();
+        let json = serde_json::to_string(config).unwrap_or_default();
+        let mut buf = Vec::new();
+        crate::format::encode_record(&crate::format::Record::Config(json), &mut buf);
+        self.append(&buf)
+    }
+
     /// Appends a pass's records (from [`crate::record::Recorder`]), whole, to the current
     /// file, then starts the next file if this one is full.
     ///

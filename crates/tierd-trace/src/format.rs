@@ -29,8 +29,11 @@ use tierd_engine::{EngineConfig, Observation, OwnerUpdate};
 
 /// The first bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"TIERDTRC";
-/// The format version this crate writes and reads.
-pub const VERSION: u16 = 1;
+/// The format version this crate writes. Version 2 added [`Record::Config`]; a version 1
+/// file has none and reads the same.
+pub const VERSION: u16 = 2;
+/// The oldest format version this crate reads.
+pub const MIN_VERSION: u16 = 1;
 /// Bytes before the header: magic, version, header length.
 pub const PREAMBLE: usize = 8 + 2 + 4;
 /// The largest header accepted (a config and a topology are a few KiB).
@@ -108,6 +111,9 @@ pub enum Record {
     Batch(MigrationBatch),
     /// The backend's report for the batch before it.
     Report(MigrationReport),
+    /// The engine was reconfigured before the next pass (SIGHUP reload): the new
+    /// [`EngineConfig`] as JSON, as in the header (version 2).
+    Config(String),
 }
 
 /// Why a trace could not be read. Each names the byte offset in the file.
@@ -117,7 +123,7 @@ pub enum TraceError {
     #[error("not a tierd trace: it does not start with \"TIERDTRC\"")]
     BadMagic,
     /// A version this tierd does not read.
-    #[error("trace format version {found}, this tierd reads version {VERSION}")]
+    #[error("trace format version {found}, this tierd reads versions {MIN_VERSION} to {VERSION}")]
     Version {
         /// The file's version.
         found: u16,
@@ -242,7 +248,7 @@ pub fn decode_header(buf: &[u8]) -> Result<(Header, usize), TraceError> {
     }
     let v = take(buf, 8, 2, "the version")?;
     let found = u16::from_le_bytes([v[0], v[1]]);
-    if found != VERSION {
+    if !(MIN_VERSION..=VERSION).contains(&found) {
         return Err(TraceError::Version { found });
     }
     let len = u32_at(buf, 10, "the header length")?;
@@ -408,6 +414,7 @@ mod tests {
                     outcome: MoveOutcome::Moved(NodeId(0)),
                 }],
             }),
+            Record::Config("{}".to_string()),
         ]
     }
 
@@ -437,7 +444,8 @@ mod tests {
         assert_eq!(hex, PINNED, "record layout changed: bump format::VERSION");
     }
 
-    const PINNED: &str = "02000000006413000000010400070702010701001003030102070003080e000000020107fb3412000001010001630108000000030100fb001000000d00000004010000020107fb34120000010e000000050100000107fb34120000010000";
+    // Version 2 appended the last record (Config, "{}"); the bytes before it are version 1's.
+    const PINNED: &str = "02000000006413000000010400070702010701001003030102070003080e000000020107fb3412000001010001630108000000030100fb001000000d00000004010000020107fb34120000010e000000050100000107fb341200000100000400000006027b7d";
 
     #[test]
     fn bad_input_gives_errors_that_name_the_place() {
@@ -455,7 +463,7 @@ mod tests {
         v[8] = 9;
         assert_eq!(
             decode(&v).unwrap_err().to_string(),
-            "trace format version 9, this tierd reads version 1"
+            "trace format version 9, this tierd reads versions 1 to 2"
         );
         let mut long = encode_header(&h);
         long.extend_from_slice(&u32::MAX.to_le_bytes());

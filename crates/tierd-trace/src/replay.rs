@@ -42,6 +42,8 @@ pub struct Pass {
     pub usage: Option<SystemUsage>,
     /// The batches asked for and their reports (none where the call failed).
     pub moves: Vec<(MigrationBatch, Option<MigrationReport>)>,
+    /// The engine configuration (JSON) the recorded run reloaded to just before this pass.
+    pub config: Option<String>,
 }
 
 /// Groups records into passes.
@@ -51,12 +53,19 @@ pub struct Pass {
 /// file; the recorder never writes them).
 pub fn passes(records: impl IntoIterator<Item = Record>) -> Result<Vec<Pass>, ReplayError> {
     let mut out: Vec<Pass> = Vec::new();
+    // A reconfiguration is recorded between passes: it belongs to the pass after it.
+    let mut config: Option<String> = None;
     for (i, r) in records.into_iter().enumerate() {
         if let Record::Pass { now } = r {
             out.push(Pass {
                 now,
+                config: config.take(),
                 ..Pass::default()
             });
+            continue;
+        }
+        if let Record::Config(c) = r {
+            config = Some(c);
             continue;
         }
         let Some(p) = out.last_mut() else {
@@ -67,7 +76,7 @@ pub fn passes(records: impl IntoIterator<Item = Record>) -> Result<Vec<Pass>, Re
         };
         let bad = |why| Err(ReplayError::Order { record: i, why });
         match r {
-            Record::Pass { .. } => {}
+            Record::Pass { .. } | Record::Config(_) => {}
             Record::Owners(u) if p.owners.is_none() => p.owners = Some(u),
             Record::Observations(o) if p.owners.is_some() && p.observations.is_none() => {
                 p.observations = Some(o);
@@ -176,6 +185,8 @@ pub struct Replay {
     pub decisions: Vec<Decision>,
     /// Memory per node over time, one point per pass.
     pub placement: Vec<Placement>,
+    /// Reconfigurations (the recorded run's SIGHUP reloads) applied on the way.
+    pub reconfigured: usize,
 }
 
 impl Replay {
@@ -422,8 +433,18 @@ pub fn replay(
         what_if,
         ..Replay::default()
     };
-    for (i, pass) in passes.into_iter().enumerate() {
+    for (i, mut pass) in passes.into_iter().enumerate() {
         let now = pass.now;
+        // The recorded run's reload (SIGHUP): replayed with the recorded configuration, the
+        // engine is reconfigured at the same point; a what-if replay keeps the caller's.
+        if let Some(c) = pass.config.take().filter(|_| !what_if) {
+            let cfg: EngineConfig =
+                serde_json::from_str(&c).map_err(|e| ReplayError::Config(e.to_string()))?;
+            engine
+                .reconfigure(cfg)
+                .map_err(|e| ReplayError::Config(e.to_string()))?;
+            out.reconfigured += 1;
+        }
         out.recorded += pass.moves.len();
         backend.begin(i, pass);
         // A recorded failure ends the pass where the recorded one ended; the engine's state

@@ -3,7 +3,7 @@
 //! differ and the replay says where first.
 #![allow(clippy::tests_outside_test_module, clippy::unwrap_used)]
 
-use tierd_engine::EngineConfig;
+use tierd_engine::{Backend, EngineConfig};
 use tierd_trace::files::Limits;
 use tierd_trace::synth::{record_synthetic, SynthBackend};
 use tierd_trace::{passes, read, replay, Record};
@@ -190,4 +190,60 @@ fn backend_failures_replay_as_they_happened() {
     let r = replay(&h, passes(records).unwrap(), cfg).unwrap();
     assert!(r.identical(), "{}", r.verdict());
     assert!(r.recorded > 50);
+}
+
+/// A run reconfigured mid-way (a SIGHUP reload: the rate limit cut to 1 MB/s at 20 s) is
+/// recorded with a `Config` record; replayed with the recorded configuration, the engine is
+/// reconfigured at the same point and every decision is the recorded one. Without the record
+/// the replay diverges after it, which is what the record is for.
+#[test]
+fn a_recorded_reconfiguration_is_replayed_where_it_happened() {
+    use tierd_engine::types::Nanos;
+    let d = tempfile::tempdir().unwrap();
+    let mut b = SynthBackend::new(3, 4096, 4096);
+    let config = EngineConfig::default();
+    let topo = tierd_engine::topology::dram_cxl(b.capacity[0], b.capacity[1]).unwrap();
+    let header = tierd_trace::format::Header::new(config.clone(), &topo, b.join_pages(), 0);
+    let mut engine = tierd_engine::Engine::new(config.clone(), topo).unwrap();
+    let mut w =
+        tierd_trace::files::TraceWriter::create(d.path(), header, Limits::default()).unwrap();
+    let (mut bufs, mut buf) = (tierd_engine::StepBuffers::default(), Vec::new());
+    let slow = EngineConfig {
+        promote_rate_limit_mbps: 1,
+        ..config
+    };
+    for t in (0..=40_000).step_by(100) {
+        if t == 20_000 {
+            engine.reconfigure(slow.clone()).unwrap();
+            w.reconfigured(&slow).unwrap();
+        }
+        buf.clear();
+        let now = Nanos::from_millis(t);
+        let mut rec = tierd_trace::record::Recorder::pass(&mut b, &mut buf, now);
+        let Ok(_) = tierd_engine::step(&mut engine, &mut rec, now, &mut bufs);
+        w.append(&buf).unwrap();
+    }
+    let t = read(d.path()).unwrap();
+    assert_eq!(
+        t.records
+            .iter()
+            .filter(|r| matches!(r, Record::Config(_)))
+            .count(),
+        1
+    );
+    let cfg = t.header.config.clone();
+    let r = replay(&t.header, passes(t.records.clone()).unwrap(), cfg.clone()).unwrap();
+    assert_eq!(r.reconfigured, 1);
+    assert!(r.identical(), "{}", r.verdict());
+    let without: Vec<Record> = t
+        .records
+        .into_iter()
+        .filter(|r| !matches!(r, Record::Config(_)))
+        .collect();
+    let r = replay(&t.header, passes(without).unwrap(), cfg).unwrap();
+    assert!(
+        !r.identical(),
+        "the reload changed decisions: {}",
+        r.verdict()
+    );
 }
