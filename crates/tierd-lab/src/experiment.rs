@@ -477,7 +477,6 @@ pub const FLAT_TOPOLOGY: &str = "[topology]\nfast = [0]\nslow = [1]\n";
 /// it promotes the hot set.
 #[must_use]
 pub fn experiment_flat(quick: bool) -> Experiment {
-    let (total, hot) = (512, 128);
     let tierd = |topology: &str| Mechanism::Tierd {
         config: tierd_damon_config(&format!("[engine.demotion]\nenabled = false\n\n{topology}")),
     };
@@ -494,31 +493,15 @@ pub fn experiment_flat(quick: bool) -> Experiment {
     if quick {
         runs.retain(|(id, _)| id == "T1");
     }
+    // A's chase, its durations and its early end (95 % held for 3 s), without A's eater: the
+    // kernel's tiering has nothing to do here whatever the free memory.
     Experiment {
         id: "flat".into(),
         title: "Flat tiers: both nodes in one kernel tier (no HMAT); tierd with [topology]".into(),
         machine: Machine::TwoNodeFlat,
-        fast: vec![0],
-        slow: 1,
         setup: String::new(),
-        tick: String::new(),
-        workload: format!(
-            "chase --total-mib {total} --hot-mib {hot} --secs 100000 --node 1 --interval-ms 1000 --tick-us 1000"
-        ),
-        parts: chase_parts(hot, total),
-        duration_s: if quick { 120 } else { 60 },
         runs,
-        home_nodes: Vec::new(),
-        // As A's short run: until 95 % of the hot set holds on node 0 for 3 s (at least 20 s).
-        until: quick.then_some(Until {
-            hot_permille: 950,
-            consecutive: 3,
-            min_s: 20,
-        }),
-        thp: Thp::Never,
-        procs: 0,
-        rootfs: false,
-        app: None,
+        ..experiment_a(quick)
     }
 }
 

@@ -560,8 +560,19 @@ pub fn demote_coldest(ctx: &mut Ctx<'_>, node: NodeId, goal: Pages, cgroup: Opti
         demote_pass(ctx, node, goal, cgroup, &[]);
         return;
     }
-    let protected: Vec<CgroupId> = ctx
-        .memcg
+    let protected = protected_cgroups(ctx, node);
+    demote_pass(ctx, node, goal, None, &protected);
+    if !protected.is_empty() && ctx.mem.node(node).is_some_and(|m| m.free() < goal) {
+        // memcg_low_reclaim: nothing else was left to reclaim.
+        ctx.acct.count("memcg_low_reclaim", 1);
+        demote_pass(ctx, node, goal, None, &[]);
+    }
+}
+
+/// The cgroups global reclaim of `node` skips on its first pass: those below their
+/// memory.low (see [`Memcgs::below_low`]).
+fn protected_cgroups(ctx: &Ctx<'_>, node: NodeId) -> Vec<CgroupId> {
+    ctx.memcg
         .low
         .keys()
         .copied()
@@ -569,13 +580,21 @@ pub fn demote_coldest(ctx: &mut Ctx<'_>, node: NodeId, goal: Pages, cgroup: Opti
             ctx.memcg
                 .below_low(ctx.mem, *cg, node, ctx.kernel.memcg_tiering)
         })
-        .collect();
-    demote_pass(ctx, node, goal, None, &protected);
-    if !protected.is_empty() && ctx.mem.node(node).is_some_and(|m| m.free() < goal) {
-        // memcg_low_reclaim: nothing else was left to reclaim.
-        ctx.acct.count("memcg_low_reclaim", 1);
-        demote_pass(ctx, node, goal, None, &[]);
-    }
+        .collect()
+}
+
+/// The demotion target of a `pages`-page unit of `node`: the nearest of `targets` with room.
+fn nearest_with_room(
+    mem: &Memory,
+    topo: &tierd_engine::topology::Topology,
+    node: NodeId,
+    targets: tierd_engine::types::NodeMask,
+    pages: u64,
+) -> Option<NodeId> {
+    targets
+        .iter()
+        .filter(|t| mem.free(*t).pages().0 >= pages)
+        .min_by_key(|t| topo.distance(node, *t).unwrap_or(u32::MAX))
 }
 
 /// Reclaim of `node` under the LRU model ([`ReclaimModel::Lru`], [`crate::memory::Lru`]):
@@ -630,16 +649,8 @@ fn demote_lru(
     let tick = move |spent: u64| {
         ((now + (spent as f64 * ns_per_page) as u64) / crate::memory::LRU_TICK_NS) as u32
     };
-    let mut protected: Vec<CgroupId> = if cgroup.is_none() {
-        ctx.memcg
-            .low
-            .keys()
-            .copied()
-            .filter(|cg| {
-                ctx.memcg
-                    .below_low(ctx.mem, *cg, node, ctx.kernel.memcg_tiering)
-            })
-            .collect()
+    let mut protected = if cgroup.is_none() {
+        protected_cgroups(ctx, node)
     } else {
         Vec::new()
     };
@@ -693,11 +704,7 @@ fn demote_lru(
                 activated += pages;
                 continue;
             }
-            let Some(to) = targets
-                .iter()
-                .filter(|t| ctx.mem.free(*t).pages().0 >= pages)
-                .min_by_key(|t| topo.distance(node, *t).unwrap_or(u32::MAX))
-            else {
+            let Some(to) = nearest_with_room(ctx.mem, &topo, node, targets, pages) else {
                 continue;
             };
             if ctx.reclaim(u, to).is_ok() {
@@ -831,11 +838,7 @@ fn demote_pass(
             continue;
         }
         let pages = ctx.mem.region_of(u).unit_pages();
-        let Some(to) = targets
-            .iter()
-            .filter(|t| ctx.mem.free(*t).pages().0 >= pages)
-            .min_by_key(|t| topo.distance(node, *t).unwrap_or(u32::MAX))
-        else {
+        let Some(to) = nearest_with_room(ctx.mem, &topo, node, targets, pages) else {
             continue;
         };
         if ctx.reclaim(u, to).is_ok() {
