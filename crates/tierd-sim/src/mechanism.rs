@@ -489,11 +489,13 @@ pub fn kswapd(ctx: &mut Ctx<'_>) {
             continue;
         };
         let wm = Watermarks::of(m.capacity, ctx.kernel.watermark_scale_factor);
-        if m.free() >= wm.low {
-            continue;
+        if m.free() < wm.low {
+            // Below the low watermark kswapd wakes by itself, and balances as when woken.
+            kswapd_wake(ctx, node);
+        } else if let Some(goal) = ctx.mem.lru.hand(node, ctx.now).kswapd_goal {
+            // Still awake from an earlier wake-up (the LRU model's budgeted scan): go on.
+            kswapd_demote(ctx, node, goal);
         }
-        // Below the low watermark kswapd wakes by itself, and balances as when woken.
-        kswapd_wake(ctx, node);
     }
 }
 
@@ -514,7 +516,9 @@ pub fn migrate_balanced_pgdat(ctx: &Ctx<'_>, node: NodeId, nr: u64) -> bool {
 /// mode, to the high watermark otherwise (mm/vmscan.c `pgdat_balanced()`), demoting the
 /// coldest pages to the next tier (`demote_folio_list()`, counted `pgdemote_kswapd`). Only
 /// with demotion enabled (reclaim to swap is not modelled). kswapd runs asynchronously in the
-/// kernel; here it runs at once, and callers wake it at most once per node per step.
+/// kernel; here it runs at once, and callers wake it at most once per node per step. Under
+/// the LRU model its scan is budgeted per step, and it stays awake over the following steps
+/// until the node is balanced ([`crate::memory::LruHand::kswapd_goal`], driven by [`kswapd`]).
 pub fn kswapd_wake(ctx: &mut Ctx<'_>, node: NodeId) {
     if !ctx.kernel.demotion_enabled {
         return;
@@ -536,7 +540,15 @@ pub fn kswapd_wake(ctx: &mut Ctx<'_>, node: NodeId) {
 /// tasks in direct reclaim).
 pub fn kswapd_demote(ctx: &mut Ctx<'_>, node: NodeId, goal: Pages) {
     if let ReclaimModel::Lru { .. } = ctx.kernel.reclaim {
+        // Awake until the node is balanced ([`crate::memory::LruHand::kswapd_goal`]): the
+        // scan this step may not get there, and kswapd goes on in the next ones.
+        let h = ctx.mem.lru.hand(node, ctx.now);
+        let goal = h.kswapd_goal.map_or(goal, |g| g.max(goal));
+        h.kswapd_goal = Some(goal);
         demote_lru(ctx, node, goal, None, true);
+        if ctx.mem.node(node).is_none_or(|m| m.free() >= goal) {
+            ctx.mem.lru.hand(node, ctx.now).kswapd_goal = None;
+        }
     } else {
         demote_coldest(ctx, node, goal, None);
     }
@@ -1042,6 +1054,73 @@ mod tests {
         // The budget is per step: a second call in the same step scans nothing more.
         let acct = lru_reclaim(&mut m, &lru_knobs(1e6), &NO_MEMCGS, 2_000);
         assert_eq!(acct.get("pgscan_direct"), 0);
+    }
+
+    /// kswapd under the LRU model stays awake until the node is balanced (mm/vmscan.c
+    /// `kswapd()` sleeps only after a balanced run): what one step's scan budget cannot do
+    /// goes on in the next steps with no new wake-up, and then it sleeps.
+    #[test]
+    fn lru_kswapd_stays_awake_until_the_node_is_balanced() {
+        let mut m = two_tenants(8_000, 8_000);
+        m.set_sweep(RegionId(0), Some(1e-6));
+        // 100,000 pages a second: 1,000 a 10 ms step; the goal needs ~2,650 pages demoted,
+        // from the idle tenant, after the front hand has cleared their bits.
+        let knobs = lru_knobs(1e5);
+        let goal = Pages(3_000);
+        let load = Load::compute(&[], &m, &LatencyTable::default(), &[]);
+        let mut rng = SimRng::seed_from_u64(1);
+        let mut acct = Accounting::default();
+        let mut awake_after_first = None;
+        let mut balanced_at = None;
+        for step in 0..60u64 {
+            let now = step * 10_000_000;
+            let mut ctx = Ctx {
+                now,
+                dt: 10_000_000,
+                mem: &mut m,
+                load: &load,
+                procs: &[],
+                rng: &mut rng,
+                acct: &mut acct,
+                kernel: &knobs,
+                memcg: &NO_MEMCGS,
+            };
+            if step == 0 {
+                kswapd_demote(&mut ctx, FAST, goal);
+                awake_after_first = Some(ctx.mem.lru.hand(FAST, now).kswapd_goal);
+            } else {
+                // Free memory is above the low watermark: only an awake kswapd scans.
+                kswapd(&mut ctx);
+            }
+            if balanced_at.is_none() && ctx.mem.lru.hand(FAST, now).kswapd_goal.is_none() {
+                balanced_at = Some(step);
+            }
+        }
+        assert_eq!(
+            awake_after_first,
+            Some(Some(goal)),
+            "one step is not enough"
+        );
+        let step = balanced_at.expect("kswapd balanced the node and slept");
+        assert!(step >= 2, "it went on over later steps: {step}");
+        assert!(m.free(FAST).0 >= goal.0);
+        assert_eq!(on_fast(&m, 0), 8_000, "the swept tenant keeps its pages");
+        assert!(acct.get("pgdemote_kswapd") >= 2_600);
+        // Balanced, it sleeps: later steps scan nothing.
+        let scanned = acct.get("pgscan_kswapd");
+        let mut ctx = Ctx {
+            now: 61 * 10_000_000,
+            dt: 10_000_000,
+            mem: &mut m,
+            load: &load,
+            procs: &[],
+            rng: &mut rng,
+            acct: &mut acct,
+            kernel: &knobs,
+            memcg: &NO_MEMCGS,
+        };
+        kswapd(&mut ctx);
+        assert_eq!(acct.get("pgscan_kswapd"), scanned);
     }
 
     /// memory.low under the LRU model: a protected cgroup is skipped (at no scan cost) while

@@ -399,6 +399,11 @@ pub struct LruHand {
     pub kswapd_scanned: u64,
     /// Base pages direct (and memcg) reclaim scanned in that step.
     pub direct_scanned: u64,
+    /// kswapd is awake on the node and reclaims toward this many free pages: once woken it
+    /// runs `balance_pgdat()` until the node is balanced, whatever wakes it or not meanwhile
+    /// (mm/vmscan.c `kswapd()`: it sleeps only in `kswapd_try_to_sleep()` after a balanced
+    /// run), so a scan budget per step carries its work over the steps it takes.
+    pub kswapd_goal: Option<Pages>,
 }
 
 impl Lru {

@@ -1351,8 +1351,9 @@ impl Numab {
 
     /// `wakeup_kswapd()` from `migrate_misplaced_folio_prepare()` in tiering mode. kswapd
     /// balances a top-tier node to the promotion watermark in tiering mode (mm/vmscan.c
-    /// `pgdat_balanced()`); it runs once per node per step here, and only demotes if demotion
-    /// is enabled (reclaim to swap is not modelled).
+    /// `pgdat_balanced()`); it is woken once per node per step here (under the LRU model it
+    /// then stays awake until balanced: [`crate::mechanism::kswapd_demote`]), and only demotes
+    /// if demotion is enabled (reclaim to swap is not modelled).
     fn wake_kswapd(&mut self, ctx: &mut Ctx<'_>, node: NodeId) {
         if self.kswapd_woken.contains(&node) {
             return;

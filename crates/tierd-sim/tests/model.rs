@@ -285,8 +285,10 @@ fn memory_low_protects_the_small_tenant_in_d() {
         rate("K-lowhigh-patched"),
         rate("K-stack")
     );
+    // Within a few % of alone: the memcg reclaim makes room, and kswapd, once woken, stays
+    // awake until the node is balanced.
     assert!(
-        rate("K-lowhigh-patched") > 0.85,
+        rate("K-lowhigh-patched") > 0.95,
         "memory.low + high: {}",
         rate("K-lowhigh-patched")
     );
