@@ -867,6 +867,20 @@ impl DaemonConfig {
                 ),
             ));
         }
+        // The same holds for idle demotion, with room to spare: a hot fast page in the cache
+        // is observed once per period, so an idle age within two periods could take it for
+        // an idle one.
+        let idle = self.engine.demotion.idle_after_ms;
+        if idle > 0 && daemon.placement_reverify_ms.saturating_mul(2) > idle {
+            return Err(invalid(
+                "engine.demotion.idle_after_ms",
+                format!(
+                    "{idle} is below twice daemon.placement_reverify_ms ({}): a hot page the \
+                     placement cache holds is only observed once per reverify period",
+                    daemon.placement_reverify_ms
+                ),
+            ));
+        }
         if daemon.verify_window_ms > 600_000 {
             return Err(invalid(
                 "daemon.verify_window_ms",
@@ -928,6 +942,24 @@ mod tests {
         let e = c.engine_config();
         assert_eq!(e.sources, SourceMask::of(&[SourceKind::AccessedBitScan]));
         assert_eq!(e.freq_threshold, EngineConfig::default().freq_threshold);
+    }
+
+    /// Idle demotion's age must exceed two placement-cache periods (20 s by default): a hot
+    /// fast page the cache holds is observed only once per period.
+    #[test]
+    fn idle_demotion_age_is_checked_against_the_placement_cache() {
+        let e = err("[scope]\npids = [1]\n[engine.demotion]\nidle_after_ms = 30000\n");
+        assert!(
+            e.contains("engine.demotion.idle_after_ms")
+                && e.contains("placement_reverify_ms (20000)"),
+            "{e}"
+        );
+        parse("[scope]\npids = [1]\n[engine.demotion]\nidle_after_ms = 40000\n").expect("valid");
+        parse(
+            "[scope]\npids = [1]\n[daemon]\nplacement_reverify_ms = 10000\n\
+             [engine.demotion]\nidle_after_ms = 30000\n",
+        )
+        .expect("valid");
     }
 
     #[test]

@@ -46,8 +46,8 @@ use tierd_engine::policy::{Owner, PolicyMode};
 use tierd_engine::topology::Topology;
 use tierd_engine::types::{Bytes, CgroupId, Nanos, NodeId, NodeMask, SpaceId, PAGE_SHIFT};
 use tierd_engine::{
-    Backend, Engine, MigrationBatch, MigrationKind, MigrationReport, MoveError, MoveOutcome,
-    Observation, OwnerUpdate, StepBuffers, SystemUsage,
+    Backend, Engine, IdleObservation, MigrationBatch, MigrationKind, MigrationReport, MoveError,
+    MoveOutcome, Observation, OwnerUpdate, SourceKind, StepBuffers, SystemUsage,
 };
 
 use crate::config::{DaemonConfig, HugetlbPolicy};
@@ -70,10 +70,10 @@ use tierd_linux::read::topology::{read_node_frames, NodeFrames};
 use tierd_linux::read::vmstat::{read_vmstat, Vmstat};
 use tierd_linux::read::ReadError;
 use tierd_linux::source::folio::{FolioMap, FolioMethod, ProcFolios};
-use tierd_linux::source::locate::{locate_cached, LocateParams, LocateStats, Locator};
+use tierd_linux::source::locate::{locate, locate_cached, LocateParams, LocateStats, Locator};
 use tierd_linux::source::placement::PlacementCache;
 use tierd_linux::source::verify::{AccessVerifier, Verdict};
-use tierd_linux::source::{AccessedRange, Feed};
+use tierd_linux::source::{AccessedRange, Feed, IdleRange};
 use tierd_linux::status::FolioSnapshot;
 
 /// Exit status of `tierd run` for a bad configuration (sysexits.h `EX_CONFIG`): the systemd
@@ -630,6 +630,78 @@ pub struct LinuxBackend {
     pub verifier: Option<AccessVerifier>,
     /// Why the access check is off (`None` while it runs).
     pub verify_off: Option<String>,
+    /// DAMON's idle regions and how far the locating of their pages has come.
+    idle: IdleWalk,
+}
+
+/// How often the pages of DAMON's idle regions are located for idle demotion, and how many
+/// per time: idle ages are tens of seconds or more, and the engine demotes at most
+/// `demotion.idle_rate_limit_mbps` (64 MB/s by default, ~16 Ki pages a second), so a quarter
+/// GiB of lookups a second is ahead of it while costing a few ms of `move_pages(2)` queries.
+const IDLE_LOCATE_EVERY: Nanos = Nanos::from_millis(1000);
+const IDLE_LOCATE_PAGES: u64 = 65_536;
+
+/// The latest idle regions of every feed and a cursor over them: each locate takes the next
+/// [`IDLE_LOCATE_PAGES`] pages (by pid and address, wrapping), so a tenant of many GiB is
+/// covered in turn rather than its first pages over and over.
+#[derive(Debug, Default)]
+struct IdleWalk {
+    ranges: Vec<IdleRange>,
+    /// The next page to locate: (pid, vpn).
+    cursor: (u32, u64),
+    last: Option<Nanos>,
+}
+
+impl IdleWalk {
+    /// The next pages to locate among the ranges idle since `limit` or before, at most
+    /// `budget`, as accessed ranges carrying their idle start as their time (what locate
+    /// copies into each observation).
+    fn next(&mut self, limit: Nanos, budget: u64) -> Vec<AccessedRange> {
+        let mut due: Vec<&IdleRange> = self.ranges.iter().filter(|r| r.since <= limit).collect();
+        due.sort_by_key(|r| (r.pid, r.start.0));
+        let total: u64 = due.iter().map(|r| r.nr_pages).sum();
+        if total <= budget {
+            self.cursor = (0, 0);
+        }
+        let mut out = Vec::new();
+        let mut left = budget;
+        // Two laps at most: from the cursor to the end, then from the start (only when
+        // there is more than the budget, so no page is taken twice).
+        for lap in 0..2 {
+            for r in &due {
+                if left == 0 {
+                    break;
+                }
+                let end = r.start.0 + r.nr_pages;
+                if (r.pid, end) <= self.cursor {
+                    continue;
+                }
+                let from = if r.pid == self.cursor.0 {
+                    r.start.0.max(self.cursor.1)
+                } else {
+                    r.start.0
+                };
+                let n = (end - from).min(left);
+                out.push(AccessedRange {
+                    pid: r.pid,
+                    start: Vpn(from),
+                    nr_pages: n,
+                    time: r.since,
+                    kind: SourceKind::AccessedBitScan,
+                    accessing_node: None,
+                    nr_accesses: 0,
+                    pfn: None,
+                });
+                left -= n;
+                self.cursor = (r.pid, from + n);
+            }
+            if left == 0 || lap == 1 || total <= budget {
+                break;
+            }
+            self.cursor = (0, 0);
+        }
+        out
+    }
 }
 
 /// The access check, if it can run (`daemon.verify_window_ms` > 0, DAMON on, the idle source
@@ -946,6 +1018,7 @@ impl LinuxBackend {
             pace: Pace::default(),
             verifier,
             verify_off,
+            idle: IdleWalk::default(),
         }
     }
 
@@ -1637,6 +1710,87 @@ impl Backend for LinuxBackend {
         self.phase_cpu.add(
             "locate",
             tierd_linux::sys::thread_cpu_time().saturating_sub(t_locate),
+        );
+        Ok(())
+    }
+
+    /// Idle facts for idle demotion: the fast-tier pages of DAMON's regions that had no
+    /// access for `engine.demotion.idle_after_ms` (its idle-region scheme is on when idle
+    /// demotion was on at start), located a budget at a time ([`IdleWalk`]).
+    fn drain_idle(
+        &mut self,
+        now: Nanos,
+        out: &mut Vec<IdleObservation>,
+    ) -> Result<(), Self::Error> {
+        let mut fresh = Vec::new();
+        for f in &mut self.feeds {
+            f.drain_idle(&mut fresh);
+        }
+        if !fresh.is_empty() {
+            self.idle.ranges = fresh;
+        }
+        let after = self.cfg.engine.demotion.idle_after_ms;
+        if after == 0
+            || self.idle.ranges.is_empty()
+            || self
+                .idle
+                .last
+                .is_some_and(|t| now.saturating_sub(t) < IDLE_LOCATE_EVERY)
+        {
+            return Ok(());
+        }
+        self.idle.last = Some(now);
+        let t0 = tierd_linux::sys::thread_cpu_time();
+        let chunks = self.idle.next(
+            now.saturating_sub(Nanos::from_millis(after)),
+            IDLE_LOCATE_PAGES,
+        );
+        let held: BTreeSet<u32> = chunks
+            .iter()
+            .map(|r| r.pid)
+            .filter(|p| self.held(*p))
+            .collect();
+        let params = LocateParams {
+            max_pages: IDLE_LOCATE_PAGES,
+            min_nr_accesses: 0,
+            min_relative_permille: 0,
+            hugetlb: self.cfg.daemon.hugetlb,
+        };
+        let mut lookup = Lookup {
+            mover: &mut self.mover,
+            other: self.locator.as_deref_mut(),
+            frames: &self.frames,
+        };
+        let mut stats = LocateStats::default();
+        let mut found = Vec::new();
+        let failed = locate(
+            &chunks,
+            params,
+            &self.fast_nodes,
+            |pid| held.contains(&pid),
+            &mut lookup,
+            &mut self.folios,
+            &mut stats,
+            &mut found,
+        );
+        for (pid, e) in failed {
+            let r = io_reason("idle_locate", e.errno());
+            self.faults
+                .record(&r, &format_args!("pid {pid}: {}", chain(&e)));
+        }
+        out.extend(
+            found
+                .iter()
+                .filter(|o| self.fast_nodes.contains(&o.page_node))
+                .map(|o| IdleObservation {
+                    page: o.page,
+                    page_node: o.page_node,
+                    idle_since: o.time,
+                }),
+        );
+        self.phase_cpu.add(
+            "idle",
+            tierd_linux::sys::thread_cpu_time().saturating_sub(t0),
         );
         Ok(())
     }
@@ -2421,6 +2575,39 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The idle walk takes the next pages by pid and address from its cursor, wrapping, only
+    /// ranges idle long enough, never the same page twice in one take, and everything at
+    /// once (cursor reset) when it fits the budget.
+    #[test]
+    fn idle_walk_covers_large_idle_regions_in_turn() {
+        let r = |pid: u32, start: u64, n: u64, since_s: u64| IdleRange {
+            pid,
+            start: Vpn(start),
+            nr_pages: n,
+            since: Nanos::from_secs(since_s),
+        };
+        let mut w = IdleWalk {
+            ranges: vec![r(2, 100, 50, 0), r(1, 0, 30, 0), r(1, 500, 10, 90)],
+            ..IdleWalk::default()
+        };
+        let take = |w: &mut IdleWalk, budget| -> Vec<(u32, u64, u64, u64)> {
+            w.next(Nanos::from_secs(60), budget)
+                .iter()
+                .map(|c| (c.pid, c.start.0, c.nr_pages, c.time.0 / 1_000_000_000))
+                .collect()
+        };
+        // (1, 500..510) is idle only since 90 s: not due at 60 s.
+        assert_eq!(take(&mut w, 40), vec![(1, 0, 30, 0), (2, 100, 10, 0)]);
+        assert_eq!(take(&mut w, 40), vec![(2, 110, 40, 0)]);
+        // From the start again, then on.
+        assert_eq!(take(&mut w, 20), vec![(1, 0, 20, 0)]);
+        assert_eq!(take(&mut w, 20), vec![(1, 20, 10, 0), (2, 100, 10, 0)]);
+        // Wraps within one take, no page twice.
+        assert_eq!(take(&mut w, 60), vec![(2, 110, 40, 0), (1, 0, 20, 0)]);
+        // All of it fits: all, from the start.
+        assert_eq!(take(&mut w, 100), vec![(1, 0, 30, 0), (2, 100, 50, 0)]);
+    }
 
     /// `/proc/PID/task/TID/stat` of a thread with `ticks` CPU ticks last on `cpu`.
     fn write_task(proc_root: &Path, pid: u32, tid: u32, ticks: u64, cpu: u32) {

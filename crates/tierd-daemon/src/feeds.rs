@@ -20,7 +20,7 @@ use tierd_linux::source::idle::{self, IdleBitmap, IdleTracker, ScanRange};
 use tierd_linux::source::perf::live::{HwPmu, LiveConfig, LiveSampler, Target};
 use tierd_linux::source::perf::{self, MemSample};
 use tierd_linux::source::SourceName;
-use tierd_linux::source::{AccessedRange, Feed, SourceError};
+use tierd_linux::source::{AccessedRange, Feed, IdleRange, SourceError};
 
 /// DAMON regions as accessed ranges, read once per aggregation interval.
 struct DamonFeed {
@@ -48,6 +48,10 @@ struct DamonFeed {
     idle_range: Option<(u64, u64)>,
     /// Reads that fell back from the tracepoint to sysfs.
     trace_fallbacks: u64,
+    /// Whether DAMON reports idle regions (idle demotion on at start), and the idle ranges
+    /// of the last read (every age: the daemon compares them with the age in force).
+    report_idle: bool,
+    idle: Vec<IdleRange>,
 }
 
 impl DamonFeed {
@@ -170,7 +174,21 @@ impl Feed for DamonFeed {
         // The daemon reports changes of the intervals (status, metrics, its log).
         self.mon.tune(now, &regions, self.monitored_bytes)?;
         damon::to_ranges(&regions, self.min_nr_accesses, now, out);
+        if self.report_idle {
+            self.idle.clear();
+            damon::idle_ranges(
+                &regions,
+                self.mon.intervals().1,
+                Nanos(0),
+                now,
+                &mut self.idle,
+            );
+        }
         Ok(())
+    }
+
+    fn drain_idle(&mut self, out: &mut Vec<IdleRange>) {
+        out.append(&mut self.idle);
     }
 
     fn stop(&mut self) {
@@ -333,6 +351,7 @@ pub fn start_feeds(
                     min_regions: d.min_nr_regions,
                     max_regions: d.max_nr_regions,
                     min_nr_accesses: u64::from(d.min_nr_accesses),
+                    report_idle: cfg.engine.demotion.idle_after_ms > 0,
                     intervals_goal: (d.intervals_goal_bp > 0).then_some(IntervalsGoal {
                         access_bp: d.intervals_goal_bp,
                         aggrs: d.intervals_goal_aggrs,
@@ -387,6 +406,8 @@ pub fn start_feeds(
                             idle_range: (d.idle_min_sample_us > 0)
                                 .then_some((d.idle_min_sample_us, d.idle_max_sample_us)),
                             trace_fallbacks: 0,
+                            report_idle: cfg.engine.demotion.idle_after_ms > 0,
+                            idle: Vec::new(),
                         }));
                     }
                     Err(e) => statuses.push(snapshot("damon", false, e.to_string())),

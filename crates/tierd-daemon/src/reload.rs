@@ -13,6 +13,7 @@
 //! | other `sources.*` | restart | the sources are started with them |
 //! | `engine.mode`, `engine.threshold` | restart | the records' format, the heat kept |
 //! | `engine.accessing_node` | restart | the CPU-to-node map is read at start only when needed |
+//! | `engine.demotion.idle_after_ms` from 0 to on, with DAMON | restart | DAMON's idle-region scheme is set up at start |
 //! | other `engine.*` | live | read by the engine on every pass |
 //! | `daemon.{refresh_ms, numa_maps_max_age_ms, idle_after_ms, hugetlb}` | live | read on use |
 //! | `daemon.{metrics_listen, allow_public_metrics, liveness_timeout_s, metrics_max_processes}` | restart | the endpoint is set up at start |
@@ -195,6 +196,20 @@ pub struct NotLive {
 pub fn live_changes(old: &DaemonConfig, new: &DaemonConfig) -> Result<Vec<Change>, NotLive> {
     let changes = changed_keys(old, new);
     for c in &changes {
+        // Turning idle demotion on needs DAMON's idle regions, whose scheme the source sets
+        // up at start only when it was on (an age change, or turning it off, is live).
+        if c.key == "engine.demotion.idle_after_ms"
+            && old.engine.demotion.idle_after_ms == 0
+            && new
+                .sources
+                .enabled
+                .contains(&crate::config::SourceName::Damon)
+        {
+            return Err(NotLive {
+                change: c.clone(),
+                reason: "DAMON's idle-region scheme is set up at start, when idle demotion is on",
+            });
+        }
         if let Liveness::Restart(reason) = liveness(&c.key) {
             return Err(NotLive {
                 change: c.clone(),
@@ -277,5 +292,19 @@ mod tests {
              the metrics endpoint is bound at start"
         );
         assert!(live_changes(&old, &old).expect("same").is_empty());
+        // Idle demotion: turning it on with DAMON needs a restart (DAMON's idle scheme);
+        // changing its age, or turning it off, is live.
+        let on = |ms: u64| {
+            parse(&format!(
+                "[scope]\npids = [1]\n[engine.demotion]\nidle_after_ms = {ms}\n"
+            ))
+        };
+        let e = live_changes(&old, &on(60_000)).expect_err("DAMON's idle scheme");
+        assert!(e.to_string().contains("idle-region scheme"), "{e}");
+        assert_eq!(
+            live_changes(&on(60_000), &on(90_000)).expect("live").len(),
+            1
+        );
+        assert_eq!(live_changes(&on(60_000), &old).expect("live").len(), 1);
     }
 }

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //!   backend ──observations──▶ Engine::observe ──▶ hotness records
+//!   backend ──idle facts─────▶ Engine::note_idle ──▶ the demoter's index (idle demotion)
 //!   backend ──owners/policies─▶ Engine::update_owner
 //!   backend ──usage(now)──────▶ Engine::tick(now, usage) ──▶ MigrationPlan
 //!   backend ◀─batches─────────  (executes each batch: move_pages(2) or the simulator)
@@ -14,7 +15,7 @@
 use crate::engine::Engine;
 use crate::plan::{MigrationBatch, MigrationReport, MoveOutcome, SystemUsage};
 use crate::policy::{MemPolicy, Owner};
-use crate::sources::Observation;
+use crate::sources::{IdleObservation, Observation};
 use crate::types::{Nanos, NodeId, SpaceId, Vpn};
 
 /// A change in who owns an address space or what policy its ranges have. Serializable so that
@@ -66,6 +67,16 @@ pub trait Backend {
         out: &mut Vec<Observation>,
     ) -> Result<(), Self::Error>;
 
+    /// Appends the idle facts gathered since the last call ([`Engine::note_idle`]); a backend
+    /// whose sources see no idle memory has none (the default).
+    fn drain_idle(
+        &mut self,
+        _now: Nanos,
+        _out: &mut Vec<IdleObservation>,
+    ) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
     /// Appends owner and policy changes since the last call.
     fn drain_owner_updates(&mut self, out: &mut Vec<OwnerUpdate>) -> Result<(), Self::Error>;
 
@@ -105,6 +116,7 @@ pub struct StepOutcome {
 #[derive(Debug, Default)]
 pub struct StepBuffers {
     observations: Vec<Observation>,
+    idle: Vec<IdleObservation>,
     updates: Vec<OwnerUpdate>,
     reports: Vec<MigrationReport>,
 }
@@ -126,6 +138,9 @@ pub fn step<B: Backend>(
     backend.drain_observations(now, &mut bufs.observations)?;
     out.observations = bufs.observations.len();
     engine.observe(&bufs.observations);
+    bufs.idle.clear();
+    backend.drain_idle(now, &mut bufs.idle)?;
+    engine.note_idle(&bufs.idle);
     let usage = backend.usage(now)?;
     let plan = engine.tick(now, &usage);
     bufs.reports.clear();

@@ -59,7 +59,7 @@ use crate::policy::{cgroup_promotion_scale, fast_tier_share, OwnerMap};
 use crate::ratelimit::{
     mbps_to_pages_per_s, AdaptiveThreshold, SlidingWindowLimiter, PROMOTION_THRESHOLD_WINDOW_MS,
 };
-use crate::sources::{Observation, SourceKind};
+use crate::sources::{IdleObservation, Observation, SourceKind};
 use crate::stats::{NodeStats, SourceStats, Stats};
 use crate::topology::Topology;
 use crate::types::{Bytes, CgroupId, Nanos, NodeId, NodeMask, PageKey, PageRef, PageSize};
@@ -494,6 +494,31 @@ impl Engine {
         }
     }
 
+    /// Takes idle facts: a top-tier page not in the demoter's index enters it with
+    /// `idle_since` as its last access; one it knows keeps the later of the two (an access a
+    /// source reported after the region went idle wins). Idle facts only feed idle demotion
+    /// and the coldest-first order of demotion under pressure; they are ignored while idle
+    /// demotion is off (a page known only from them would otherwise look cold to the
+    /// pressure demoter with less evidence than it asks of the others) and for pages on a
+    /// slow tier (they are not accesses).
+    pub fn note_idle(&mut self, batch: &[IdleObservation]) {
+        if self.config.demotion.idle_after_ms == 0 || !self.sees_fast_tier() {
+            return;
+        }
+        for f in batch {
+            if !self.topo.is_toptier(f.page_node) {
+                continue;
+            }
+            let size = f.page.size;
+            let key = PageKey {
+                space: f.page.space,
+                vpn: size.head(f.page.vpn),
+            };
+            self.fast.touch(key, f.page_node, size, f.idle_since);
+            self.stats.engine.idle_noted += 1;
+        }
+    }
+
     fn observe_one(&mut self, obs: &Observation) {
         let relative = self.relative();
         let e = &mut self.stats.engine;
@@ -732,11 +757,15 @@ impl Engine {
         // has seen accessed for that long go down at the idle rate limit, so the fast tier
         // has room before the next workload needs it.
         let idle_after = Nanos::from_millis(self.config.demotion.idle_after_ms);
-        let idle_budget: i128 = if idle_after.0 > 0 && self.sees_fast_tier() {
-            let since = self.last_idle.map_or(
-                Nanos::from_millis(u64::from(self.config.interval_ms)),
-                |t| now.saturating_sub(t),
-            );
+        // Once a second at most, with a second's budget: the pass ranks the whole fast index,
+        // which idle facts fill with every resident page of the scope.
+        let idle_due = self
+            .last_idle
+            .is_none_or(|t| now.saturating_sub(t) >= Nanos::from_secs(1));
+        let idle_budget: i128 = if idle_after.0 > 0 && self.sees_fast_tier() && idle_due {
+            let since = self
+                .last_idle
+                .map_or(Nanos::from_secs(1), |t| now.saturating_sub(t));
             self.last_idle = Some(now);
             // At most a second's worth: a stalled loop does not bank a burst.
             let secs = since.0.min(1_000_000_000);
@@ -769,8 +798,9 @@ impl Engine {
             } else {
                 high + room - node_free
             };
-            // No pressure to answer (or it is met): the idle pass, bounded by its budget.
-            let idle_pass = need <= 0 && idle_budget > 0;
+            // No pressure to answer (or it is met): the idle pass, bounded by its budget. Free
+            // memory between the low and high watermarks is no pressure.
+            let idle_pass = (need <= 0 || !pressure) && idle_budget > 0;
             if idle_pass {
                 need = idle_budget;
             } else if !pressure {

@@ -685,9 +685,9 @@ fn idle_demotion_takes_pages_idle_past_the_age_at_a_bounded_rate() {
     e.observe(&v);
     assert_eq!(kcfg().demotion.idle_after_ms, 0);
     assert!(e.tick(Nanos::from_secs(62), &u).is_empty());
-    // On, idle after 60 s, 4 MB/s: one 100 ms pass at t = 62 s may move 400 kB, 97.7 pages
-    // (the last page that starts within the budget goes: 98), the oldest; pages seen at 59 s
-    // are not idle.
+    // On, idle after 60 s, 4 MB/s: the idle pass runs once a second with a second's budget,
+    // 4 MB, 976.6 pages (the last page that starts within the budget goes: 977), the oldest;
+    // pages seen at 59 s are not idle.
     let cfg = EngineConfig {
         demotion: DemotionConfig {
             idle_after_ms: 60_000,
@@ -700,16 +700,18 @@ fn idle_demotion_takes_pages_idle_past_the_age_at_a_bounded_rate() {
     e.observe(&v);
     let plan = e.tick(Nanos::from_secs(62), &u);
     let vpns = planned_vpns(&plan, MigrationKind::Demote);
-    assert_eq!(vpns.len(), 98, "the rate limit: 4 MB/s over 100 ms");
-    assert_eq!(vpns, (0..98).collect(), "oldest first");
+    assert_eq!(vpns.len(), 977, "the rate limit: 4 MB/s over a second");
+    assert_eq!(vpns, (0..977).collect(), "oldest first");
     assert!(plan.batches.iter().all(|b| b.target == N1));
-    assert_eq!(e.stats().engine.pgdemote_idle, 98);
+    assert_eq!(e.stats().engine.pgdemote_idle, 977);
     apply_all(&mut e, Nanos::from_secs(62), &plan);
-    // A second later the budget is a second's worth (capped at 1 s): 977 pages, but only
-    // the 902 left idle (seen before 2 s) are old enough.
+    // Not again within the second (the pass ranks the whole fast index).
+    assert!(e.tick(Nanos::from_millis(62_500), &u).is_empty());
+    // A second later: another second's budget, but only the 23 left idle (seen before 2 s)
+    // are old enough.
     let plan = e.tick(Nanos::from_secs(63), &u);
     let vpns = planned_vpns(&plan, MigrationKind::Demote);
-    assert_eq!(vpns, (98..1000).collect());
+    assert_eq!(vpns, (977..1000).collect());
     apply_all(&mut e, Nanos::from_secs(63), &plan);
     // Pages seen at 59 s go once they are 60 s idle.
     assert!(e.tick(Nanos::from_secs(64), &u).is_empty());
@@ -718,6 +720,20 @@ fn idle_demotion_takes_pages_idle_past_the_age_at_a_bounded_rate() {
         planned(&plan, MigrationKind::Demote),
         977,
         "a second's budget"
+    );
+    // Free memory between the low and high watermarks is no pressure either: the idle pass
+    // runs there too (it did not, and a fast node kept just under its high watermark by an
+    // idle tenant never had it demoted).
+    let cap = Bytes::gib(1).0;
+    let between = usage(&topo, Bytes(cap * 30 / 1000));
+    let mut e = Engine::new(cfg.clone(), topo.clone()).unwrap();
+    e.observe(&v);
+    assert_eq!(
+        planned(
+            &e.tick(Nanos::from_secs(62), &between),
+            MigrationKind::Demote
+        ),
+        977
     );
     // Without a source that sees the fast tier, every fast page would look idle: refused.
     let blind = EngineConfig {
@@ -728,6 +744,56 @@ fn idle_demotion_takes_pages_idle_past_the_age_at_a_bounded_rate() {
         Engine::new(blind, topo),
         Err(crate::ConfigError::IdleDemotionBlind)
     ));
+}
+
+/// Idle facts (DAMON's zero-access regions, located): a fast page no access source ever
+/// reported enters the demoter's index with its idle start, so idle demotion finds it; a
+/// page an access source saw after that start keeps the access; slow pages' facts and
+/// facts while idle demotion is off change nothing.
+#[test]
+fn idle_facts_let_idle_demotion_find_pages_no_source_saw() {
+    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+    let u = usage(&topo, Bytes::mib(800));
+    let idle = |vpn: u64, node: NodeId, since_s: u64| IdleObservation {
+        page: PageRef::base(SpaceId(2), Vpn(vpn)),
+        page_node: node,
+        idle_since: Nanos::from_secs(since_s),
+    };
+    // Pages 0..50 idle since 0 s; 50..60 idle since 0 s but accessed at 50 s (an access
+    // source saw them later); 60..70 on the slow node.
+    let mut facts: Vec<IdleObservation> = (0..60).map(|v| idle(v, N0, 0)).collect();
+    facts.extend((60..70).map(|v| idle(v, N1, 0)));
+    let seen: Vec<Observation> = (50..60).map(|v| obs(2, v, N0, Some(N0), 50_000)).collect();
+    let cfg = EngineConfig {
+        demotion: DemotionConfig {
+            idle_after_ms: 30_000,
+            ..DemotionConfig::default()
+        },
+        ..kcfg()
+    };
+    // Off: the facts are not taken, nothing is known, nothing moves.
+    let mut off = Engine::new(kcfg(), topo.clone()).unwrap();
+    off.note_idle(&facts);
+    assert_eq!(off.stats().engine.idle_noted, 0);
+    assert!(off.tick(Nanos::from_secs(40), &u).is_empty());
+    // On: without the facts the demoter knows no page; with them, the 50 idle fast pages go
+    // at t = 40 s (the 10 seen at 50 s are not idle yet at 60 s); the slow ones are ignored.
+    let mut blind = Engine::new(cfg.clone(), topo.clone()).unwrap();
+    blind.observe(&seen);
+    assert!(blind.tick(Nanos::from_secs(60), &u).is_empty());
+    let mut e = Engine::new(cfg, topo).unwrap();
+    e.note_idle(&facts);
+    e.observe(&seen);
+    // Facts given again later (every read of DAMON) change nothing.
+    e.note_idle(&facts);
+    assert_eq!(e.stats().engine.idle_noted, 120);
+    let plan = e.tick(Nanos::from_secs(60), &u);
+    assert_eq!(
+        planned_vpns(&plan, MigrationKind::Demote),
+        (0..50).collect(),
+        "the pages idle since 0 s, not those seen at 50 s nor the slow ones"
+    );
+    assert_eq!(e.stats().engine.pgdemote_idle, 50);
 }
 
 #[test]

@@ -90,5 +90,5 @@ pub use plan::{
     CgroupUsage, MigrationBatch, MigrationKind, MigrationPlan, MigrationReport, MoveError,
     MoveOutcome, NodeUsage, PageResult, PlannedMove, SystemUsage,
 };
-pub use sources::{Observation, SourceKind, SourceMask};
+pub use sources::{IdleObservation, Observation, SourceKind, SourceMask};
 pub use stats::Stats;

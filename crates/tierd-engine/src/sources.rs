@@ -135,6 +135,22 @@ pub struct Observation {
     pub weight: u32,
 }
 
+/// A page a source found *not* accessed since `idle_since` (a DAMON region with no access
+/// for its age: the fact DAMOS `migrate_cold` acts on, mm/damon/core.c `damos_valid_target()`
+/// with `nr_accesses` 0 and `min_age`). Only the demoter uses it: a top-tier page no access
+/// source ever reported (touched before tierd started, or never since) enters its index
+/// with this as its last access, so idle demotion (`demotion.idle_after_ms`) can find it.
+/// It never counts as an access: a slow-tier idle fact is ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdleObservation {
+    /// The page (or folio, at its head).
+    pub page: PageRef,
+    /// The node it is on.
+    pub page_node: NodeId,
+    /// No access since then.
+    pub idle_since: Nanos,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -97,6 +97,7 @@ stats_struct! {
         pghot_ignored_same_node: Counter, Events, "tierd: observations where the accessing node is the page's node (pghot returns early).";
         pghot_ignored_unknown_node: Counter, Events, "tierd: observations naming a node the topology does not have.";
         fast_observed: Counter, Events, "tierd: observations of pages on the top tier, kept for demotion only.";
+        idle_noted: Counter, Events, "tierd: idle facts (a page not accessed since a time, from DAMON's zero-access regions) about top-tier pages, given to the demoter; slow-tier ones are ignored.";
         pgpromote_candidate: Counter, Pages, "Pages that passed the hot test and were charged to the rate limiter (pgpromote_candidate).";
         pgpromote_candidate_nrl: Counter, Pages, "Pages promoted without the hot test because the target had plenty of free space (pgpromote_candidate_nrl).";
         pgpromote_planned: Counter, Pages, "tierd: pages put in a promotion plan.";

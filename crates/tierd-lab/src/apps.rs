@@ -296,6 +296,7 @@ pub fn experiment_server(server: Server, quick: bool) -> Experiment {
         thp: Thp::Never,
         procs: 0,
         rootfs: true,
+        accesses_from_s: 0,
         app: Some(hooks(prepare, hot_pages)),
     }
 }
@@ -354,6 +355,7 @@ pub fn experiment_memcached_pm(balancing: bool) -> Experiment {
         thp: Thp::Never,
         procs: 0,
         rootfs: true,
+        accesses_from_s: 0,
         app: Some(hooks(prepare, hot_pages)),
     }
 }

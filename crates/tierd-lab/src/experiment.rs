@@ -126,6 +126,10 @@ pub struct Experiment {
     /// A real server's shell hooks ([`crate::apps`]); `None` for the project's workloads.
     #[serde(default)]
     pub app: Option<crate::apps::AppHooks>,
+    /// The second of the run at which the workload starts touching its memory (`chase
+    /// --idle-first-s`): t50/t90/t95 count from there.
+    #[serde(default)]
+    pub accesses_from_s: u32,
 }
 
 /// How often the integrity workload splits one of its THPs under `--thp always`, ms.
@@ -272,6 +276,7 @@ pub fn experiment_a(quick: bool) -> Experiment {
         thp: Thp::Never,
         procs: 0,
         rootfs: false,
+        accesses_from_s: 0,
         app: None,
     }
 }
@@ -366,6 +371,7 @@ pub fn experiment_integrity(quick: bool) -> Experiment {
         thp: Thp::Never,
         procs: 0,
         rootfs: false,
+        accesses_from_s: 0,
         app: None,
     }
 }
@@ -416,6 +422,7 @@ pub fn experiment_churn() -> Experiment {
         thp: Thp::Never,
         procs: 0,
         rootfs: false,
+        accesses_from_s: 0,
         app: None,
     }
 }
@@ -462,6 +469,7 @@ pub fn experiment_three_node() -> Experiment {
         thp: Thp::Never,
         procs: 0,
         rootfs: false,
+        accesses_from_s: 0,
         app: None,
     }
 }
@@ -505,6 +513,67 @@ pub fn experiment_flat(quick: bool) -> Experiment {
     }
 }
 
+/// tierd's idle-demotion age in the lab, ms: the guest's minute is compressed (the default
+/// operators get is off; docs/user-guide.md suggests minutes), and it must exceed twice the
+/// placement cache's period, set to 10 s here (the daemon checks it).
+pub const IDLE_LAB_AGE_MS: u64 = 30_000;
+
+/// Idle demotion: a tenant that touched most of node 0 once and went idle (in tierd's scope),
+/// and a second workload that places its buffer on node 1 and starts touching it
+/// `IDLE_WAIT_S` seconds later. With idle demotion, tierd has demoted the tenant's idle
+/// pages by then, at its idle rate limit, and the newcomer's hot set is promoted into the
+/// room; without, node 0 stays full (above its watermarks, so the kernel's reclaim never
+/// wakes) and tierd's pressure demoter knows none of the tenant's pages. The kernel's tiering
+/// (N2+) is the reference: its failed promotions wake kswapd, which demotes the tenant.
+#[must_use]
+pub fn experiment_idle(quick: bool) -> Experiment {
+    const IDLE_WAIT_S: u32 = 60;
+    let (total, hot) = (512, 128);
+    let tierd = |idle: bool| Mechanism::Tierd {
+        config: tierd_damon_config(&format!(
+            "[daemon]\nplacement_reverify_ms = 10000\n\n[engine.demotion]\nenabled = true\n{}",
+            if idle {
+                format!("idle_after_ms = {IDLE_LAB_AGE_MS}\n")
+            } else {
+                String::new()
+            }
+        )),
+    };
+    let mut runs = vec![
+        n2_plus(2),
+        ("T-noidle".to_string(), tierd(false)),
+        ("T-idle".to_string(), tierd(true)),
+    ];
+    if quick {
+        runs.retain(|(id, _)| id == "T-idle");
+    }
+    Experiment {
+        id: "idle".into(),
+        title: "Idle demotion: an idle tenant fills node 0; a workload starting later needs room"
+            .into(),
+        // The tenant joins tierd's scope (the work cgroup) and holds node 0 down to 96 MiB
+        // free: less than the newcomer's hot set, more than the watermarks. Its pages are
+        // placed with MPOL_BIND and then unbound: tierd respects a bind, as the kernel's
+        // promotion does, and would leave them (the first lab run did: policy-skipped).
+        setup: "/bin/tierd-workload hold --leave-free-mib 96 --node 0 --unbind --secs 100000 > /tmp/eater.log 2>&1 &\n\
+                PID_eater=$!\necho $PID_eater > /sys/fs/cgroup/work/cgroup.procs\n"
+            .to_string()
+            + EATER_WAIT,
+        workload: format!(
+            "chase --total-mib {total} --hot-mib {hot} --secs 100000 --node 1 --interval-ms 1000 --tick-us 1000 --idle-first-s {IDLE_WAIT_S}"
+        ),
+        duration_s: IDLE_WAIT_S + if quick { 120 } else { 90 },
+        runs,
+        until: quick.then_some(Until {
+            hot_permille: 950,
+            consecutive: 3,
+            min_s: IDLE_WAIT_S + 10,
+        }),
+        accesses_from_s: IDLE_WAIT_S,
+        ..experiment_a(quick)
+    }
+}
+
 /// Mempolicy: the workload's pages carry MPOL_PREFERRED_MANY over the fast node (with and
 /// without MPOL_F_NUMA_BALANCING) but sit on the slow node. The kernel promotes them only
 /// with the flag (6.10+, mm/mempolicy.c `mpol_misplaced()`); tierd's nodemask rule allows
@@ -544,6 +613,7 @@ pub fn experiment_mempolicy() -> Experiment {
         thp: Thp::Never,
         procs: 0,
         rootfs: false,
+        accesses_from_s: 0,
         app: None,
     }
 }

@@ -294,6 +294,7 @@ pub fn experiment(id: &str, quick: bool) -> Result<Experiment, LabError> {
         "integrity" => Ok(experiment::experiment_integrity(quick)),
         "churn" => Ok(experiment::experiment_churn()),
         "flat" => Ok(experiment::experiment_flat(quick)),
+        "idle" => Ok(experiment::experiment_idle(quick)),
         "three-node" => Ok(experiment::experiment_three_node()),
         "three-node-procs" => Ok(experiment::experiment_three_node_procs()),
         "mempolicy" => Ok(experiment::experiment_mempolicy()),
@@ -334,4 +335,5 @@ pub const EXPERIMENTS: &[&str] = &[
     "memcached-pm",
     "memcached-pm-balancing",
     "flat",
+    "idle",
 ];

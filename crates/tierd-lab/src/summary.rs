@@ -201,12 +201,14 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
     let (kv_ops_s, kv_p95_us) = crate::apps::kv_figures(d);
     let hot = &exp.parts[0];
     let on_fast = |s: &crate::run::Sample, part: &str| part_on_fast(exp, s, part);
+    // Times count from when the workload starts touching its memory.
+    let from = f64::from(exp.accesses_from_s);
     let reach = |frac: f64| {
         d.samples
             .iter()
-            .filter(|s| s.t >= 0.0)
+            .filter(|s| s.t >= from)
             .find(|s| on_fast(s, &hot.name) as f64 >= frac * hot.pages as f64)
-            .map(|s| s.t)
+            .map(|s| s.t - from)
     };
     let last = d.samples.last();
     let hot_fast = last.map_or(0, |s| on_fast(s, &hot.name));

@@ -461,3 +461,64 @@ fn flat_short_tierd_with_topology_override_places_the_hot_set() {
     );
     assert_placed_the_hot_set(t1);
 }
+
+/// Idle demotion's short run: a tenant in tierd's scope fills node 0 down to 96 MiB free
+/// and goes idle; the chase places its 128 MiB hot set on node 1 and starts touching it 60 s
+/// later. tierd (idle demotion at 30 s) must have demoted tenant pages it never saw accessed
+/// (DAMON's idle regions), and the newcomer's hot set must reach node 0: the room was made
+/// by idle demotion, not by reclaim (node 0 stays above its watermarks, kernel demotion is
+/// off in the lab's tierd rows).
+#[test]
+fn idle_short_tierd_demotes_the_idle_tenant_and_the_newcomer_finds_room() {
+    let _one = GUEST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(env) = env_or_skip("idle_short") else {
+        return;
+    };
+    let exp = experiment("idle", true).expect("experiment idle");
+    let res = run_experiment(&env, &exp, &[], &mut |_| {}).expect("lab run");
+    println!("{}", res.host.line());
+    println!("{}", summary::table(&res.experiment, &res.rows));
+    let row = res
+        .rows
+        .iter()
+        .find(|r| r.id == "T-idle")
+        .expect("tierd row");
+    let d = &res
+        .runs
+        .iter()
+        .find(|(id, _)| id == "T-idle")
+        .expect("T-idle run")
+        .1;
+    for n in d.notes.iter().filter(|n| n.starts_with("UNTIL")) {
+        println!("{n}");
+    }
+    assert!(row.error.is_none(), "the run failed: {:?}", row.error);
+    let stat = |k: &str| {
+        d.tierd_status
+            .as_ref()
+            .and_then(|s| s.get("engine"))
+            .and_then(|e| e.get(k))
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0)
+    };
+    println!(
+        "idle_noted {} pgdemote_idle {} pgdemote_success {} pingpong_promoted {}",
+        stat("idle_noted"),
+        stat("pgdemote_idle"),
+        stat("pgdemote_success"),
+        stat("pingpong_promoted")
+    );
+    // At least the room the hot set needed beyond the 96 MiB left free (128 MiB of pages).
+    assert!(
+        stat("idle_noted") > 0,
+        "DAMON's idle regions reached the engine"
+    );
+    assert!(
+        stat("pgdemote_idle") >= 32 * 256,
+        "idle demotion made room: {} pages",
+        stat("pgdemote_idle")
+    );
+    assert_placed_the_hot_set(row);
+}

@@ -360,6 +360,53 @@ fn configures_vaddr_and_reports_regions_per_target() {
     );
 }
 
+/// With `report_idle`, a second `stat` scheme per target (`nr_accesses` 0..0, the same target
+/// filter) reports the regions with no access, read back with the accessed ones; their age
+/// becomes the idle start.
+#[test]
+fn idle_regions_come_from_a_second_scheme_per_target() {
+    let (t, k) = setup();
+    let a = admin(&t);
+    let cfg = DamonConfig {
+        report_idle: true,
+        ..DamonConfig::default()
+    };
+    let mut m = DamonMonitor::new(&k, &t.path().join("sys"), cfg).unwrap();
+    m.set_targets(&[100, 200]).unwrap();
+    let ctx = a.join("kdamonds/0/contexts/0");
+    assert_eq!(rd(&ctx.join("schemes/nr_schemes")), "4");
+    assert_eq!(
+        rd(&ctx.join("schemes/2/access_pattern/nr_accesses/max")),
+        "0"
+    );
+    assert_eq!(rd(&ctx.join("schemes/3/filters/0/damon_target_idx")), "1");
+    assert_eq!(rd(&ctx.join("schemes/3/filters/0/matching")), "N");
+    let (regions, _) = m.collect(Nanos::from_secs(60)).unwrap();
+    let got: Vec<(u32, u64, u64)> = regions
+        .iter()
+        .map(|r| (r.pid, r.start, r.nr_accesses))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(100, 0x1000, 7), (100, 0x5000, 0), (200, 0x1000, 2)]
+    );
+    let mut idle = Vec::new();
+    tierd_linux::source::damon::idle_ranges(
+        &regions,
+        100_000,
+        Nanos::from_secs(1),
+        Nanos::from_secs(60),
+        &mut idle,
+    );
+    // Region (0x5000, 0x9000) of pid 100, age 40 x 100 ms: idle since 56 s.
+    assert_eq!(idle.len(), 1);
+    assert_eq!(
+        (idle[0].pid, idle[0].start.0, idle[0].nr_pages),
+        (100, 5, 4)
+    );
+    assert_eq!(idle[0].since, Nanos::from_secs(56));
+}
+
 #[test]
 fn target_change_commits_and_drop_cleans_up() {
     let (t, k) = setup();

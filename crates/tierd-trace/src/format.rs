@@ -25,13 +25,13 @@ use serde::{Deserialize, Serialize};
 use tierd_engine::plan::{MigrationBatch, MigrationReport, SystemUsage};
 use tierd_engine::topology::{NodeSpec, Topology, TopologyError};
 use tierd_engine::types::Nanos;
-use tierd_engine::{EngineConfig, Observation, OwnerUpdate};
+use tierd_engine::{EngineConfig, IdleObservation, Observation, OwnerUpdate};
 
 /// The first bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"TIERDTRC";
-/// The format version this crate writes. Version 2 added [`Record::Config`]; a version 1
-/// file has none and reads the same.
-pub const VERSION: u16 = 2;
+/// The format version this crate writes. Version 2 added [`Record::Config`], version 3
+/// [`Record::Idle`]; an older file has none of them and reads the same.
+pub const VERSION: u16 = 3;
 /// The oldest format version this crate reads.
 pub const MIN_VERSION: u16 = 1;
 /// Bytes before the header: magic, version, header length.
@@ -114,6 +114,9 @@ pub enum Record {
     /// The engine was reconfigured before the next pass (SIGHUP reload): the new
     /// [`EngineConfig`] as JSON, as in the header (version 2).
     Config(String),
+    /// What `drain_idle` returned, between `Observations` and `Usage`; written only when
+    /// there were idle facts (version 3).
+    Idle(Vec<IdleObservation>),
 }
 
 /// Why a trace could not be read. Each names the byte offset in the file.
@@ -415,6 +418,11 @@ mod tests {
                 }],
             }),
             Record::Config("{}".to_string()),
+            Record::Idle(vec![IdleObservation {
+                page,
+                page_node: NodeId(0),
+                idle_since: Nanos(50),
+            }]),
         ]
     }
 
@@ -444,8 +452,9 @@ mod tests {
         assert_eq!(hex, PINNED, "record layout changed: bump format::VERSION");
     }
 
-    // Version 2 appended the last record (Config, "{}"); the bytes before it are version 1's.
-    const PINNED: &str = "02000000006413000000010400070702010701001003030102070003080e000000020107fb3412000001010001630108000000030100fb001000000d00000004010000020107fb34120000010e000000050100000107fb341200000100000400000006027b7d";
+    // Version 2 appended Config ("{}"), version 3 Idle (the last); the bytes before them are
+    // version 1's.
+    const PINNED: &str = "02000000006413000000010400070702010701001003030102070003080e000000020107fb3412000001010001630108000000030100fb001000000d00000004010000020107fb34120000010e000000050100000107fb341200000100000400000006027b7d0a000000070107fb341200000032";
 
     #[test]
     fn bad_input_gives_errors_that_name_the_place() {
@@ -463,7 +472,7 @@ mod tests {
         v[8] = 9;
         assert_eq!(
             decode(&v).unwrap_err().to_string(),
-            "trace format version 9, this tierd reads versions 1 to 2"
+            "trace format version 9, this tierd reads versions 1 to 3"
         );
         let mut long = encode_header(&h);
         long.extend_from_slice(&u32::MAX.to_le_bytes());

@@ -10,7 +10,7 @@
 
 use tierd_engine::plan::{MigrationBatch, MigrationReport, SystemUsage};
 use tierd_engine::types::Nanos;
-use tierd_engine::{Backend, Observation, OwnerUpdate};
+use tierd_engine::{Backend, IdleObservation, Observation, OwnerUpdate};
 
 use crate::format::{encode_record, Record};
 
@@ -40,6 +40,21 @@ impl<B: Backend> Backend for Recorder<'_, B> {
         let start = out.len();
         self.inner.drain_observations(now, out)?;
         encode_record(&Record::Observations(out[start..].to_vec()), self.out);
+        Ok(())
+    }
+
+    fn drain_idle(
+        &mut self,
+        now: Nanos,
+        out: &mut Vec<IdleObservation>,
+    ) -> Result<(), Self::Error> {
+        let start = out.len();
+        self.inner.drain_idle(now, out)?;
+        // Most passes (and every run with idle demotion off) have none: no record, so such a
+        // trace is byte for byte what version 2 wrote.
+        if out.len() > start {
+            encode_record(&Record::Idle(out[start..].to_vec()), self.out);
+        }
         Ok(())
     }
 

@@ -25,7 +25,9 @@ use tierd_engine::plan::{
     MigrationBatch, MigrationKind, MigrationReport, MoveOutcome, PlannedMove, SystemUsage,
 };
 use tierd_engine::types::{Bytes, CgroupId, Nanos, NodeId, PageKey};
-use tierd_engine::{Backend, Engine, EngineConfig, Observation, OwnerUpdate, StepBuffers};
+use tierd_engine::{
+    Backend, Engine, EngineConfig, IdleObservation, Observation, OwnerUpdate, StepBuffers,
+};
 
 use crate::format::{Header, Record, TraceError};
 
@@ -38,6 +40,8 @@ pub struct Pass {
     pub owners: Option<Vec<OwnerUpdate>>,
     /// The observations, if the call returned.
     pub observations: Option<Vec<Observation>>,
+    /// The idle facts (empty: none were recorded).
+    pub idle: Vec<IdleObservation>,
     /// The usage, if the call returned.
     pub usage: Option<SystemUsage>,
     /// The batches asked for and their reports (none where the call failed).
@@ -80,6 +84,11 @@ pub fn passes(records: impl IntoIterator<Item = Record>) -> Result<Vec<Pass>, Re
             Record::Owners(u) if p.owners.is_none() => p.owners = Some(u),
             Record::Observations(o) if p.owners.is_some() && p.observations.is_none() => {
                 p.observations = Some(o);
+            }
+            Record::Idle(f)
+                if p.observations.is_some() && p.usage.is_none() && p.idle.is_empty() =>
+            {
+                p.idle = f;
             }
             Record::Usage(u) if p.observations.is_some() && p.usage.is_none() => {
                 p.usage = Some(u);
@@ -337,6 +346,28 @@ impl Backend for ReplayBackend {
                     o.page_node = n;
                 } else if let Some(&n) = self.recorded_from.get(&key) {
                     o.page_node = n;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn drain_idle(
+        &mut self,
+        _now: Nanos,
+        out: &mut Vec<IdleObservation>,
+    ) -> Result<(), RecordedFailure> {
+        let start = out.len();
+        out.extend_from_slice(&self.pass.idle);
+        if self.modelled {
+            for f in &mut out[start..] {
+                let key = f.page.key();
+                if let Some(&n) = self
+                    .placed
+                    .get(&key)
+                    .or_else(|| self.recorded_from.get(&key))
+                {
+                    f.page_node = n;
                 }
             }
         }

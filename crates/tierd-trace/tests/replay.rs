@@ -247,3 +247,123 @@ fn a_recorded_reconfiguration_is_replayed_where_it_happened() {
         r.verdict()
     );
 }
+
+/// The synthetic machine with an idle source: a parked process (space 99, 2000 pages)
+/// whose pages sit on the fast node untouched since before the run, which no access source
+/// ever reports; every pass its pages still there are reported idle since 0 (as DAMON's
+/// zero-access regions would, located).
+struct WithIdle {
+    inner: SynthBackend,
+    parked: std::collections::BTreeSet<u64>,
+}
+
+impl Backend for WithIdle {
+    type Error = tierd_trace::synth::Never;
+    fn drain_observations(
+        &mut self,
+        now: tierd_engine::types::Nanos,
+        out: &mut Vec<tierd_engine::Observation>,
+    ) -> Result<(), Self::Error> {
+        self.inner.drain_observations(now, out)
+    }
+    fn drain_idle(
+        &mut self,
+        _now: tierd_engine::types::Nanos,
+        out: &mut Vec<tierd_engine::IdleObservation>,
+    ) -> Result<(), Self::Error> {
+        use tierd_engine::types::{Nanos, NodeId, PageRef, SpaceId, Vpn};
+        out.extend(self.parked.iter().map(|&v| tierd_engine::IdleObservation {
+            page: PageRef::base(SpaceId(99), Vpn(v)),
+            page_node: NodeId(0),
+            idle_since: Nanos(0),
+        }));
+        Ok(())
+    }
+    fn drain_owner_updates(
+        &mut self,
+        out: &mut Vec<tierd_engine::OwnerUpdate>,
+    ) -> Result<(), Self::Error> {
+        self.inner.drain_owner_updates(out)
+    }
+    fn usage(
+        &mut self,
+        now: tierd_engine::types::Nanos,
+    ) -> Result<tierd_engine::plan::SystemUsage, Self::Error> {
+        self.inner.usage(now)
+    }
+    fn migrate(
+        &mut self,
+        now: tierd_engine::types::Nanos,
+        batch: &tierd_engine::plan::MigrationBatch,
+    ) -> Result<tierd_engine::plan::MigrationReport, Self::Error> {
+        let r = self.inner.migrate(now, batch)?;
+        for p in &r.results {
+            if p.page.space.0 == 99
+                && matches!(p.outcome, tierd_engine::plan::MoveOutcome::Moved(_))
+            {
+                self.parked.remove(&p.page.vpn.0);
+            }
+        }
+        Ok(r)
+    }
+}
+
+/// Idle facts are recorded (`Record::Idle`) and replayed: with idle demotion on, a run whose
+/// backend reports idle pages no access source saw replays to the recorded decisions, idle
+/// demotions included; without the records the replay's demoter does not know those pages
+/// and diverges.
+#[test]
+fn recorded_idle_facts_replay_to_the_recorded_idle_demotions() {
+    use tierd_engine::types::Nanos;
+    let d = tempfile::tempdir().unwrap();
+    let mut b = WithIdle {
+        inner: SynthBackend::new(3, 4096, 8192),
+        parked: (0..2000).collect(),
+    };
+    let config = EngineConfig {
+        demotion: tierd_engine::config::DemotionConfig {
+            idle_after_ms: 5_000,
+            ..tierd_engine::config::DemotionConfig::default()
+        },
+        ..EngineConfig::default()
+    };
+    let topo = tierd_engine::topology::dram_cxl(b.inner.capacity[0], b.inner.capacity[1]).unwrap();
+    let header = tierd_trace::format::Header::new(config.clone(), &topo, b.join_pages(), 0);
+    let mut engine = tierd_engine::Engine::new(config, topo).unwrap();
+    let mut w =
+        tierd_trace::files::TraceWriter::create(d.path(), header, Limits::default()).unwrap();
+    let (mut bufs, mut buf) = (tierd_engine::StepBuffers::default(), Vec::new());
+    for t in (0..=40_000).step_by(100) {
+        buf.clear();
+        let now = Nanos::from_millis(t);
+        let mut rec = tierd_trace::record::Recorder::pass(&mut b, &mut buf, now);
+        let Ok(_) = tierd_engine::step(&mut engine, &mut rec, now, &mut bufs);
+        w.append(&buf).unwrap();
+    }
+    let idle_demoted = engine.stats().engine.pgdemote_idle;
+    assert!(
+        idle_demoted > 1000,
+        "the run must idle-demote: {idle_demoted}"
+    );
+    assert!(
+        b.parked.len() < 1000,
+        "{} parked pages left",
+        b.parked.len()
+    );
+    let t = read(d.path()).unwrap();
+    assert!(t.records.iter().any(|r| matches!(r, Record::Idle(_))));
+    let cfg = t.header.config.clone();
+    let r = replay(&t.header, passes(t.records.clone()).unwrap(), cfg.clone()).unwrap();
+    assert!(r.identical(), "{}", r.verdict());
+    let without: Vec<Record> = t
+        .records
+        .into_iter()
+        .filter(|r| !matches!(r, Record::Idle(_)))
+        .collect();
+    let r = replay(&t.header, passes(without).unwrap(), cfg).unwrap();
+    assert!(
+        !r.identical(),
+        "idle facts changed decisions: {}",
+        r.verdict()
+    );
+}

@@ -150,6 +150,11 @@ enum Cmd {
         /// (internal) This process is number i of --procs, started by the first.
         #[arg(long, hide = true)]
         proc_index: Option<usize>,
+        /// Place the buffer and print the ready line, then leave it untouched this many
+        /// seconds before chasing (a workload that starts later than the machine's other
+        /// tenants: the idle-demotion experiment). --secs counts from the start of the chase.
+        #[arg(long, default_value_t = 0.0)]
+        idle_first_s: f64,
     },
     /// Allocate, touch and hold memory.
     Hold {
@@ -169,6 +174,11 @@ enum Cmd {
         /// Seconds to hold it.
         #[arg(long)]
         secs: f64,
+        /// Once placed, reset the memory's policy to MPOL_DEFAULT, so that a tiering tool
+        /// (which respects MPOL_BIND, as the kernel's promotion does) may move it: a tenant
+        /// that filled a node and went idle.
+        #[arg(long)]
+        unbind: bool,
     },
     /// Place memory on one node and time moving it to another with move_pages(2).
     Move {
@@ -294,6 +304,7 @@ fn main() -> Result<()> {
             thp,
             procs,
             proc_index,
+            idle_first_s,
         } => run_chase(&ChaseArgs {
             total_mib,
             hot_mib,
@@ -310,13 +321,17 @@ fn main() -> Result<()> {
             procs,
             proc_index,
             parent: std::os::unix::process::parent_id(),
+            idle_first: Duration::try_from_secs_f64(idle_first_s).map_err(|_| {
+                anyhow::anyhow!("--idle-first-s {idle_first_s}: not a number of seconds >= 0")
+            })?,
         }),
         Cmd::Hold {
             mib,
             leave_free_mib,
             node,
             secs,
-        } => run_hold(mib, leave_free_mib, node, secs),
+            unbind,
+        } => run_hold(mib, leave_free_mib, node, secs, unbind),
         Cmd::Move {
             mib,
             from,
@@ -372,6 +387,8 @@ struct ChaseArgs {
     /// The parent's pid when this process started: a started process stops when its parent
     /// is gone (SIGKILLed), as the ticker does.
     parent: u32,
+    /// How long the placed buffer stays untouched before the chase (`--idle-first-s`).
+    idle_first: Duration,
 }
 
 impl ChaseArgs {
@@ -667,6 +684,8 @@ fn proc_args(a: &ChaseArgs, i: usize, cpu: Option<u32>) -> Vec<String> {
         &a.procs.to_string(),
         "--proc-index",
         &i.to_string(),
+        "--idle-first-s",
+        &a.idle_first.as_secs_f64().to_string(),
     ]
     .iter()
     .map(|s| (*s).to_string())
@@ -835,6 +854,13 @@ fn chase_threads(
             emit(&line)?;
         }
     }
+    // A later start: the buffer is placed (and reported) now, touched only after the wait.
+    let idle_until = Instant::now() + a.idle_first;
+    while Instant::now() < idle_until && !terminated() {
+        std::thread::sleep(
+            Duration::from_millis(100).min(idle_until.saturating_duration_since(Instant::now())),
+        );
+    }
     let words = m.as_u64_slice();
     let stop = AtomicBool::new(false);
     let counters: Vec<AtomicU64> = slices.iter().map(|_| AtomicU64::new(0)).collect();
@@ -985,13 +1011,24 @@ fn fill_node(node: i32, leave_mib: u64) -> Result<Vec<AnonMapping>> {
     }
 }
 
-fn run_hold(mib: Option<usize>, leave_free_mib: Option<u64>, node: i32, secs: f64) -> Result<()> {
+fn run_hold(
+    mib: Option<usize>,
+    leave_free_mib: Option<u64>,
+    node: i32,
+    secs: f64,
+    unbind: bool,
+) -> Result<()> {
     ensure!(secs.is_finite() && secs >= 0.0, "--secs must be >= 0");
     let maps = match (mib, leave_free_mib) {
         (Some(mib), None) => vec![place(mib, node)?],
         (None, Some(leave)) => fill_node(node, leave)?,
         _ => bail!("give exactly one of --mib and --leave-free-mib"),
     };
+    if unbind {
+        for m in &maps {
+            reset_policy(m)?;
+        }
+    }
     let addrs: Vec<usize> = maps.iter().flat_map(AnonMapping::page_addrs).collect();
     let held: usize = maps.iter().map(AnonMapping::len).sum();
     let mut mover = Mover::default();

@@ -584,3 +584,41 @@ fn chase_thp_follow_keeps_the_hot_part_apart_without_opting_out_of_thp() {
         assert!(!flags.iter().any(|f| f == not), "--thp {thp}: {flags:?}");
     }
 }
+
+/// `hold --unbind`: the memory is placed on the node (MPOL_BIND while it is touched), then its
+/// policy is reset to MPOL_DEFAULT, as `numa_maps` shows; without it the bind stays.
+#[test]
+fn hold_unbind_leaves_the_memory_on_the_node_with_the_default_policy() {
+    let policies = |unbind: bool| -> Vec<String> {
+        let mut args = vec!["hold", "--mib", "4", "--node", "0", "--secs", "5"];
+        if unbind {
+            args.push("--unbind");
+        }
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tierd-workload"))
+            .args(&args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut first)
+            .expect("ready line");
+        let maps =
+            std::fs::read_to_string(format!("/proc/{}/numa_maps", child.id())).expect("numa_maps");
+        child.kill().ok();
+        child.wait().ok();
+        let HoldLine::Ready {
+            addr, placement, ..
+        } = HoldLine::parse(first.trim_end()).expect("ready")
+        else {
+            panic!("{first}")
+        };
+        assert_eq!(placement, all_on_node0(4 * 256));
+        maps.lines()
+            .filter(|l| l.starts_with(&format!("{addr:x} ")))
+            .map(|l| l.split_whitespace().nth(1).unwrap_or("").to_string())
+            .collect()
+    };
+    assert_eq!(policies(false), ["bind:0"]);
+    assert_eq!(policies(true), ["default"]);
+}

@@ -239,6 +239,11 @@ pub struct DamonConfig {
     pub min_nr_accesses: u64,
     /// Take over kdamonds that are configured but all off (e.g. left by a crashed tierd).
     pub take_over_idle: bool,
+    /// Also report each target's regions with no access (`nr_accesses` 0) and their age: a
+    /// second `stat` scheme per target (`nr_accesses` 0..0), whose regions are what DAMOS
+    /// `migrate_cold` would act on; [`idle_ranges`] turns them into idle facts. For idle
+    /// demotion (`engine.demotion.idle_after_ms`).
+    pub report_idle: bool,
     /// Tune the intervals toward this goal; `None` keeps them fixed.
     pub intervals_goal: Option<IntervalsGoal>,
 }
@@ -329,6 +334,7 @@ impl Default for DamonConfig {
             max_regions: 1_000,
             min_nr_accesses: 1,
             take_over_idle: false,
+            report_idle: false,
             intervals_goal: None,
         }
     }
@@ -891,9 +897,20 @@ impl<F: DamonFs> DamonMonitor<F> {
                 &pid.to_string(),
             )?;
         }
-        write(&self.fs, &ctx.join("schemes/nr_schemes"), &n)?;
+        // Scheme i reports target i's accessed regions; with `report_idle`, scheme n + i its
+        // regions with no access.
+        let schemes = if self.config.report_idle { 2 } else { 1 } * pids.len();
+        write(
+            &self.fs,
+            &ctx.join("schemes/nr_schemes"),
+            &schemes.to_string(),
+        )?;
         for i in 0..pids.len() {
-            self.write_scheme(&ctx.join(format!("schemes/{i}")), i)?;
+            self.write_scheme(&ctx.join(format!("schemes/{i}")), i, false)?;
+            if self.config.report_idle {
+                let s = ctx.join(format!("schemes/{}", pids.len() + i));
+                self.write_scheme(&s, i, true)?;
+            }
         }
         self.pids = pids.to_vec();
         if self.on {
@@ -961,19 +978,28 @@ impl<F: DamonFs> DamonMonitor<F> {
         })
     }
 
-    fn write_scheme(&self, s: &Path, target_idx: usize) -> Result<(), DamonError> {
+    /// A `stat` scheme over target `target_idx`'s regions: those with at least
+    /// `min_nr_accesses`, or (`idle`) those with none.
+    fn write_scheme(&self, s: &Path, target_idx: usize, idle: bool) -> Result<(), DamonError> {
         let fs = &self.fs;
         write(fs, &s.join("action"), "stat")?;
         let ap = s.join("access_pattern");
         let max = u64::MAX.to_string();
         write(fs, &ap.join("sz/min"), "0")?;
         write(fs, &ap.join("sz/max"), &max)?;
-        write(fs, &ap.join("nr_accesses/max"), &max)?;
-        write(
-            fs,
-            &ap.join("nr_accesses/min"),
-            &self.config.min_nr_accesses.to_string(),
-        )?;
+        // min before max for the idle one: the kernel does not check the order, but a
+        // range that is momentarily empty would be confusing in a dump.
+        if idle {
+            write(fs, &ap.join("nr_accesses/min"), "0")?;
+            write(fs, &ap.join("nr_accesses/max"), "0")?;
+        } else {
+            write(fs, &ap.join("nr_accesses/max"), &max)?;
+            write(
+                fs,
+                &ap.join("nr_accesses/min"),
+                &self.config.min_nr_accesses.to_string(),
+            )?;
+        }
         write(fs, &ap.join("age/min"), "0")?;
         write(fs, &ap.join("age/max"), &max)?;
         let f = s.join("filters");
@@ -1029,9 +1055,14 @@ impl<F: DamonFs> DamonMonitor<F> {
         }
         write(&self.fs, &kd.join("state"), "update_schemes_tried_regions")?;
         let mut regions = Vec::new();
+        let n = self.pids.len();
         for (i, &pid) in self.pids.iter().enumerate() {
             let dir = self.ctx().join(format!("schemes/{i}/tried_regions"));
             regions.extend(read_tried_regions(&self.fs, &dir, pid, now)?);
+            if self.config.report_idle {
+                let dir = self.ctx().join(format!("schemes/{}/tried_regions", n + i));
+                regions.extend(read_tried_regions(&self.fs, &dir, pid, now)?);
+            }
         }
         stats.regions = regions.len() as u64;
         Ok((regions, stats))
@@ -1078,6 +1109,7 @@ impl<F: DamonFs> DamonMonitor<F> {
         }
         self.trace_last = Some(now);
         let min = self.config.min_nr_accesses;
+        let idle = self.config.report_idle;
         let mut regions = Vec::new();
         for (idx, evs) in aggs {
             // A target index past the pid list cannot happen after a discard; skip it.
@@ -1086,7 +1118,7 @@ impl<F: DamonFs> DamonMonitor<F> {
             };
             regions.extend(
                 evs.iter()
-                    .filter(|e| u64::from(e.nr_accesses) >= min)
+                    .filter(|e| u64::from(e.nr_accesses) >= min || (idle && e.nr_accesses == 0))
                     .map(|e| DamonRegion {
                         pid,
                         start: e.start,
@@ -1132,6 +1164,42 @@ impl<F: DamonFs> Drop for DamonMonitor<F> {
         // Errors here cannot be reported; `stop` is the checked path.
         let _ = self.stop();
     }
+}
+
+/// Turns one aggregation's regions with no access into idle ranges: every region with
+/// `nr_accesses` 0 whose age (aggregation intervals, `aggr_us` each; DAMON rescales ages when
+/// the intervals change, mm/damon/core.c `damon_update_monitoring_result()`) is at least
+/// `min_idle`, idle since `now` less that age; oldest first, then by pid and address, so a
+/// caller with a page budget takes the longest idle first. Boundaries are rounded in to
+/// pages: a page only partly in an idle region is not called idle.
+pub fn idle_ranges(
+    regions: &[DamonRegion],
+    aggr_us: u64,
+    min_idle: Nanos,
+    now: Nanos,
+    out: &mut Vec<super::IdleRange>,
+) {
+    let mut q: Vec<(Nanos, &DamonRegion)> = regions
+        .iter()
+        .filter(|r| r.nr_accesses == 0 && r.end > r.start)
+        .map(|r| (Nanos(r.age.saturating_mul(aggr_us).saturating_mul(1000)), r))
+        .filter(|(age, _)| *age >= min_idle)
+        .collect();
+    q.sort_by(|a, b| {
+        b.0.cmp(&a.0)
+            .then(a.1.pid.cmp(&b.1.pid))
+            .then(a.1.start.cmp(&b.1.start))
+    });
+    out.extend(q.into_iter().filter_map(|(age, r)| {
+        let start = r.start.div_ceil(1 << PAGE_SHIFT);
+        let end = r.end >> PAGE_SHIFT;
+        (end > start).then(|| super::IdleRange {
+            pid: r.pid,
+            start: Vpn(start),
+            nr_pages: end - start,
+            since: now.saturating_sub(age),
+        })
+    }));
 }
 
 /// Turns one aggregation's regions into accessed ranges for [`super::locate`]: every region
@@ -1204,6 +1272,30 @@ mod tests {
         assert!(out.iter().all(|x| x.time == Nanos(5)
             && x.pfn.is_none()
             && x.kind == SourceKind::AccessedBitScan));
+    }
+
+    #[test]
+    fn idle_regions_become_inner_page_ranges_oldest_first() {
+        let r = [
+            region(1, 0, 0x4000, 0, 50),       // 5 s idle at 100 ms
+            region(2, 0x1800, 0x5800, 0, 300), // 30 s, unaligned: pages 2..5
+            region(3, 0, 0x8000, 1, 900),      // accessed: not idle
+            region(4, 0, 0x1000, 0, 10),       // 1 s: younger than the minimum
+            region(5, 0x1800, 0x2000, 0, 400), // no whole page inside
+        ];
+        let mut out = Vec::new();
+        idle_ranges(
+            &r,
+            100_000,
+            Nanos::from_secs(2),
+            Nanos::from_secs(100),
+            &mut out,
+        );
+        let got: Vec<(u32, u64, u64, u64)> = out
+            .iter()
+            .map(|x| (x.pid, x.start.0, x.nr_pages, x.since.0 / 1_000_000_000))
+            .collect();
+        assert_eq!(got, vec![(2, 2, 3, 70), (1, 0, 4, 95)]);
     }
 
     #[test]

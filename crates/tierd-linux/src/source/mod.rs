@@ -169,6 +169,22 @@ pub struct AccessedRange {
     pub pfn: Option<Pfn>,
 }
 
+/// An idle fact in the sources' own terms: `nr_pages` base pages from `start` of `pid` were
+/// not seen accessed since `since` (a DAMON region with `nr_accesses` 0 for its age). The
+/// daemon locates their pages and gives the engine the fast-tier ones
+/// ([`tierd_engine::IdleObservation`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdleRange {
+    /// The process.
+    pub pid: u32,
+    /// First page.
+    pub start: Vpn,
+    /// Number of base pages.
+    pub nr_pages: u64,
+    /// No access seen since then.
+    pub since: Nanos,
+}
+
 /// Why a running source failed. Each variant keeps the source's own error as its cause, so
 /// that the chain (which file, which errno) reaches the log intact.
 #[derive(Debug, thiserror::Error)]
@@ -234,6 +250,9 @@ pub trait Feed: Send {
     /// Appends what the source survived since the last call, by reason (e.g.
     /// `damon_kdamond_stopped`), for the daemon's fault counters.
     fn drain_events(&mut self, _out: &mut Vec<&'static str>) {}
+    /// Appends the idle ranges of the source's last read (none for sources that only see
+    /// accesses), replacing nothing: the caller keeps the latest picture.
+    fn drain_idle(&mut self, _out: &mut Vec<IdleRange>) {}
     /// Stops the source and gives back what it borrowed from the kernel.
     fn stop(&mut self);
 }
