@@ -254,6 +254,19 @@ pub struct RunData {
     pub procs: Vec<ProcInfo>,
 }
 
+impl RunData {
+    /// One of the engine's counters in tierd's final `/status` (`pgdemote_idle`, ...), when
+    /// tierd ran and reported it.
+    #[must_use]
+    pub fn tierd_engine_stat(&self, key: &str) -> Option<u64> {
+        self.tierd_status
+            .as_ref()
+            .and_then(|s| s.get("engine"))
+            .and_then(|e| e.get(key))
+            .and_then(serde_json::Value::as_u64)
+    }
+}
+
 fn kv(rest: &str) -> impl Iterator<Item = (&str, &str)> {
     rest.split_whitespace().filter_map(|w| w.split_once('='))
 }

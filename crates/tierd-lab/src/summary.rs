@@ -283,13 +283,7 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
         .iter()
         .any(|l| l.split_whitespace().nth(1) == Some("done"));
     let wrong_node_pct = wrong_node(exp, d);
-    let tierd_stat = |k: &str| {
-        d.tierd_status
-            .as_ref()
-            .and_then(|s| s.get("engine"))
-            .and_then(|e| e.get(k))
-            .and_then(serde_json::Value::as_u64)
-    };
+    let tierd_stat = |k: &str| d.tierd_engine_stat(k);
     let samples_us: Vec<u64> = d
         .notes
         .iter()

@@ -495,14 +495,7 @@ fn idle_short_tierd_demotes_the_idle_tenant_and_the_newcomer_finds_room() {
         println!("{n}");
     }
     assert!(row.error.is_none(), "the run failed: {:?}", row.error);
-    let stat = |k: &str| {
-        d.tierd_status
-            .as_ref()
-            .and_then(|s| s.get("engine"))
-            .and_then(|e| e.get(k))
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or(0)
-    };
+    let stat = |k: &str| d.tierd_engine_stat(k).unwrap_or(0);
     println!(
         "idle_noted {} pgdemote_idle {} pgdemote_success {} pingpong_promoted {}",
         stat("idle_noted"),

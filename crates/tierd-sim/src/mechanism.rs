@@ -1070,56 +1070,39 @@ mod tests {
         let load = Load::compute(&[], &m, &LatencyTable::default(), &[]);
         let mut rng = SimRng::seed_from_u64(1);
         let mut acct = Accounting::default();
-        let mut awake_after_first = None;
-        let mut balanced_at = None;
-        for step in 0..60u64 {
+        // Step `step` of 10 ms: kswapd woken in step 0, only [`kswapd`] after; its goal then.
+        let mut run_step = |m: &mut Memory, acct: &mut Accounting, step: u64| {
             let now = step * 10_000_000;
             let mut ctx = Ctx {
                 now,
                 dt: 10_000_000,
-                mem: &mut m,
+                mem: m,
                 load: &load,
                 procs: &[],
                 rng: &mut rng,
-                acct: &mut acct,
+                acct,
                 kernel: &knobs,
                 memcg: &NO_MEMCGS,
             };
             if step == 0 {
                 kswapd_demote(&mut ctx, FAST, goal);
-                awake_after_first = Some(ctx.mem.lru.hand(FAST, now).kswapd_goal);
             } else {
                 // Free memory is above the low watermark: only an awake kswapd scans.
                 kswapd(&mut ctx);
             }
-            if balanced_at.is_none() && ctx.mem.lru.hand(FAST, now).kswapd_goal.is_none() {
-                balanced_at = Some(step);
-            }
-        }
-        assert_eq!(
-            awake_after_first,
-            Some(Some(goal)),
-            "one step is not enough"
-        );
+            ctx.mem.lru.hand(FAST, now).kswapd_goal
+        };
+        let awake_after_first = run_step(&mut m, &mut acct, 0);
+        let balanced_at = (1..60u64).find(|&step| run_step(&mut m, &mut acct, step).is_none());
+        assert_eq!(awake_after_first, Some(goal), "one step is not enough");
         let step = balanced_at.expect("kswapd balanced the node and slept");
         assert!(step >= 2, "it went on over later steps: {step}");
         assert!(m.free(FAST).0 >= goal.0);
         assert_eq!(on_fast(&m, 0), 8_000, "the swept tenant keeps its pages");
         assert!(acct.get("pgdemote_kswapd") >= 2_600);
-        // Balanced, it sleeps: later steps scan nothing.
+        // Balanced, it sleeps: a later step scans nothing.
         let scanned = acct.get("pgscan_kswapd");
-        let mut ctx = Ctx {
-            now: 61 * 10_000_000,
-            dt: 10_000_000,
-            mem: &mut m,
-            load: &load,
-            procs: &[],
-            rng: &mut rng,
-            acct: &mut acct,
-            kernel: &knobs,
-            memcg: &NO_MEMCGS,
-        };
-        kswapd(&mut ctx);
+        assert_eq!(run_step(&mut m, &mut acct, 61), None);
         assert_eq!(acct.get("pgscan_kswapd"), scanned);
     }
 

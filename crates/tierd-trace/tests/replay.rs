@@ -192,37 +192,53 @@ fn backend_failures_replay_as_they_happened() {
     assert!(r.recorded > 50);
 }
 
+/// Runs an engine built from `config` on `b` (a machine of `capacity`) for 40 s of passes
+/// 100 ms apart, recording into `dir`; `before(t_ms, engine, writer)` runs before each pass
+/// (a reload). Returns the engine.
+fn record_40s<B: Backend<Error = tierd_trace::synth::Never>>(
+    b: &mut B,
+    capacity: [tierd_engine::types::Bytes; 2],
+    config: EngineConfig,
+    dir: &std::path::Path,
+    mut before: impl FnMut(u64, &mut tierd_engine::Engine, &mut tierd_trace::files::TraceWriter),
+) -> tierd_engine::Engine {
+    use tierd_engine::types::Nanos;
+    let topo = tierd_engine::topology::dram_cxl(capacity[0], capacity[1]).unwrap();
+    let header = tierd_trace::format::Header::new(config.clone(), &topo, b.join_pages(), 0);
+    let mut engine = tierd_engine::Engine::new(config, topo).unwrap();
+    let mut w = tierd_trace::files::TraceWriter::create(dir, header, Limits::default()).unwrap();
+    let (mut bufs, mut buf) = (tierd_engine::StepBuffers::default(), Vec::new());
+    for t in (0..=40_000).step_by(100) {
+        before(t, &mut engine, &mut w);
+        buf.clear();
+        let now = Nanos::from_millis(t);
+        let mut rec = tierd_trace::record::Recorder::pass(b, &mut buf, now);
+        let Ok(_) = tierd_engine::step(&mut engine, &mut rec, now, &mut bufs);
+        w.append(&buf).unwrap();
+    }
+    engine
+}
+
 /// A run reconfigured mid-way (a SIGHUP reload: the rate limit cut to 1 MB/s at 20 s) is
 /// recorded with a `Config` record; replayed with the recorded configuration, the engine is
 /// reconfigured at the same point and every decision is the recorded one. Without the record
 /// the replay diverges after it, which is what the record is for.
 #[test]
 fn a_recorded_reconfiguration_is_replayed_where_it_happened() {
-    use tierd_engine::types::Nanos;
     let d = tempfile::tempdir().unwrap();
     let mut b = SynthBackend::new(3, 4096, 4096);
     let config = EngineConfig::default();
-    let topo = tierd_engine::topology::dram_cxl(b.capacity[0], b.capacity[1]).unwrap();
-    let header = tierd_trace::format::Header::new(config.clone(), &topo, b.join_pages(), 0);
-    let mut engine = tierd_engine::Engine::new(config.clone(), topo).unwrap();
-    let mut w =
-        tierd_trace::files::TraceWriter::create(d.path(), header, Limits::default()).unwrap();
-    let (mut bufs, mut buf) = (tierd_engine::StepBuffers::default(), Vec::new());
     let slow = EngineConfig {
         promote_rate_limit_mbps: 1,
-        ..config
+        ..config.clone()
     };
-    for t in (0..=40_000).step_by(100) {
+    let capacity = b.capacity;
+    record_40s(&mut b, capacity, config, d.path(), |t, engine, w| {
         if t == 20_000 {
             engine.reconfigure(slow.clone()).unwrap();
             w.reconfigured(&slow).unwrap();
         }
-        buf.clear();
-        let now = Nanos::from_millis(t);
-        let mut rec = tierd_trace::record::Recorder::pass(&mut b, &mut buf, now);
-        let Ok(_) = tierd_engine::step(&mut engine, &mut rec, now, &mut bufs);
-        w.append(&buf).unwrap();
-    }
+    });
     let t = read(d.path()).unwrap();
     assert_eq!(
         t.records
@@ -314,7 +330,6 @@ impl Backend for WithIdle {
 /// and diverges.
 #[test]
 fn recorded_idle_facts_replay_to_the_recorded_idle_demotions() {
-    use tierd_engine::types::Nanos;
     let d = tempfile::tempdir().unwrap();
     let mut b = WithIdle {
         inner: SynthBackend::new(3, 4096, 8192),
@@ -327,19 +342,8 @@ fn recorded_idle_facts_replay_to_the_recorded_idle_demotions() {
         },
         ..EngineConfig::default()
     };
-    let topo = tierd_engine::topology::dram_cxl(b.inner.capacity[0], b.inner.capacity[1]).unwrap();
-    let header = tierd_trace::format::Header::new(config.clone(), &topo, b.join_pages(), 0);
-    let mut engine = tierd_engine::Engine::new(config, topo).unwrap();
-    let mut w =
-        tierd_trace::files::TraceWriter::create(d.path(), header, Limits::default()).unwrap();
-    let (mut bufs, mut buf) = (tierd_engine::StepBuffers::default(), Vec::new());
-    for t in (0..=40_000).step_by(100) {
-        buf.clear();
-        let now = Nanos::from_millis(t);
-        let mut rec = tierd_trace::record::Recorder::pass(&mut b, &mut buf, now);
-        let Ok(_) = tierd_engine::step(&mut engine, &mut rec, now, &mut bufs);
-        w.append(&buf).unwrap();
-    }
+    let capacity = b.inner.capacity;
+    let engine = record_40s(&mut b, capacity, config, d.path(), |_, _, _| {});
     let idle_demoted = engine.stats().engine.pgdemote_idle;
     assert!(
         idle_demoted > 1000,
