@@ -51,7 +51,7 @@ impl<B: Backend> Backend for Recorder<'_, B> {
         let start = out.len();
         self.inner.drain_idle(now, out)?;
         // Most passes (and every run with idle demotion off) have none: no record, so such a
-        // trace is byte for byte what version 2 wrote.
+        // trace's records are byte for byte what version 2 wrote (its header says 3).
         if out.len() > start {
             encode_record(&Record::Idle(out[start..].to_vec()), self.out);
         }
