@@ -653,12 +653,17 @@ struct IdleWalk {
 }
 
 impl IdleWalk {
+    /// Takes the latest idle ranges, by pid and address (the order [`Self::next`] walks).
+    fn set_ranges(&mut self, mut ranges: Vec<IdleRange>) {
+        ranges.sort_unstable_by_key(|r| (r.pid, r.start.0));
+        self.ranges = ranges;
+    }
+
     /// The next pages to locate among the ranges idle since `limit` or before, at most
     /// `budget`, as accessed ranges carrying their idle start as their time (what locate
     /// copies into each observation).
     fn next(&mut self, limit: Nanos, budget: u64) -> Vec<AccessedRange> {
-        let mut due: Vec<&IdleRange> = self.ranges.iter().filter(|r| r.since <= limit).collect();
-        due.sort_by_key(|r| (r.pid, r.start.0));
+        let due: Vec<&IdleRange> = self.ranges.iter().filter(|r| r.since <= limit).collect();
         let total: u64 = due.iter().map(|r| r.nr_pages).sum();
         if total <= budget {
             self.cursor = (0, 0);
@@ -1727,7 +1732,7 @@ impl Backend for LinuxBackend {
             f.drain_idle(&mut fresh);
         }
         if !fresh.is_empty() {
-            self.idle.ranges = fresh;
+            self.idle.set_ranges(fresh);
         }
         let after = self.cfg.engine.demotion.idle_after_ms;
         if after == 0
@@ -2587,10 +2592,8 @@ mod tests {
             nr_pages: n,
             since: Nanos::from_secs(since_s),
         };
-        let mut w = IdleWalk {
-            ranges: vec![r(2, 100, 50, 0), r(1, 0, 30, 0), r(1, 500, 10, 90)],
-            ..IdleWalk::default()
-        };
+        let mut w = IdleWalk::default();
+        w.set_ranges(vec![r(2, 100, 50, 0), r(1, 0, 30, 0), r(1, 500, 10, 90)]);
         let take = |w: &mut IdleWalk, budget| -> Vec<(u32, u64, u64, u64)> {
             w.next(Nanos::from_secs(60), budget)
                 .iter()

@@ -176,13 +176,7 @@ impl Feed for DamonFeed {
         damon::to_ranges(&regions, self.min_nr_accesses, now, out);
         if self.report_idle {
             self.idle.clear();
-            damon::idle_ranges(
-                &regions,
-                self.mon.intervals().1,
-                Nanos(0),
-                now,
-                &mut self.idle,
-            );
+            damon::idle_ranges(&regions, self.mon.intervals().1, now, &mut self.idle);
         }
         Ok(())
     }

@@ -757,20 +757,15 @@ impl Engine {
         // has seen accessed for that long go down at the idle rate limit, so the fast tier
         // has room before the next workload needs it.
         let idle_after = Nanos::from_millis(self.config.demotion.idle_after_ms);
-        // Once a second at most, with a second's budget: the pass ranks the whole fast index,
-        // which idle facts fill with every resident page of the scope.
+        // Once a second at most, with a second's budget (a stalled loop does not bank a
+        // burst): the pass ranks the whole fast index, which idle facts fill with every
+        // resident page of the scope.
         let idle_due = self
             .last_idle
             .is_none_or(|t| now.saturating_sub(t) >= Nanos::from_secs(1));
         let idle_budget: i128 = if idle_after.0 > 0 && self.sees_fast_tier() && idle_due {
-            let since = self
-                .last_idle
-                .map_or(Nanos::from_secs(1), |t| now.saturating_sub(t));
             self.last_idle = Some(now);
-            // At most a second's worth: a stalled loop does not bank a burst.
-            let secs = since.0.min(1_000_000_000);
-            i128::from(self.config.demotion.idle_rate_limit_mbps) * 1_000_000 * i128::from(secs)
-                / 1_000_000_000
+            i128::from(self.config.demotion.idle_rate_limit_mbps) * 1_000_000
         } else {
             0
         };

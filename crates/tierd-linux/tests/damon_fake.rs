@@ -391,13 +391,7 @@ fn idle_regions_come_from_a_second_scheme_per_target() {
         vec![(100, 0x1000, 7), (100, 0x5000, 0), (200, 0x1000, 2)]
     );
     let mut idle = Vec::new();
-    tierd_linux::source::damon::idle_ranges(
-        &regions,
-        100_000,
-        Nanos::from_secs(1),
-        Nanos::from_secs(60),
-        &mut idle,
-    );
+    tierd_linux::source::damon::idle_ranges(&regions, 100_000, Nanos::from_secs(60), &mut idle);
     // Region (0x5000, 0x9000) of pid 100, age 40 x 100 ms: idle since 56 s.
     assert_eq!(idle.len(), 1);
     assert_eq!(

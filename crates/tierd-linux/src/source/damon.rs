@@ -1167,39 +1167,33 @@ impl<F: DamonFs> Drop for DamonMonitor<F> {
 }
 
 /// Turns one aggregation's regions with no access into idle ranges: every region with
-/// `nr_accesses` 0 whose age (aggregation intervals, `aggr_us` each; DAMON rescales ages when
-/// the intervals change, mm/damon/core.c `damon_update_monitoring_result()`) is at least
-/// `min_idle`, idle since `now` less that age; oldest first, then by pid and address, so a
-/// caller with a page budget takes the longest idle first. Boundaries are rounded in to
-/// pages: a page only partly in an idle region is not called idle.
+/// `nr_accesses` 0, idle since `now` less its age (aggregation intervals, `aggr_us` each; DAMON
+/// rescales ages when the intervals change, mm/damon/core.c
+/// `damon_update_monitoring_result()`), in the order read. Which ages matter is the caller's
+/// (the age in force can change on reload). Boundaries are rounded in to pages: a page only
+/// partly in an idle region is not called idle.
 pub fn idle_ranges(
     regions: &[DamonRegion],
     aggr_us: u64,
-    min_idle: Nanos,
     now: Nanos,
     out: &mut Vec<super::IdleRange>,
 ) {
-    let mut q: Vec<(Nanos, &DamonRegion)> = regions
-        .iter()
-        .filter(|r| r.nr_accesses == 0 && r.end > r.start)
-        .map(|r| (Nanos(r.age.saturating_mul(aggr_us).saturating_mul(1000)), r))
-        .filter(|(age, _)| *age >= min_idle)
-        .collect();
-    q.sort_by(|a, b| {
-        b.0.cmp(&a.0)
-            .then(a.1.pid.cmp(&b.1.pid))
-            .then(a.1.start.cmp(&b.1.start))
-    });
-    out.extend(q.into_iter().filter_map(|(age, r)| {
-        let start = r.start.div_ceil(1 << PAGE_SHIFT);
-        let end = r.end >> PAGE_SHIFT;
-        (end > start).then(|| super::IdleRange {
-            pid: r.pid,
-            start: Vpn(start),
-            nr_pages: end - start,
-            since: now.saturating_sub(age),
-        })
-    }));
+    out.extend(
+        regions
+            .iter()
+            .filter(|r| r.nr_accesses == 0)
+            .filter_map(|r| {
+                let start = r.start.div_ceil(1 << PAGE_SHIFT);
+                let end = r.end >> PAGE_SHIFT;
+                let age = Nanos(r.age.saturating_mul(aggr_us).saturating_mul(1000));
+                (end > start).then(|| super::IdleRange {
+                    pid: r.pid,
+                    start: Vpn(start),
+                    nr_pages: end - start,
+                    since: now.saturating_sub(age),
+                })
+            }),
+    );
 }
 
 /// Turns one aggregation's regions into accessed ranges for [`super::locate`]: every region
@@ -1275,27 +1269,20 @@ mod tests {
     }
 
     #[test]
-    fn idle_regions_become_inner_page_ranges_oldest_first() {
+    fn idle_regions_become_inner_page_ranges_idle_since_their_age() {
         let r = [
             region(1, 0, 0x4000, 0, 50),       // 5 s idle at 100 ms
             region(2, 0x1800, 0x5800, 0, 300), // 30 s, unaligned: pages 2..5
             region(3, 0, 0x8000, 1, 900),      // accessed: not idle
-            region(4, 0, 0x1000, 0, 10),       // 1 s: younger than the minimum
             region(5, 0x1800, 0x2000, 0, 400), // no whole page inside
         ];
         let mut out = Vec::new();
-        idle_ranges(
-            &r,
-            100_000,
-            Nanos::from_secs(2),
-            Nanos::from_secs(100),
-            &mut out,
-        );
+        idle_ranges(&r, 100_000, Nanos::from_secs(100), &mut out);
         let got: Vec<(u32, u64, u64, u64)> = out
             .iter()
             .map(|x| (x.pid, x.start.0, x.nr_pages, x.since.0 / 1_000_000_000))
             .collect();
-        assert_eq!(got, vec![(2, 2, 3, 70), (1, 0, 4, 95)]);
+        assert_eq!(got, vec![(1, 0, 4, 95), (2, 2, 3, 70)]);
     }
 
     #[test]
