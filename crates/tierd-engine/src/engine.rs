@@ -53,7 +53,7 @@ use crate::hotness::{
 use crate::pagemap::SizedPageMap;
 use crate::plan::{
     MigrationBatch, MigrationKind, MigrationPlan, MigrationReport, MoveError, MoveOutcome,
-    PlannedMove, SystemUsage,
+    PageResult, PlannedMove, SystemUsage,
 };
 use crate::policy::{cgroup_promotion_scale, fast_tier_share, OwnerMap};
 use crate::ratelimit::{
@@ -489,8 +489,36 @@ impl Engine {
 
     /// Records a batch of observations (pghot's `pghot_record_access()` for each).
     pub fn observe(&mut self, batch: &[Observation]) {
-        for obs in batch {
-            self.observe_one(obs);
+        // Observations from hardware samples land on scattered entries of the fast index,
+        // the heat map and the hotness store, each a cache miss. Reading a block's entries
+        // first, in a loop with nothing else in it, lets the CPU have their misses in flight
+        // together; the block is then processed with its lines in cache. The output is the
+        // same: the reads change nothing.
+        const BLOCK: usize = 16;
+        let relative = self.relative();
+        for block in batch.chunks(BLOCK) {
+            let mut present = 0u32;
+            for obs in block {
+                let size = obs.page.size;
+                let key = PageKey {
+                    space: obs.page.space,
+                    vpn: size.head(obs.page.vpn),
+                };
+                // A slow page is looked up in the fast index too (to drop a stale entry).
+                present += u32::from(self.fast.map.warm(key, size));
+                if relative {
+                    present += u32::from(self.heat.warm(key, size));
+                }
+                if !self.topo.is_toptier(obs.page_node) {
+                    if let Some(store) = self.stores.get(&obs.page_node) {
+                        present += u32::from(store.warm(key, size));
+                    }
+                }
+            }
+            std::hint::black_box(present);
+            for obs in block {
+                self.observe_one(obs);
+            }
         }
     }
 
@@ -1224,11 +1252,34 @@ impl Engine {
         e.fast_index_pages = self.fast.pages;
     }
 
+    /// Reads the per-page entries that [`Engine::apply`] will update for `results`.
+    fn warm_results(&self, results: &[PageResult]) {
+        let relative = self.relative();
+        let mut present = 0u32;
+        for r in results {
+            let (key, size) = (r.page.key(), r.page.size);
+            present += u32::from(self.history.warm(key, size));
+            present += u32::from(self.fast.map.warm(key, size));
+            if relative {
+                present += u32::from(self.heat.warm(key, size));
+            }
+            if let Some(s) = self.stores.get(&r.from) {
+                present += u32::from(s.warm(key, size));
+            }
+        }
+        std::hint::black_box(present);
+    }
+
     /// Accounts for an executed batch.
     pub fn apply(&mut self, now: Nanos, report: &MigrationReport) {
         let window = Nanos::from_millis(self.config.pingpong_window_ms);
         let within = |t: Option<Nanos>| t.is_some_and(|t| now.saturating_sub(t) <= window);
-        for r in &report.results {
+        for (i, r) in report.results.iter().enumerate() {
+            if i % 16 == 0 {
+                // The next results' scattered entries, read first so that their cache misses
+                // overlap (as in `observe`); this changes nothing.
+                self.warm_results(&report.results[i..report.results.len().min(i + 16)]);
+            }
             let nr = r.page.size.nr_pages().0;
             let key = r.page.key();
             match r.outcome {

@@ -157,6 +157,23 @@ impl<V: Copy> PageMap<V> {
         self.vals[i].as_ref()
     }
 
+    /// Reads the entry of `key` without using or changing the lookup cache, and returns
+    /// whether it is present: a caller about to look up many scattered keys reads them all
+    /// first, so that their cache misses overlap (a plain load; the engine has no prefetch
+    /// instruction without `unsafe`).
+    #[inline]
+    pub(crate) fn warm(&self, key: PageKey) -> bool {
+        match self.index.get(&ChunkKey::of(key)) {
+            Some(&slot) => {
+                let i = slot_idx(slot) * CHUNK_PAGES + offset(key);
+                // The bit too: a removal reads it before the entry.
+                let (w, m) = bit(i);
+                (self.bits[w] & m != 0) & self.vals[i].is_some()
+            }
+            None => false,
+        }
+    }
+
     /// The value of `key`, inserted as `f()` first if absent.
     #[inline]
     pub(crate) fn get_or_insert_with(&mut self, key: PageKey, f: impl FnOnce() -> V) -> &mut V {
@@ -535,6 +552,13 @@ impl<V: Copy> SizedPageMap<V> {
         self.base.get(key)
     }
 
+    /// [`PageMap::warm`] for a base page (a huge folio's entry is in a small hash map that
+    /// stays in cache).
+    #[inline]
+    pub(crate) fn warm(&self, key: PageKey, size: PageSize) -> bool {
+        size == PageSize::Base && self.base.warm(key)
+    }
+
     /// Bytes held by both sides, for the memory gauges.
     pub(crate) fn memory_bytes(&self) -> usize {
         self.base.memory_bytes()
@@ -610,6 +634,10 @@ mod tests {
                 }
                 _ => assert_eq!(m.get(key).copied(), model.get(&key).copied()),
             }
+            // The read-ahead sees what a lookup sees, of this key and of one elsewhere.
+            let other = k(1 + (r >> 40 & 1) as u32, (r >> 41) % 3000);
+            assert_eq!(m.warm(key), model.contains_key(&key));
+            assert_eq!(m.warm(other), model.contains_key(&other));
             if round % 5000 == 4999 {
                 let cut = next(&mut x) % 40_000;
                 m.retain(|_, v| *v >= cut);

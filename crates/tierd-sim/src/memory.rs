@@ -55,6 +55,9 @@ pub struct RegionId(pub u32);
 /// Marks a free physical slot.
 const FREE_SLOT: u32 = u32::MAX;
 
+/// Units per block of [`Memory::block_moves`].
+pub const MOVE_BLOCK: usize = 64;
+
 /// How a class spreads its accesses over its units.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub enum Spread {
@@ -450,6 +453,10 @@ pub struct Memory {
     unit_node: Vec<u8>,
     unit_class: Vec<u16>,
     unit_slot: Vec<u32>,
+    /// Per block of [`MOVE_BLOCK`] units, bumped whenever one of them is placed or taken:
+    /// lets a walker keep a summary of a block (the NUMA scanner's quiet blocks) and know
+    /// it still holds without re-reading every unit.
+    block_moves: Vec<u32>,
     regions: Vec<Region>,
     classes: Vec<Class>,
     /// Units of huge regions whose THP was split into base pages (see [`Memory::split_thp`]).
@@ -470,6 +477,7 @@ impl Clone for Memory {
             unit_node: self.unit_node.clone(),
             unit_class: self.unit_class.clone(),
             unit_slot: self.unit_slot.clone(),
+            block_moves: self.block_moves.clone(),
             regions: self.regions.clone(),
             classes: self.classes.clone(),
             split: self.split.clone(),
@@ -490,6 +498,7 @@ impl Clone for Memory {
         self.unit_node.clone_from(&src.unit_node);
         self.unit_class.clone_from(&src.unit_class);
         self.unit_slot.clone_from(&src.unit_slot);
+        self.block_moves.clone_from(&src.block_moves);
         self.regions.clone_from(&src.regions);
         self.classes.clone_from(&src.classes);
         self.split.clone_from(&src.split);
@@ -550,6 +559,7 @@ impl Memory {
             unit_node: Vec::new(),
             unit_class: Vec::new(),
             unit_slot: Vec::new(),
+            block_moves: Vec::new(),
             regions: Vec::new(),
             classes: Vec::new(),
             split: BTreeSet::new(),
@@ -881,6 +891,8 @@ impl Memory {
         }
         self.unit_node.resize(total as usize, u8::MAX);
         self.unit_slot.resize(total as usize, FREE_SLOT);
+        self.block_moves
+            .resize((total as usize).div_ceil(MOVE_BLOCK), 0);
         let pages = page_size.nr_pages().0;
         for i in 0..units {
             let u = UnitId(first + i);
@@ -899,11 +911,25 @@ impl Memory {
         Ok(rid)
     }
 
+    fn bump_block(&mut self, u: UnitId) {
+        let b = &mut self.block_moves[u.idx() / MOVE_BLOCK];
+        *b = b.wrapping_add(1);
+    }
+
+    /// How many times a unit of the [`MOVE_BLOCK`]-unit block `b` (units `b * MOVE_BLOCK ..`)
+    /// was placed or taken, modulo 2^32: equal at two times, no unit of the block moved
+    /// between them (short of exactly 2^32 moves).
+    #[must_use]
+    pub fn block_moves(&self, b: usize) -> u32 {
+        self.block_moves.get(b).copied().unwrap_or(0)
+    }
+
     /// Places an unplaced unit on `node` (no capacity check: callers checked).
     fn put(&mut self, u: UnitId, node: NodeId) {
         let pages = self.unit_pages(u);
         let slot = self.take_slot(node, u);
         self.unit_slot[u.idx()] = slot;
+        self.bump_block(u);
         // Node ids are < 64 (topology limit), so they fit a byte.
         #[allow(clippy::cast_possible_truncation)]
         {
@@ -926,6 +952,7 @@ impl Memory {
         let slot = self.unit_slot[u.idx()];
         self.release_slot(node, slot);
         self.unit_slot[u.idx()] = FREE_SLOT;
+        self.bump_block(u);
         if let Some(m) = self.nodes.get_mut(&node) {
             m.used.0 -= pages;
         }

@@ -108,7 +108,7 @@ use tierd_engine::types::{Nanos, NodeId, Pages, HPAGE_PMD_NR, PAGE_SHIFT};
 
 use crate::cost::{MIGRATE_COPY_NS_PER_PAGE, MIGRATE_FOLIO_NS};
 use crate::mechanism::{cgroup_usage, toptier_share, Ctx, Mechanism, SimRng, Watermarks};
-use crate::memory::{Memory, RegionId, UnitId};
+use crate::memory::{Memory, RegionId, UnitId, MOVE_BLOCK};
 use crate::workload::{Load, Process};
 
 /// `NUMA_BALANCING_NORMAL` (include/linux/sched/sysctl.h): classic CPU-affinity balancing.
@@ -432,6 +432,11 @@ pub struct Scanner {
     /// new PTE is built from `vma->vm_page_prot`, mm/migrate.c `remove_migration_pte()`), so
     /// a unit found on another node is no longer armed.
     armed_node: Vec<u8>,
+    /// Per block of [`MOVE_BLOCK`] units: see [`QuietBlock`].
+    quiet: Vec<QuietBlock>,
+    /// Whether blocks are summarized (always, but for the test that compares with and
+    /// without).
+    summarize: bool,
     /// Queued faults: (time ns, unit, scan time of the arming they belong to).
     queue: FaultQueue,
     /// Counters of this step's faults.
@@ -623,6 +628,28 @@ fn rss_pages(mem: &Memory, p: &Process) -> u64 {
         .sum()
 }
 
+/// A block of units that every pass walks over untouched: armed where they are, idle, of
+/// a class nobody accesses (most of a large buffer with a small hot set). Kept per
+/// [`MOVE_BLOCK`] units so a pass skips the block whole instead of testing each unit; valid
+/// while no unit's scanner state is written (every write forgets it) and none moves
+/// ([`Memory::block_moves`] unchanged), and used only while the class still has no
+/// accesses, so the walk passes over exactly the units it would have passed over.
+#[derive(Clone, Copy, Debug)]
+struct QuietBlock {
+    /// The units' class, or [`QuietBlock::NO_CLASS`]: no summary.
+    class: u16,
+    /// [`Memory::block_moves`] when summarized.
+    moves: u32,
+}
+
+impl QuietBlock {
+    const NO_CLASS: u16 = u16::MAX;
+    const NONE: QuietBlock = QuietBlock {
+        class: Self::NO_CLASS,
+        moves: 0,
+    };
+}
+
 /// What [`Scanner::change_prot_numa`] needs to tell a unit it would pass over untouched.
 struct QuietTest<'a> {
     t_ms: u32,
@@ -704,6 +731,8 @@ impl Scanner {
             tasks: vec![TaskScan::default(); nprocs],
             state: Vec::new(),
             armed_node: Vec::new(),
+            quiet: Vec::new(),
+            summarize: true,
             queue: FaultQueue::default(),
             tally: Tally::default(),
         }
@@ -763,6 +792,17 @@ impl Scanner {
             && self.armed_node.get(u.idx()) == Some(&(mem.node_of(u).0 as u8))
     }
 
+    /// Blocks whose quiet summary still holds in `mem` (whether or not their class is still
+    /// cold).
+    #[must_use]
+    pub fn quiet_blocks(&self, mem: &Memory) -> usize {
+        self.quiet
+            .iter()
+            .enumerate()
+            .filter(|(b, q)| q.class != QuietBlock::NO_CLASS && q.moves == mem.block_moves(*b))
+            .count()
+    }
+
     /// Faults queued for later steps.
     #[must_use]
     pub fn queued_faults(&self) -> usize {
@@ -790,6 +830,8 @@ impl Scanner {
         if self.state.len() < units {
             self.state.resize(units, NOT_ARMED);
             self.armed_node.resize(units, u8::MAX);
+            self.quiet
+                .resize(units.div_ceil(MOVE_BLOCK), QuietBlock::NONE);
         }
         let procs = ctx.procs;
         for (task, p) in self.tasks.iter_mut().zip(procs) {
@@ -970,18 +1012,37 @@ impl Scanner {
             cold: &cold,
         };
         let base = region.first_unit as usize;
+        let to = base + hi as usize;
         let mut k = lo;
         while k < hi {
             let from = base + k as usize;
-            let to = base + hi as usize;
-            k += quiet.run(
-                &self.state[from..to],
-                &self.armed_node[from..to],
-                &mem.unit_nodes()[from..to],
-                &mem.unit_classes()[from..to],
-            ) as u64;
-            if k >= hi {
-                break;
+            if self.summarize && from.is_multiple_of(MOVE_BLOCK) {
+                // Whole blocks known to be armed, idle and of a class nobody accesses.
+                let mut f = from;
+                while f + MOVE_BLOCK <= to && self.block_quiet(mem, &cold, f / MOVE_BLOCK) {
+                    f += MOVE_BLOCK;
+                }
+                if f > from {
+                    k += (f - from) as u64;
+                    continue;
+                }
+            }
+            // The walk goes a block at a time so that a block passed over whole can be
+            // summarized for the next pass.
+            let seg_end = ((from / MOVE_BLOCK + 1) * MOVE_BLOCK).min(to);
+            let n = quiet.run(
+                &self.state[from..seg_end],
+                &self.armed_node[from..seg_end],
+                &mem.unit_nodes()[from..seg_end],
+                &mem.unit_classes()[from..seg_end],
+            );
+            k += n as u64;
+            if from + n == seg_end {
+                if self.summarize && from.is_multiple_of(MOVE_BLOCK) && seg_end - from == MOVE_BLOCK
+                {
+                    self.mark_quiet(mem, &cold, from / MOVE_BLOCK);
+                }
+                continue;
             }
             let u = UnitId(region.first_unit + k as u32);
             k += 1;
@@ -1012,6 +1073,7 @@ impl Scanner {
             if self.skip_slow && !topo.is_toptier(node) {
                 continue;
             }
+            self.unquiet(u);
             self.state[u.idx()] = t_ms;
             self.armed_node[u.idx()] = node.0 as u8;
             entries += 1;
@@ -1037,9 +1099,55 @@ impl Scanner {
         pages
     }
 
+    /// Forgets the summary of `u`'s block: its state is about to change.
+    #[inline]
+    fn unquiet(&mut self, u: UnitId) {
+        if let Some(q) = self.quiet.get_mut(u.idx() / MOVE_BLOCK) {
+            q.class = QuietBlock::NO_CLASS;
+        }
+    }
+
+    /// Whether block `b` is still as [`Scanner::mark_quiet`] found it (no unit's state
+    /// written since, none moved) and its class is still one nobody accesses: then every
+    /// unit of it would be passed over.
+    #[inline]
+    fn block_quiet(&self, mem: &Memory, cold: &[bool], b: usize) -> bool {
+        let q = self.quiet[b];
+        q.class != QuietBlock::NO_CLASS
+            && q.moves == mem.block_moves(b)
+            && cold.get(usize::from(q.class)).copied().unwrap_or(false)
+    }
+
+    /// Summarizes block `b`, just passed over whole: if every unit is armed where it is,
+    /// idle (no fault queued, none drawn) and of one class, the block needs nothing while
+    /// that class has no accesses, its units stay put and no state of it is written.
+    fn mark_quiet(&mut self, mem: &Memory, cold: &[bool], b: usize) {
+        let r = b * MOVE_BLOCK..(b + 1) * MOVE_BLOCK;
+        let class = mem.unit_classes()[r.start];
+        // A summary is only used while the class is cold: none is made for another.
+        let all = cold.get(usize::from(class)).copied().unwrap_or(false)
+            && self.state[r.clone()]
+                .iter()
+                .zip(&self.armed_node[r.clone()])
+                .zip(&mem.unit_nodes()[r.clone()])
+                .zip(&mem.unit_classes()[r])
+                .all(|(((&st, &a), &n), &c)| {
+                    st != NOT_ARMED && st & (IDLE | PENDING) == IDLE && a == n && c == class
+                });
+        self.quiet[b] = if all {
+            QuietBlock {
+                class,
+                moves: mem.block_moves(b),
+            }
+        } else {
+            QuietBlock::NONE
+        };
+    }
+
     /// Draws the next access of armed unit `u` from `from` and queues it as a fault, unless it
     /// has no accesses (left `IDLE`) or falls beyond the horizon (left quiet).
     fn schedule(&mut self, load: &Load, mem: &Memory, rng: &mut SimRng, u: UnitId, from: u64) {
+        self.unquiet(u);
         let st = &mut self.state[u.idx()];
         let rate = load.unit_rate(mem, u);
         if rate <= 0.0 || !rate.is_finite() {
@@ -1072,6 +1180,7 @@ impl Scanner {
         }
         if !ctx.mem.region_of(u).alive || self.armed_node[u.idx()] != ctx.mem.node_of(u).0 as u8 {
             // Unmapped, or migrated since it was armed: no PROT_NONE PTE, no fault.
+            self.unquiet(u);
             self.state[u.idx()] = NOT_ARMED;
             return;
         }
@@ -1084,10 +1193,12 @@ impl Scanner {
         };
         let (Some(node), Some(process)) = (accessor, ctx.load.main_accessor(class)) else {
             // Nobody accesses it now: stays PROT_NONE until a pass finds it accessed again.
+            self.unquiet(u);
             self.state[u.idx()] = (st & TIME_MASK) | IDLE;
             return;
         };
         let latency = ms_of(tf).wrapping_sub(st & TIME_MASK) & TIME_MASK;
+        self.unquiet(u);
         self.state[u.idx()] = NOT_ARMED;
         // numa_migrate_check() (mm/memory.c).
         self.tally.add(T_NUMA_HINT_FAULTS, 1);
@@ -1290,6 +1401,11 @@ impl Numab {
     #[must_use]
     pub fn scanner(&self) -> &Scanner {
         &self.scanner
+    }
+
+    #[cfg(test)]
+    fn walk_every_unit(&mut self) {
+        self.scanner.summarize = false;
     }
 
     /// The hot threshold in force for promotions to `node`, ms (`pgdat->nbp_threshold`, or
@@ -2209,6 +2325,60 @@ mod tests {
             "no fault on a page that moved"
         );
         assert_eq!(m.scanner().queued_faults(), 0);
+    }
+
+    #[test]
+    fn quiet_blocks_change_the_walk_and_nothing_else() {
+        // The cold three quarters of the buffer are armed and idle after the first passes,
+        // and summarized; then another mover takes some of them away and back, and the
+        // workload starts touching them: the run must be the one that tests every unit.
+        let run = |summarize: bool| {
+            let (mut b, hot, cold) = two_tier_bench(3, MemPolicy::DEFAULT);
+            let mut m = Numab::new(&params(2), 1);
+            if !summarize {
+                m.walk_every_unit();
+            }
+            b.run(&mut m, 3.0);
+            let quiet = m.scanner().quiet_blocks(&b.mem);
+            for i in (0..4000).step_by(7) {
+                let u = b.mem.class(cold).unit_at(i);
+                b.mem.migrate(u, NodeId(0)).unwrap();
+                b.mem.migrate(u, NodeId(1)).unwrap();
+            }
+            let quiet_after_moves = m.scanner().quiet_blocks(&b.mem);
+            b.run(&mut m, 4.0);
+            b.procs[0].streams = vec![
+                Stream {
+                    class: hot,
+                    share: 0.5,
+                },
+                Stream {
+                    class: cold,
+                    share: 0.5,
+                },
+            ];
+            b.run(&mut m, 10.0);
+            let outcome = (
+                b.vm("numa_pte_updates"),
+                b.vm("numa_hint_faults"),
+                b.vm("pgpromote_success"),
+                b.on(hot, 0),
+                b.on(cold, 0),
+            );
+            (quiet, quiet_after_moves, outcome)
+        };
+        let (quiet, after_moves, with) = run(true);
+        let (none, _, without) = run(false);
+        // 192 MiB of cold pages are 768 blocks of 64.
+        assert!(quiet > 600, "{quiet} blocks summarized");
+        assert!(
+            after_moves < quiet,
+            "moves forget their blocks: {after_moves}"
+        );
+        assert_eq!(none, 0);
+        assert_eq!(with, without);
+        // Once touched, the cold part is found and promoted.
+        assert!(with.4 > 10_000, "{with:?}");
     }
 
     #[test]

@@ -172,6 +172,12 @@ impl HeatMap {
         count(&mut self.hist, tier, bin, size, add);
     }
 
+    /// Reads `key`'s entry ahead of an [`HeatMap::add`] (see `Engine::observe`).
+    #[inline]
+    pub(crate) fn warm(&self, key: PageKey, size: PageSize) -> bool {
+        self.map.warm(key, size)
+    }
+
     /// Adds `weight` accesses (at least 1) to the folio `(key, size)` (`key` its head),
     /// counted in `tier`; returns its new bin. Call [`HeatMap::cool_until`] first so that the
     /// heat is current.

@@ -326,6 +326,25 @@ impl<R: Record> Table<R> {
         }
     }
 
+    /// Reads the chunk meta and the record `record` would touch, without changing anything
+    /// (see `Engine::observe`); whether the folio has a live record at this size.
+    #[inline]
+    fn warm(&self, key: PageKey, size: PageSize) -> bool {
+        let ck = ChunkKey::of(PageKey {
+            space: key.space,
+            vpn: size.head(key.vpn),
+        });
+        let Some(slot) = self.find(ck) else {
+            return false;
+        };
+        let off = if size.is_huge() {
+            0
+        } else {
+            offset_in_chunk(key.vpn)
+        };
+        self.metas[slot].size == size && !self.records[slot * CHUNK_PAGES + off].is_zero()
+    }
+
     #[inline]
     fn find_or_alloc(&mut self, ck: ChunkKey) -> usize {
         if let Some((k, s)) = self.cache {
@@ -829,6 +848,15 @@ impl HotnessStore {
         with_table!(&mut self.tables, t => t.record(key, size, nid, now, p))
     }
 
+    /// Reads ahead what [`HotnessStore::record`] of this folio will touch, changing nothing:
+    /// a caller with a batch of scattered pages reads a few first so that their cache misses
+    /// overlap (`Engine::observe`). Returns whether the folio has a live record.
+    #[must_use]
+    #[inline]
+    pub fn warm(&self, key: PageKey, size: PageSize) -> bool {
+        with_table!(&self.tables, t => t.warm(key, size))
+    }
+
     /// One kmigrated pass: consume (and reset) every ready record, pushing them to `out` in
     /// ascending (space, vpn) order. Only chunks flagged hot are walked (like
     /// PGHOT_SECTION_HOT_BIT).
@@ -975,6 +1003,25 @@ mod tests {
         base(&mut s, 1, 11, Some(3), 2000);
         base(&mut s, 1, 11, Some(2), 2100);
         assert_eq!(drain(&mut s, 2100)[0].nid, NodeId(2));
+    }
+
+    #[test]
+    fn the_read_ahead_sees_live_records_and_changes_nothing() {
+        for mode in [HotnessMode::Default, HotnessMode::Precise] {
+            let mut s = HotnessStore::new(params(mode));
+            assert!(!s.warm(key(1, 10), PageSize::Base), "no chunk yet");
+            base(&mut s, 1, 10, None, 1000);
+            assert!(s.warm(key(1, 10), PageSize::Base));
+            assert!(!s.warm(key(1, 11), PageSize::Base), "same chunk, no record");
+            assert!(
+                !s.warm(key(1, 0), PageSize::Huge2M),
+                "the chunk is at base size"
+            );
+            // Reading ahead does not count as an access: one more makes it ready, as without.
+            assert!(base(&mut s, 1, 10, None, 1100));
+            assert_eq!(drain(&mut s, 1200).len(), 1);
+            assert!(!s.warm(key(1, 10), PageSize::Base), "drained: reset");
+        }
     }
 
     #[test]
