@@ -233,6 +233,97 @@ struct Backoff {
     failures: u8,
 }
 
+/// A demotion candidate: (not over its cgroup's fast-tier share, last access, page, size).
+/// Ordered as a tuple, which is the demoter's order: the page is unique, so the size never
+/// decides.
+type DemotionCandidate = (bool, Nanos, PageKey, PageSize);
+
+/// Which fast pages of one top-tier node a demotion pass may take ([`Engine`]'s
+/// `plan_demotion`), and the walk that finds the coldest of them.
+struct DemotionFilter {
+    node: NodeId,
+    now: Nanos,
+    /// The idle pass: only pages idle for `idle_after`.
+    idle_pass: bool,
+    idle_after: Nanos,
+    /// Free memory is below the low watermark: anything cold goes.
+    below_low: bool,
+    /// Otherwise (making room for refused promotions) only pages idle for this long.
+    idle_for: Nanos,
+    /// Relative mode, making room: only pages colder than the promotion threshold.
+    heat_threshold: Option<u8>,
+    /// Whether each cgroup is over its fast-tier share (`Engine::over_share`).
+    over: BTreeMap<CgroupId, bool>,
+}
+
+impl DemotionFilter {
+    /// The `head` first candidates in order (all of them if fewer), after `after` if given.
+    fn coldest(
+        &self,
+        fast: &SizedPageMap<FastPage>,
+        owners: &OwnerMap,
+        backoff: &mut SizedPageMap<Backoff>,
+        heat: &mut HeatMap,
+        head: usize,
+        after: Option<DemotionCandidate>,
+    ) -> Vec<DemotionCandidate> {
+        let mut heap: std::collections::BinaryHeap<DemotionCandidate> =
+            std::collections::BinaryHeap::new();
+        // The fast index iterates chunk by chunk, so spaces come in runs.
+        let mut last: Option<(crate::types::SpaceId, bool)> = None;
+        for (key, size, f) in fast.iter() {
+            if f.node != self.node {
+                continue;
+            }
+            let not_over = match last {
+                Some((space, v)) if space == key.space => v,
+                _ => {
+                    let cg = owners.owner(key.space).cgroup;
+                    let v = !self.over.get(&cg).copied().unwrap_or(false);
+                    last = Some((key.space, v));
+                    v
+                }
+            };
+            let c = (not_over, f.last_access, key, size);
+            if after.is_some_and(|a| c <= a)
+                || (heap.len() >= head && heap.peek().is_some_and(|top| c >= *top))
+                || !self.admits(c, backoff, heat)
+            {
+                continue;
+            }
+            heap.push(c);
+            if heap.len() > head {
+                heap.pop();
+            }
+        }
+        heap.into_sorted_vec()
+    }
+
+    /// Whether the pass may take `c` (the lookups change no state but the maps' caches).
+    fn admits(
+        &self,
+        c: DemotionCandidate,
+        backoff: &mut SizedPageMap<Backoff>,
+        heat: &mut HeatMap,
+    ) -> bool {
+        if !backoff.is_empty() && backoff.get(c.2).is_some_and(|b| self.now < b.until) {
+            return false;
+        }
+        let idle = self.now.saturating_sub(c.1);
+        if self.idle_pass {
+            idle >= self.idle_after
+        } else if self.below_low {
+            true
+        } else {
+            // Room for hotter pages: only pages idle for longer than the ping-pong window,
+            // so that a page is not demoted to come straight back, and in relative mode only
+            // pages colder than the promotion threshold (Memtis demotes below its hot
+            // threshold).
+            idle >= self.idle_for && self.heat_threshold.is_none_or(|t| heat.bin(c.2) < t)
+        }
+    }
+}
+
 /// The first back-off, doubled per consecutive failure up to [`BACKOFF_MAX`].
 const BACKOFF_BASE: Nanos = Nanos(1_000_000_000);
 /// The longest back-off: an unmovable page is retried every ten minutes at most (pins are
@@ -706,6 +797,21 @@ impl Engine {
         someone_short.then(|| (share_of(cg.low), cg.fast_usage))
     }
 
+    /// [`Engine::over_share`] with the fairness switch, for every cgroup of `usage`: whether
+    /// its pages go first when demoting.
+    fn over_share_flags(&self, usage: &SystemUsage) -> BTreeMap<CgroupId, bool> {
+        usage
+            .cgroups
+            .keys()
+            .map(|&cg| {
+                let over = self
+                    .over_share(cg, usage)
+                    .is_some_and(|(share, used)| self.config.cgroup_fairness && used > share);
+                (cg, over)
+            })
+            .collect()
+    }
+
     /// Whether some enabled source can observe accesses to top-tier pages (hardware samples
     /// and accessed-bit scans can; tiering-mode hint faults cannot).
     fn sees_fast_tier(&self) -> bool {
@@ -829,63 +935,65 @@ impl Engine {
             } else if !pressure {
                 continue;
             }
-            // Coldest first, cgroups above their fast-tier share before the others.
-            let mut cands: Vec<(bool, Nanos, PageKey, PageSize)> = self
-                .fast
-                .map
-                .iter()
-                .filter(|(_, _, f)| f.node == node)
-                .map(|(k, _, f)| {
-                    let cg = self.owners.owner(k.space).cgroup;
-                    let over = self
-                        .over_share(cg, usage)
-                        .is_some_and(|(share, used)| self.config.cgroup_fairness && used > share);
-                    (!over, f.last_access, k, f.size)
-                })
-                .collect();
-            let backoff = &mut self.backoff;
-            cands.retain(|c| backoff.get(c.2).is_none_or(|b| now >= b.until));
-            if idle_pass {
-                cands.retain(|c| now.saturating_sub(c.1) >= idle_after);
-            } else if !below_low {
-                if self.relative() {
-                    // Room for hotter pages: only pages colder than the promotion threshold
-                    // make way (Memtis demotes below its hot threshold), and, as in the fixed
-                    // mode, only pages idle for longer than the ping-pong window, so that a
-                    // page is not demoted to come straight back.
-                    let t = self.heat_threshold;
-                    let heat = &mut self.heat;
-                    cands.retain(|c| heat.bin(c.2) < t && now.saturating_sub(c.1) >= idle_for);
-                } else {
-                    cands.retain(|c| now.saturating_sub(c.1) >= idle_for);
-                }
-            }
-            // Only the coldest pages that can cover `need` are put in order: selecting them
-            // is linear and sorting a few is cheap, where sorting the whole fast tier every
-            // pass under pressure was not. Twice the base pages `need` asks for, plus some,
-            // leaves slack for pages their policy keeps; the rest is sorted only if needed.
+            // Coldest first, cgroups above their fast-tier share before the others: the
+            // candidates in the order (not over share, last access, page), which is total.
+            // Only the first few that can cover `need` are wanted: twice the base pages it
+            // asks for, plus some, leaves slack for pages their policy keeps. They are kept
+            // in a bounded max-heap during one walk of the fast index: a page that could not
+            // enter it is passed over after one comparison, before its filters' lookups
+            // (back-off, heat), and nothing of the size of the fast tier is allocated (this
+            // walk ran every pass under pressure, over every fast page, and was most of a
+            // large machine's engine time). The rest, in order, only if those run out.
             let head = usize::try_from(need.max(0) >> crate::types::PAGE_SHIFT)
                 .unwrap_or(usize::MAX)
                 .saturating_mul(2)
                 .saturating_add(64);
-            let order = |c: &(bool, Nanos, PageKey, PageSize)| (c.0, c.1, c.2);
-            let mut tail = if head < cands.len() {
-                cands.select_nth_unstable_by_key(head, order);
-                cands.split_off(head)
-            } else {
-                Vec::new()
+            let filter = DemotionFilter {
+                node,
+                now,
+                idle_pass,
+                idle_after,
+                below_low,
+                idle_for,
+                heat_threshold: self.relative().then_some(self.heat_threshold),
+                over: self.over_share_flags(usage),
             };
-            cands.sort_unstable_by_key(order);
+            let cands = filter.coldest(
+                &self.fast.map,
+                &self.owners,
+                &mut self.backoff,
+                &mut self.heat,
+                head,
+                None,
+            );
             let mut groups: BTreeMap<(NodeId, CgroupId), Vec<PlannedMove>> = BTreeMap::new();
-            let mut tail_sorted = false;
-            let tail = std::iter::from_fn(move || {
-                if !tail_sorted {
-                    tail.sort_unstable_by_key(|c| std::cmp::Reverse(order(c)));
-                    tail_sorted = true;
+            let after = cands.last().copied().filter(|_| cands.len() == head);
+            let mut tail: Option<std::vec::IntoIter<DemotionCandidate>> = None;
+            let fast = &self.fast.map;
+            let owners = &self.owners;
+            let mut cands = cands.into_iter();
+            let mut next = || -> Option<DemotionCandidate> {
+                if let Some(c) = cands.next() {
+                    return Some(c);
                 }
-                tail.pop()
-            });
-            for (_, _, key, size) in cands.into_iter().chain(tail) {
+                // Past the head: every other candidate, in order (rare: policies or claims
+                // kept most of the head).
+                let after = after?;
+                tail.get_or_insert_with(|| {
+                    filter
+                        .coldest(
+                            fast,
+                            owners,
+                            &mut self.backoff,
+                            &mut self.heat,
+                            usize::MAX,
+                            Some(after),
+                        )
+                        .into_iter()
+                })
+                .next()
+            };
+            while let Some((_, _, key, size)) = next() {
                 if need <= 0 {
                     break;
                 }

@@ -1562,6 +1562,59 @@ fn the_coldest_pages_are_chosen_without_sorting_the_whole_fast_tier() {
 }
 
 #[test]
+fn the_demoter_goes_past_the_coldest_pages_it_may_not_move_in_order() {
+    // As above, but the 3000 coldest pages are bound to the fast node: every one the first
+    // selection holds is skipped, and the demoter must go on to the next coldest, in order,
+    // exactly as a full sort would give them.
+    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+    let cap = Bytes::gib(1).0;
+    let cfg = EngineConfig {
+        demotion: DemotionConfig {
+            enabled: true,
+            low_free_permille: 49,
+            high_free_permille: 50,
+            ..DemotionConfig::default()
+        },
+        ..kcfg()
+    };
+    let mut e = Engine::new(cfg, topo.clone()).unwrap();
+    let rank = |vpn: u64| (vpn * 7919) % 5000;
+    let pinned: Vec<(Vpn, Vpn, MemPolicy)> = (0..5000u64)
+        .filter(|&v| rank(v) < 3000)
+        .map(|v| {
+            (
+                Vpn(v),
+                Vpn(v + 1),
+                MemPolicy::new(PolicyMode::Bind, NodeMask::from_nodes([N0])),
+            )
+        })
+        .collect();
+    e.update_owner(OwnerUpdate::Policies {
+        space: SpaceId(1),
+        ranges: pinned,
+    });
+    let v: Vec<Observation> = (0..5000u64)
+        .map(|i| obs(1, i, N0, Some(N0), rank(i)))
+        .collect();
+    e.observe(&v);
+    let (low, high) = (cap * 49 / 1000, cap * 50 / 1000);
+    let free = low - 4096;
+    let want = (high - free).div_ceil(4096);
+    let plan = e.tick(Nanos::from_millis(6000), &usage(&topo, Bytes(free)));
+    let mut got: Vec<u64> = plan
+        .batches
+        .iter()
+        .flat_map(|b| &b.pages)
+        .map(|m| rank(m.page.vpn.0))
+        .collect();
+    got.sort_unstable();
+    // The first selection holds 2 x want + 64 pages, fewer than the 3000 pinned ones.
+    assert!(2 * want + 64 < 3000 && want < 2000, "{want}");
+    assert_eq!(got, (3000..3000 + want).collect::<Vec<_>>());
+    assert_eq!(e.stats().engine.pgdemote_policy_skipped, 3000);
+}
+
+#[test]
 fn reconfigure_keeps_the_records_and_refuses_a_format_change() {
     let topo = two_tier(Bytes::gib(16), Bytes::gib(64));
     let u = usage(&topo, Bytes::gib(16));
