@@ -595,10 +595,10 @@ impl Engine {
     /// Records a batch of observations (pghot's `pghot_record_access()` for each).
     pub fn observe(&mut self, batch: &[Observation]) {
         // Observations from hardware samples (and hint faults) land on scattered entries of
-        // the fast index, the heat map and the hotness store, each a cache miss. Reading a block's entries
-        // first, in a loop with nothing else in it, lets the CPU have their misses in flight
-        // together; the block is then processed with its lines in cache. The output is the
-        // same: the reads change nothing.
+        // the fast index, the heat map and the hotness store, each a cache miss. Reading a
+        // block's entries first, in a loop with nothing else in it, lets the CPU have their
+        // misses in flight together; the block is then processed with its lines in cache.
+        // The output is the same: the reads change nothing.
         const BLOCK: usize = 16;
         let relative = self.relative();
         for block in batch.chunks(BLOCK) {

@@ -1523,49 +1523,11 @@ fn backed_off_pages_leave_the_demotion_list() {
     assert_eq!(planned(&p, MigrationKind::Demote), 10, "retried after 1 s");
 }
 
-#[test]
-fn the_coldest_pages_are_chosen_without_sorting_the_whole_fast_tier() {
-    // 5000 known fast pages, room wanted for a few hundred: the selection must pick exactly
-    // the coldest, as a full sort would.
-    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
-    let cap = Bytes::gib(1).0;
-    let cfg = EngineConfig {
-        demotion: DemotionConfig {
-            enabled: true,
-            low_free_permille: 49,
-            high_free_permille: 50,
-            ..DemotionConfig::default()
-        },
-        ..kcfg()
-    };
-    let mut e = Engine::new(cfg, topo.clone()).unwrap();
-    // Access times in a scrambled order.
-    let v: Vec<Observation> = (0..5000u64)
-        .map(|i| obs(1, i, N0, Some(N0), (i * 7919) % 5000))
-        .collect();
-    e.observe(&v);
-    // Below the low watermark: demote down to high, i.e. `want` pages.
-    let (low, high) = (cap * 49 / 1000, cap * 50 / 1000);
-    let free = low - 4096;
-    let want = (high - free).div_ceil(4096);
-    let u = usage(&topo, Bytes(free));
-    let plan = e.tick(Nanos::from_millis(6000), &u);
-    let mut got: Vec<u64> = plan
-        .batches
-        .iter()
-        .flat_map(|b| &b.pages)
-        .map(|m| (m.page.vpn.0 * 7919) % 5000)
-        .collect();
-    got.sort_unstable();
-    assert!(want > 200 && want < 5000, "{want}");
-    assert_eq!(got, (0..want).collect::<Vec<_>>());
-}
-
-#[test]
-fn the_demoter_goes_past_the_coldest_pages_it_may_not_move_in_order() {
-    // As above, but the 3000 coldest pages are bound to the fast node: every one the first
-    // selection holds is skipped, and the demoter must go on to the next coldest, in order,
-    // exactly as a full sort would give them.
+/// 5000 known fast pages whose access times are scrambled (a page's rank, coldest first, is
+/// `vpn x 7919 mod 5000`), those of rank below `pinned` bound to the fast node; one pass just
+/// below the low watermark. Returns the ranks planned for demotion, sorted, the pages the pass
+/// wants, and the engine.
+fn coldest_pass(pinned: u64) -> (Vec<u64>, u64, Engine) {
     let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
     let cap = Bytes::gib(1).0;
     let cfg = EngineConfig {
@@ -1579,24 +1541,19 @@ fn the_demoter_goes_past_the_coldest_pages_it_may_not_move_in_order() {
     };
     let mut e = Engine::new(cfg, topo.clone()).unwrap();
     let rank = |vpn: u64| (vpn * 7919) % 5000;
-    let pinned: Vec<(Vpn, Vpn, MemPolicy)> = (0..5000u64)
-        .filter(|&v| rank(v) < 3000)
-        .map(|v| {
-            (
-                Vpn(v),
-                Vpn(v + 1),
-                MemPolicy::new(PolicyMode::Bind, NodeMask::from_nodes([N0])),
-            )
-        })
-        .collect();
+    let bind_fast = MemPolicy::new(PolicyMode::Bind, NodeMask::from_nodes([N0]));
     e.update_owner(OwnerUpdate::Policies {
         space: SpaceId(1),
-        ranges: pinned,
+        ranges: (0..5000u64)
+            .filter(|&v| rank(v) < pinned)
+            .map(|v| (Vpn(v), Vpn(v + 1), bind_fast))
+            .collect(),
     });
     let v: Vec<Observation> = (0..5000u64)
         .map(|i| obs(1, i, N0, Some(N0), rank(i)))
         .collect();
     e.observe(&v);
+    // Below the low watermark: demote down to high, i.e. `want` pages.
     let (low, high) = (cap * 49 / 1000, cap * 50 / 1000);
     let free = low - 4096;
     let want = (high - free).div_ceil(4096);
@@ -1608,6 +1565,24 @@ fn the_demoter_goes_past_the_coldest_pages_it_may_not_move_in_order() {
         .map(|m| rank(m.page.vpn.0))
         .collect();
     got.sort_unstable();
+    (got, want, e)
+}
+
+#[test]
+fn the_coldest_pages_are_chosen_without_sorting_the_whole_fast_tier() {
+    // Room wanted for a few hundred: the selection must pick exactly the coldest, as a full
+    // sort would.
+    let (got, want, _) = coldest_pass(0);
+    assert!(want > 200 && want < 5000, "{want}");
+    assert_eq!(got, (0..want).collect::<Vec<_>>());
+}
+
+#[test]
+fn the_demoter_goes_past_the_coldest_pages_it_may_not_move_in_order() {
+    // The 3000 coldest pages are bound to the fast node: every one the first selection holds
+    // is skipped, and the demoter must go on to the next coldest, in order, exactly as a full
+    // sort would give them.
+    let (got, want, e) = coldest_pass(3000);
     // The first selection holds 2 x want + 64 pages, fewer than the 3000 pinned ones.
     assert!(2 * want + 64 < 3000 && want < 2000, "{want}");
     assert_eq!(got, (3000..3000 + want).collect::<Vec<_>>());
