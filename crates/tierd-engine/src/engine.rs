@@ -233,6 +233,10 @@ struct Backoff {
     failures: u8,
 }
 
+/// Observations or move results read ahead at a time (`Engine::observe`, `Engine::apply`):
+/// enough misses in flight to fill the CPU's window, few enough lines to stay in cache.
+const WARM_BLOCK: usize = 16;
+
 /// A demotion candidate: (not over its cgroup's fast-tier share, last access, page, size).
 /// Ordered as a tuple, which is the demoter's order: the page is unique, so the size never
 /// decides.
@@ -599,9 +603,7 @@ impl Engine {
         // block's entries first, in a loop with nothing else in it, lets the CPU have their
         // misses in flight together; the block is then processed with its lines in cache.
         // The output is the same: the reads change nothing.
-        const BLOCK: usize = 16;
-        let relative = self.relative();
-        for block in batch.chunks(BLOCK) {
+        for block in batch.chunks(WARM_BLOCK) {
             let mut present = 0u32;
             for obs in block {
                 // An accessed-bit scan reports in address order: its entries come in runs
@@ -616,15 +618,7 @@ impl Engine {
                     vpn: size.head(obs.page.vpn),
                 };
                 // A slow page is looked up in the fast index too (to drop a stale entry).
-                present += u32::from(self.fast.map.warm(key, size));
-                if relative {
-                    present += u32::from(self.heat.warm(key, size));
-                }
-                if !self.topo.is_toptier(obs.page_node) {
-                    if let Some(store) = self.stores.get(&obs.page_node) {
-                        present += u32::from(store.warm(key, size));
-                    }
-                }
+                present += self.warm_page(key, size, obs.page_node);
             }
             std::hint::black_box(present);
             for obs in block {
@@ -1381,20 +1375,27 @@ impl Engine {
         e.fast_index_pages = self.fast.pages;
     }
 
+    /// Reads the entries an update of the folio `(key, size)` touches, changing nothing: the
+    /// fast index, the heat map (relative mode) and the hotness store of `node` (none for a
+    /// top-tier node). Returns how many are present, for the caller to `black_box`.
+    fn warm_page(&self, key: PageKey, size: PageSize, node: NodeId) -> u32 {
+        let mut present = u32::from(self.fast.map.warm(key, size));
+        if self.relative() {
+            present += u32::from(self.heat.warm(key, size));
+        }
+        if let Some(store) = self.stores.get(&node) {
+            present += u32::from(store.warm(key, size));
+        }
+        present
+    }
+
     /// Reads the per-page entries that [`Engine::apply`] will update for `results`.
     fn warm_results(&self, results: &[PageResult]) {
-        let relative = self.relative();
         let mut present = 0u32;
         for r in results {
             let (key, size) = (r.page.key(), r.page.size);
             present += u32::from(self.history.warm(key, size));
-            present += u32::from(self.fast.map.warm(key, size));
-            if relative {
-                present += u32::from(self.heat.warm(key, size));
-            }
-            if let Some(s) = self.stores.get(&r.from) {
-                present += u32::from(s.warm(key, size));
-            }
+            present += self.warm_page(key, size, r.from);
         }
         std::hint::black_box(present);
     }
@@ -1404,10 +1405,11 @@ impl Engine {
         let window = Nanos::from_millis(self.config.pingpong_window_ms);
         let within = |t: Option<Nanos>| t.is_some_and(|t| now.saturating_sub(t) <= window);
         for (i, r) in report.results.iter().enumerate() {
-            if i % 16 == 0 {
+            if i % WARM_BLOCK == 0 {
                 // The next results' scattered entries, read first so that their cache misses
                 // overlap (as in `observe`); this changes nothing.
-                self.warm_results(&report.results[i..report.results.len().min(i + 16)]);
+                let end = report.results.len().min(i + WARM_BLOCK);
+                self.warm_results(&report.results[i..end]);
             }
             let nr = r.page.size.nr_pages().0;
             let key = r.page.key();

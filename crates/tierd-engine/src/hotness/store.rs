@@ -276,6 +276,16 @@ fn offset_in_chunk(vpn: Vpn) -> usize {
     off
 }
 
+/// The record of the folio of `size` at `vpn` within its chunk: a huge folio's chunk holds
+/// one record, at 0.
+fn record_offset(vpn: Vpn, size: PageSize) -> usize {
+    if size.is_huge() {
+        0
+    } else {
+        offset_in_chunk(vpn)
+    }
+}
+
 /// The chunked arena for one record format.
 #[derive(Clone)]
 struct Table<R: Record> {
@@ -337,11 +347,7 @@ impl<R: Record> Table<R> {
         let Some(slot) = self.find(ck) else {
             return false;
         };
-        let off = if size.is_huge() {
-            0
-        } else {
-            offset_in_chunk(key.vpn)
-        };
+        let off = record_offset(key.vpn, size);
         self.metas[slot].size == size && !self.records[slot * CHUNK_PAGES + off].is_zero()
     }
 
@@ -527,11 +533,7 @@ impl<R: Record> Table<R> {
                 );
             }
         }
-        let off = if size.is_huge() {
-            0
-        } else {
-            offset_in_chunk(key.vpn)
-        };
+        let off = record_offset(key.vpn, size);
         let nr = size.nr_pages().0;
         let rec = &mut self.records[slot * CHUNK_PAGES + off];
         let was_zero = rec.is_zero();
@@ -630,11 +632,7 @@ impl<R: Record> Table<R> {
             return;
         };
         let size = self.metas[slot].size;
-        let off = if size.is_huge() {
-            0
-        } else {
-            offset_in_chunk(key.vpn)
-        };
+        let off = record_offset(key.vpn, size);
         let rec = &mut self.records[slot * CHUNK_PAGES + off];
         if rec.is_zero() {
             return;
