@@ -261,30 +261,28 @@ struct DemotionFilter {
 }
 
 impl DemotionFilter {
-    /// The `head` first candidates in order (all of them if fewer), after `after` if given.
+    /// The first candidates in order, after `after` if given: the fewest whose folios cover
+    /// `head` base pages (all of them if they cover fewer), and whether any were left out.
+    /// The head is counted in base pages, not candidates, because the pass needs pages: on a
+    /// fast tier of 2 MiB folios a head counted in candidates kept and sorted 512 times
+    /// more than the pass can take.
     fn coldest(
         &self,
         fast: &SizedPageMap<FastPage>,
         owners: &OwnerMap,
         backoff: &mut SizedPageMap<Backoff>,
         heat: &mut HeatMap,
-        head: usize,
+        head: u64,
         after: Option<DemotionCandidate>,
-    ) -> Vec<DemotionCandidate> {
-        // Candidates gather in `kept`; whenever it holds twice `head`, it is cut to its `head`
-        // smallest (a linear selection), and the largest kept becomes a bound no later
-        // candidate at or above can pass: the selection is linear in the candidates, and
-        // most pages are passed over after one comparison, before their filters' lookups.
+    ) -> (Vec<DemotionCandidate>, bool) {
+        // Candidates gather in `kept`; whenever they cover twice `head` pages, they are cut to
+        // the fewest smallest that cover `head` (a linear selection), and the largest kept
+        // becomes a bound no later candidate at or above can pass: the selection is linear in
+        // the candidates, and most pages are passed over after one comparison, before their
+        // filters' lookups.
         let mut kept: Vec<DemotionCandidate> = Vec::new();
+        let mut kept_pages: u64 = 0;
         let mut bound: Option<DemotionCandidate> = None;
-        let cut = |kept: &mut Vec<DemotionCandidate>| -> Option<DemotionCandidate> {
-            if head == 0 || kept.len() <= head {
-                return None;
-            }
-            kept.select_nth_unstable(head - 1);
-            kept.truncate(head);
-            kept.last().copied()
-        };
         // The fast index iterates chunk by chunk, so spaces come in runs.
         let mut last: Option<(crate::types::SpaceId, bool)> = None;
         for (key, size, f) in fast.iter() {
@@ -308,13 +306,17 @@ impl DemotionFilter {
                 continue;
             }
             kept.push(c);
-            if kept.len() >= head.saturating_mul(2) {
-                bound = cut(&mut kept).or(bound);
+            kept_pages += size.nr_pages().0;
+            if kept_pages >= head.saturating_mul(2) {
+                if let Some(b) = cut_to_pages(&mut kept, head) {
+                    bound = Some(b);
+                    kept_pages = kept.iter().map(|c| c.3.nr_pages().0).sum();
+                }
             }
         }
-        cut(&mut kept);
+        let cut = cut_to_pages(&mut kept, head).is_some() || bound.is_some();
         kept.sort_unstable();
-        kept
+        (kept, cut)
     }
 
     /// Whether the pass may take `c` (the lookups change no state but the maps' caches).
@@ -340,6 +342,38 @@ impl DemotionFilter {
             idle >= self.idle_for && self.heat_threshold.is_none_or(|t| heat.bin(c.2) < t)
         }
     }
+}
+
+/// Cuts `kept` to the fewest of its smallest candidates whose folios cover `pages` base pages
+/// (a weighted quickselect: each round partitions the undecided range at its middle and
+/// keeps the half that holds the answer, so it is linear on average), in no particular
+/// order, and returns the largest kept. Leaves `kept` alone and returns `None` when there is
+/// nothing to cut: all of them are needed to cover `pages`.
+fn cut_to_pages(kept: &mut Vec<DemotionCandidate>, pages: u64) -> Option<DemotionCandidate> {
+    let total: u64 = kept.iter().map(|c| c.3.nr_pages().0).sum();
+    if pages == 0 || total < pages {
+        return None;
+    }
+    // Invariant: kept[..lo] are the lo smallest and cover `acc` < `pages`; kept[..hi] are the
+    // hi smallest and cover at least `pages`. The answer is hi once they are adjacent.
+    let (mut lo, mut hi, mut acc) = (0usize, kept.len(), 0u64);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        kept[lo..hi].select_nth_unstable(mid - lo);
+        let s: u64 = kept[lo..mid].iter().map(|c| c.3.nr_pages().0).sum();
+        if acc + s >= pages {
+            hi = mid;
+        } else {
+            acc += s;
+            lo = mid;
+        }
+    }
+    if hi == kept.len() {
+        return None;
+    }
+    kept.truncate(hi);
+    // The hi smallest as a set, not in order: the largest is looked for.
+    kept.iter().max().copied()
 }
 
 /// The first back-off, doubled per consecutive failure up to [`BACKOFF_MAX`].
@@ -959,8 +993,8 @@ impl Engine {
             // allocated (this walk ran every pass under pressure, over every fast page, and
             // was most of a large machine's engine time). The rest, in order, only if those
             // run out.
-            let head = usize::try_from(need.max(0) >> crate::types::PAGE_SHIFT)
-                .unwrap_or(usize::MAX)
+            let head = u64::try_from(need.max(0) >> crate::types::PAGE_SHIFT)
+                .unwrap_or(u64::MAX)
                 .saturating_mul(2)
                 .saturating_add(64);
             let filter = DemotionFilter {
@@ -973,7 +1007,7 @@ impl Engine {
                 heat_threshold: self.relative().then_some(self.heat_threshold),
                 over: self.over_share_flags(usage),
             };
-            let cands = filter.coldest(
+            let (cands, cut) = filter.coldest(
                 &self.fast.map,
                 &self.owners,
                 &mut self.backoff,
@@ -982,7 +1016,7 @@ impl Engine {
                 None,
             );
             let mut groups: BTreeMap<(NodeId, CgroupId), Vec<PlannedMove>> = BTreeMap::new();
-            let after = cands.last().copied().filter(|_| cands.len() == head);
+            let after = cands.last().copied().filter(|_| cut);
             let mut tail: Option<std::vec::IntoIter<DemotionCandidate>> = None;
             let fast = &self.fast.map;
             let owners = &self.owners;
@@ -1001,9 +1035,10 @@ impl Engine {
                             owners,
                             &mut self.backoff,
                             &mut self.heat,
-                            usize::MAX,
+                            u64::MAX,
                             Some(after),
                         )
+                        .0
                         .into_iter()
                 })
                 .next()

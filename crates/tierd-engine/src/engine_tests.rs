@@ -1665,3 +1665,58 @@ fn reconfigure_keeps_the_records_and_refuses_a_format_change() {
         "a refused change leaves the engine as it was"
     );
 }
+
+proptest! {
+    /// The demoter's head is the fewest coldest candidates that cover a number of base pages:
+    /// `cut_to_pages` must keep exactly the shortest prefix of the sorted candidates that
+    /// covers it (as a set), and name its largest, whatever mix of base and huge folios.
+    #[test]
+    fn cut_to_pages_keeps_the_shortest_sorted_prefix_that_covers_the_pages(
+        cands in proptest::collection::vec((any::<bool>(), 0u64..50, 0u64..1000, 0u8..3), 0..300),
+        at in any::<proptest::sample::Index>(),
+        delta in 0u64..3,
+    ) {
+        let size = |s: u8| match s {
+            0 => PageSize::Base,
+            1 => PageSize::Huge2M,
+            _ => PageSize::Huge1G,
+        };
+        // Unique pages, as the fast index's are.
+        let mut kept: Vec<DemotionCandidate> = cands
+            .iter()
+            .enumerate()
+            .map(|(i, &(o, t, v, s))| {
+                let key = PageKey { space: SpaceId(1), vpn: Vpn(v * 1000 + i as u64) };
+                (o, Nanos(t), key, size(s))
+            })
+            .collect();
+        let mut sorted = kept.clone();
+        sorted.sort_unstable();
+        let total: u64 = sorted.iter().map(|c| c.3.nr_pages().0).sum();
+        // Aim at a prefix's exact cover, one page below it or above it: the edges of the cut.
+        let pages = if sorted.is_empty() {
+            delta
+        } else {
+            let upto = at.index(sorted.len()) + 1;
+            (sorted[..upto].iter().map(|c| c.3.nr_pages().0).sum::<u64>() + delta).saturating_sub(1)
+        };
+        // The shortest covering prefix.
+        let mut acc = 0;
+        let k = sorted
+            .iter()
+            .position(|c| {
+                acc += c.3.nr_pages().0;
+                acc >= pages
+            })
+            .map_or(sorted.len(), |i| i + 1);
+        let got = cut_to_pages(&mut kept, pages);
+        if pages == 0 || total < pages || k == sorted.len() {
+            prop_assert_eq!(got, None);
+            prop_assert_eq!(kept.len(), sorted.len());
+        } else {
+            prop_assert_eq!(got, Some(sorted[k - 1]));
+            kept.sort_unstable();
+            prop_assert_eq!(&kept[..], &sorted[..k]);
+        }
+    }
+}
