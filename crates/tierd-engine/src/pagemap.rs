@@ -19,9 +19,10 @@
 //! is this slow page in the fast index?) stays in cache.
 //!
 //! A 2 MiB page would have a chunk to itself (one entry in 512), so [`SizedPageMap`] keeps
-//! huge folios (2 MiB and 1 GiB) in a plain hash map beside the chunks of base pages, and
-//! behaves as one map keyed by folio in which no two folios overlap: putting in a folio
-//! evicts the entries it covers or that cover it (a split, a collapse, a remap).
+//! 2 MiB folios in a second `PageMap` keyed by huge page number (`vpn >> 9`: a chunk spans
+//! 512 of them, 1 GiB) and 1 GiB folios in a plain hash map, beside the chunks of base
+//! pages, and behaves as one map keyed by folio in which no two folios overlap: putting in a
+//! folio evicts the entries it covers or that cover it (a split, a collapse, a remap).
 //!
 //! A chunk is freed when its last entry goes; when more than half the arena is free after a
 //! [`PageMap::retain`], live chunks are moved down and the arena shrunk. Iteration order is
@@ -360,8 +361,9 @@ impl<V: Copy> PageMap<V> {
     }
 }
 
-/// One map keyed by folio, base pages in a [`PageMap`] and huge folios (with their size) in
-/// a hash map (see the module docs).
+/// One map keyed by folio: base pages in a [`PageMap`], 2 MiB folios in a second
+/// [`PageMap`] indexed by huge page number (a chunk spans 512 of them, 1 GiB), 1 GiB folios
+/// in a hash map (see the module docs).
 ///
 /// **Folios never overlap.** An entry names a folio: its head and size. Putting in a folio
 /// first evicts every entry of another folio over any of the same virtual pages (a THP split
@@ -371,14 +373,21 @@ impl<V: Copy> PageMap<V> {
 #[derive(Clone, Debug)]
 pub(crate) struct SizedPageMap<V: Copy> {
     base: PageMap<V>,
-    huge: FxHashMap<PageKey, (PageSize, V)>,
+    /// 2 MiB folios, keyed by `(space, head >> 9)`. A hash map of them cost two cache misses
+    /// a lookup (control bytes, then the entry) on a terabyte of THPs, and an accessed-bit
+    /// scan in address order missed as often as random samples; dense chunks cost one miss,
+    /// or none in address order.
+    pmd: PageMap<V>,
+    /// 1 GiB folios (hugetlb only, few).
+    pud: FxHashMap<PageKey, V>,
 }
 
 impl<V: Copy> Default for SizedPageMap<V> {
     fn default() -> Self {
         SizedPageMap {
             base: PageMap::default(),
-            huge: FxHashMap::default(),
+            pmd: PageMap::default(),
+            pud: FxHashMap::default(),
         }
     }
 }
@@ -391,23 +400,59 @@ fn heads_2m(head_1g: PageKey) -> impl Iterator<Item = PageKey> {
     })
 }
 
+/// The key of a 2 MiB head in the `pmd` map, `None` for a key that is not 2 MiB aligned.
+fn pmd_key(key: PageKey) -> Option<PageKey> {
+    key.vpn.0.is_multiple_of(HPAGE_PMD_NR).then_some(PageKey {
+        space: key.space,
+        vpn: Vpn(key.vpn.0 / HPAGE_PMD_NR),
+    })
+}
+
+/// The `pmd` key of a 2 MiB folio's head (callers align heads: [`PageSize::head`]).
+fn pmd_index(head: PageKey) -> PageKey {
+    debug_assert_eq!(
+        head.vpn.0 % HPAGE_PMD_NR,
+        0,
+        "a 2 MiB folio keyed off its head"
+    );
+    PageKey {
+        space: head.space,
+        vpn: Vpn(head.vpn.0 / HPAGE_PMD_NR),
+    }
+}
+
+/// The head of the 2 MiB folio whose `pmd` key is `k`.
+fn pmd_head(k: PageKey) -> PageKey {
+    PageKey {
+        space: k.space,
+        vpn: Vpn(k.vpn.0 * HPAGE_PMD_NR),
+    }
+}
+
 impl<V: Copy> SizedPageMap<V> {
     /// Entries in the map.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.base.len() + self.huge.len()
+        self.base.len() + self.pmd.len() + self.pud.len()
     }
 
     /// Whether the map is empty.
     pub(crate) fn is_empty(&self) -> bool {
-        self.base.is_empty() && self.huge.is_empty()
+        self.base.is_empty() && self.no_huge()
     }
 
-    /// The huge entry at `head` if its folio covers `vpn`, removed.
-    fn take_huge_covering(&mut self, head: PageKey, vpn: Vpn) -> Option<(PageSize, V)> {
-        match self.huge.get(&head) {
-            Some((s, _)) if vpn.0 < head.vpn.0 + s.nr_pages().0 => self.huge.remove(&head),
-            _ => None,
+    /// Whether the map holds no huge folio.
+    #[inline]
+    fn no_huge(&self) -> bool {
+        self.pmd.is_empty() && self.pud.is_empty()
+    }
+
+    /// The huge entry at `head` (of `size`), removed.
+    fn take_huge(&mut self, head: PageKey, size: PageSize) -> Option<V> {
+        match size {
+            PageSize::Base => None,
+            PageSize::Huge2M => pmd_key(head).and_then(|k| self.pmd.remove(k)),
+            PageSize::Huge1G => self.pud.remove(&head),
         }
     }
 
@@ -431,12 +476,12 @@ impl<V: Copy> SizedPageMap<V> {
                         evicted(key, PageSize::Base, v);
                     }
                 }
-                if !self.huge.is_empty() {
+                if !self.no_huge() {
                     // The 2 MiB or 1 GiB folio containing the page, keyed at its head.
                     for s in [PageSize::Huge2M, PageSize::Huge1G] {
                         let h = head_of(s);
-                        if let Some((hs, v)) = self.take_huge_covering(h, key.vpn) {
-                            evicted(h, hs, v);
+                        if let Some(v) = self.take_huge(h, s) {
+                            evicted(h, s, v);
                         }
                     }
                 }
@@ -453,34 +498,47 @@ impl<V: Copy> SizedPageMap<V> {
                             .drain_chunk(ck, |k, v| evicted(k, PageSize::Base, v));
                     }
                 }
-                if self.huge.is_empty() {
+                if self.no_huge() {
                     return;
                 }
-                // The head itself, at another size (or this size unless kept).
-                if let Some(&(hs, v)) = self.huge.get(&key) {
-                    if !(keep_exact && hs == size) {
-                        self.huge.remove(&key);
-                        evicted(key, hs, v);
+                // The head itself, at either size (this size unless kept).
+                for s in [PageSize::Huge2M, PageSize::Huge1G] {
+                    if keep_exact && s == size {
+                        continue;
+                    }
+                    if let Some(v) = self.take_huge(key, s) {
+                        evicted(key, s, v);
                     }
                 }
                 match size {
                     PageSize::Huge2M => {
                         let g = head_of(PageSize::Huge1G);
                         if g != key {
-                            if let Some((hs, v)) = self.take_huge_covering(g, key.vpn) {
-                                evicted(g, hs, v);
+                            if let Some(v) = self.take_huge(g, PageSize::Huge1G) {
+                                evicted(g, PageSize::Huge1G, v);
                             }
                         }
                     }
                     _ => {
-                        for h in heads_2m(key).skip(1) {
-                            if let Some((hs, v)) = self.huge.remove(&h) {
-                                evicted(h, hs, v);
+                        if !self.pmd.is_empty() {
+                            for h in heads_2m(key).skip(1) {
+                                if let Some(v) = self.take_huge(h, PageSize::Huge2M) {
+                                    evicted(h, PageSize::Huge2M, v);
+                                }
                             }
                         }
                     }
                 }
             }
+        }
+    }
+
+    /// Whether the exact folio `(key, size)` is in the map.
+    fn has_huge(&mut self, key: PageKey, size: PageSize) -> bool {
+        match size {
+            PageSize::Base => false,
+            PageSize::Huge2M => self.pmd.get(pmd_index(key)).is_some(),
+            PageSize::Huge1G => self.pud.contains_key(&key),
         }
     }
 
@@ -501,10 +559,14 @@ impl<V: Copy> SizedPageMap<V> {
                 self.base.get_or_insert_with(key, f)
             }
             PageSize::Huge2M | PageSize::Huge1G => {
-                if !matches!(self.huge.get(&key), Some((s, _)) if *s == size) {
+                if !self.has_huge(key, size) {
                     self.evict(key, size, true, evicted);
                 }
-                &mut self.huge.entry(key).or_insert_with(|| (size, f())).1
+                if size == PageSize::Huge2M {
+                    self.pmd.get_or_insert_with(pmd_index(key), f)
+                } else {
+                    self.pud.entry(key).or_insert_with(f)
+                }
             }
         }
     }
@@ -524,10 +586,14 @@ impl<V: Copy> SizedPageMap<V> {
                 self.base.insert(key, v)
             }
             PageSize::Huge2M | PageSize::Huge1G => {
-                if !matches!(self.huge.get(&key), Some((s, _)) if *s == size) {
+                if !self.has_huge(key, size) {
                     self.evict(key, size, true, evicted);
                 }
-                self.huge.insert(key, (size, v)).map(|(_, old)| old)
+                if size == PageSize::Huge2M {
+                    self.pmd.insert(pmd_index(key), v)
+                } else {
+                    self.pud.insert(key, v)
+                }
             }
         }
     }
@@ -542,28 +608,39 @@ impl<V: Copy> SizedPageMap<V> {
         self.evict(key, size, false, removed);
     }
 
-    /// The value of the folio whose head is `key`, of either size.
+    /// The value of the folio whose head is `key`, of any size.
     pub(crate) fn get(&mut self, key: PageKey) -> Option<&V> {
-        if !self.huge.is_empty() {
-            if let Some((_, v)) = self.huge.get(&key) {
+        if !self.pmd.is_empty() {
+            if let Some(k) = pmd_key(key) {
+                if self.pmd.get(k).is_some() {
+                    return self.pmd.get(k);
+                }
+            }
+        }
+        if !self.pud.is_empty() {
+            if let Some(v) = self.pud.get(&key) {
                 return Some(v);
             }
         }
         self.base.get(key)
     }
 
-    /// [`PageMap::warm`] for a base page (a huge folio's entry is in a small hash map that
-    /// stays in cache).
+    /// [`PageMap::warm`] for a base page or a 2 MiB folio (1 GiB folios are few, in a small
+    /// hash map that stays in cache).
     #[inline]
     pub(crate) fn warm(&self, key: PageKey, size: PageSize) -> bool {
-        size == PageSize::Base && self.base.warm(key)
+        match size {
+            PageSize::Base => self.base.warm(key),
+            PageSize::Huge2M => pmd_key(key).is_some_and(|k| self.pmd.warm(k)),
+            PageSize::Huge1G => false,
+        }
     }
 
-    /// Bytes held by both sides, for the memory gauges.
+    /// Bytes held by all sides, for the memory gauges.
     pub(crate) fn memory_bytes(&self) -> usize {
         self.base.memory_bytes()
-            + self.huge.capacity()
-                * (std::mem::size_of::<PageKey>() + std::mem::size_of::<(PageSize, V)>())
+            + self.pmd.memory_bytes()
+            + self.pud.capacity() * (std::mem::size_of::<PageKey>() + std::mem::size_of::<V>())
     }
 
     /// Removes the folio whose head is `key`; returns its value.
@@ -572,10 +649,13 @@ impl<V: Copy> SizedPageMap<V> {
         if let Some(v) = self.base.remove(key) {
             return Some(v);
         }
-        if self.huge.is_empty() {
+        if let Some(v) = self.take_huge(key, PageSize::Huge2M) {
+            return Some(v);
+        }
+        if self.pud.is_empty() {
             None
         } else {
-            self.huge.remove(&key).map(|(_, v)| v)
+            self.pud.remove(&key)
         }
     }
 
@@ -584,13 +664,19 @@ impl<V: Copy> SizedPageMap<V> {
         self.base
             .iter()
             .map(|(k, v)| (k, PageSize::Base, v))
-            .chain(self.huge.iter().map(|(k, (s, v))| (*k, *s, v)))
+            .chain(
+                self.pmd
+                    .iter()
+                    .map(|(k, v)| (pmd_head(k), PageSize::Huge2M, v)),
+            )
+            .chain(self.pud.iter().map(|(k, v)| (*k, PageSize::Huge1G, v)))
     }
 
     /// Keeps the entries for which `f` is true.
     pub(crate) fn retain(&mut self, mut f: impl FnMut(PageKey, &mut V) -> bool) {
         self.base.retain(&mut f);
-        self.huge.retain(|k, (_, v)| f(*k, v));
+        self.pmd.retain(|k, v| f(pmd_head(k), v));
+        self.pud.retain(|k, v| f(*k, v));
     }
 }
 
