@@ -47,7 +47,7 @@ use rustc_hash::FxHashMap;
 use crate::backend::OwnerUpdate;
 use crate::config::{AccessingNode, ConfigError, EngineConfig, ThresholdMode};
 use crate::hotness::{
-    fit_threshold, HeatMap, HotnessMode, HotnessParams, HotnessStore, ReadyPage, Tier,
+    fit_threshold, HeatMap, HotnessMode, HotnessParams, HotnessStore, ReadyPage, Tier, HEAT_BINS,
     NO_PROMOTION_BIN,
 };
 use crate::pagemap::SizedPageMap;
@@ -444,6 +444,11 @@ pub struct Engine {
     next_batch_id: u64,
     stats: Stats,
     ready: Vec<ReadyPage>,
+    /// Scratch of the promoter's hottest-first order (`plan_promotion`): kept, not
+    /// reallocated each pass, since a pass may hold millions of ready pages and a fresh
+    /// buffer of that size is fresh memory the kernel must zero.
+    ready_sorted: Vec<ReadyPage>,
+    ready_bins: Vec<u8>,
     /// Relative mode: every page's decayed access count and its histogram per tier.
     heat: HeatMap,
     /// Relative mode: the heat bin a ready slow page needs this pass.
@@ -519,6 +524,8 @@ impl Engine {
             next_batch_id: 1,
             stats,
             ready: Vec::new(),
+            ready_sorted: Vec::new(),
+            ready_bins: Vec::new(),
             heat: HeatMap::new(config.heat_cooling_ms),
             heat_threshold: NO_PROMOTION_BIN,
             claimed: Claimed::default(),
@@ -1121,12 +1128,33 @@ impl Engine {
             }
             if self.relative() {
                 // Hottest first, so that the rate limit and the room go to them; address
-                // order among equals (a stable sort of the store's address order).
-                let heat = &mut self.heat;
-                let mut keyed: Vec<(u8, ReadyPage)> =
-                    ready.drain(..).map(|rp| (heat.bin(rp.key), rp)).collect();
-                keyed.sort_by_key(|(b, _)| std::cmp::Reverse(*b));
-                ready.extend(keyed.into_iter().map(|(_, rp)| rp));
+                // order among equals (a stable sort of the store's address order). A counting
+                // sort: there are HEAT_BINS keys.
+                let bins = &mut self.ready_bins;
+                bins.clear();
+                let mut start = [0usize; HEAT_BINS];
+                for rp in &ready {
+                    let b = self.heat.bin(rp.key);
+                    bins.push(b);
+                    start[usize::from(b)] += 1;
+                }
+                // Bin b's first position: the count of every hotter bin.
+                let mut at = 0;
+                for slot in start.iter_mut().rev() {
+                    let n = *slot;
+                    *slot = at;
+                    at += n;
+                }
+                let sorted = &mut self.ready_sorted;
+                sorted.clear();
+                // Every slot is overwritten below; this only sizes the buffer.
+                sorted.extend_from_slice(&ready);
+                for (rp, &b) in ready.iter().zip(bins.iter()) {
+                    let i = &mut start[usize::from(b)];
+                    sorted[*i] = *rp;
+                    *i += 1;
+                }
+                std::mem::swap(&mut ready, sorted);
             }
             for rp in &ready {
                 self.consider(
