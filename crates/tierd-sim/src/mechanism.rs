@@ -342,10 +342,15 @@ pub enum ReclaimModel {
     },
 }
 
-/// The cost of scanning one base page on the inactive list: isolating it, the reverse-map
-/// walk of `folio_referenced()` that tests and clears its accessed bits, and putting it back
-/// (mm/vmscan.c `shrink_folio_list()`). **Assumed**: 1 us, about 1 M pages (4 GB) a second
-/// per reclaiming thread; docs/simulator.md "Reclaim" shows how D's rows move with it.
+/// What one page costs reclaim per turn of the LRU, charged at the back hand: its visit on
+/// the inactive list (isolation, the reverse-map walk of `folio_referenced()` that tests and
+/// clears its accessed bits, putback or activation: mm/vmscan.c `shrink_folio_list()`) and
+/// its visit on the active list that deactivated it (`shrink_active_list()`, the same walk;
+/// the model's front hand, which is charged nothing itself). 1 us, about 1 M pages (4 GB) a
+/// second per reclaiming thread. **Half measured**: `scripts/lru-scan-cost.sh` measures the
+/// inactive visit of a referenced 4 KiB anonymous page at 0.44-0.51 us (this host, kernel
+/// 6.18, 2026-12-03); the active visit is assumed to cost the same. docs/simulator.md
+/// "Reclaim" shows how D's rows move with it.
 pub const LRU_SCAN_NS_PER_PAGE: f64 = 1000.0;
 
 /// `inactive_is_low()`'s `inactive_ratio` for a node of `gib` GiB: `int_sqrt(10 x gb)`, or

@@ -1301,19 +1301,8 @@ pub fn compare_jobs(
         return compare(sc, scale, only, |i, id, f| progress(i, id, f));
     }
     let world = World::build(sc)?;
-    // Workers take configurations in this order; results keep the scenario's. The costliest
-    // kind first (longest processing time first: the last one started decides the wall
-    // time): tierd's engine with its sources drawn, then DAMON, then NUMA balancing, then
-    // the baseline, which moves nothing. A ranking by mechanism, not a measurement: within a
-    // kind the scenario's order stays.
-    let cost_rank = |m: MechanismKind| match m {
-        MechanismKind::Tierd => 0,
-        MechanismKind::Damon => 1,
-        MechanismKind::Numab => 2,
-        MechanismKind::Baseline => 3,
-    };
-    let mut order: Vec<usize> = (0..picked.len()).collect();
-    order.sort_by_key(|&k| cost_rank(picked[k].1.mechanism));
+    // Workers take configurations in this order; results keep the scenario's.
+    let order = start_order(&picked.iter().map(|(_, c)| *c).collect::<Vec<_>>());
     let next = AtomicUsize::new(0);
     let slots: Mutex<Vec<Option<Result<ConfigResult, SimError>>>> =
         Mutex::new((0..picked.len()).map(|_| None).collect());
@@ -1341,6 +1330,31 @@ pub fn compare_jobs(
         configs.push(r?);
     }
     Ok(compare_result(sc, scale, &world, configs))
+}
+
+/// The order in which `compare_jobs`' workers start `configs` (indices into it): the costliest
+/// first (longest processing time first: the last one started decides the wall time).
+/// tierd's engine with its sources drawn, then DAMON, then NUMA balancing, then the baseline,
+/// which moves nothing; among tierd's, more sources first, then shorter sampling periods (more
+/// samples). A ranking by what each configuration draws, not a measurement: ties keep the
+/// scenario's order.
+fn start_order(configs: &[&ConfigToml]) -> Vec<usize> {
+    let cost_rank = |c: &ConfigToml| match c.mechanism {
+        MechanismKind::Tierd => {
+            let t = c.tierd.as_ref();
+            (
+                0,
+                usize::MAX - t.map_or(0, |t| t.sources.len()),
+                t.map_or(u64::MAX, |t| t.sample_period),
+            )
+        }
+        MechanismKind::Damon => (1, 0, 0),
+        MechanismKind::Numab => (2, 0, 0),
+        MechanismKind::Baseline => (3, 0, 0),
+    };
+    let mut order: Vec<usize> = (0..configs.len()).collect();
+    order.sort_by_key(|&k| cost_rank(configs[k]));
+    order
 }
 
 fn compare_result(
@@ -1388,6 +1402,20 @@ mod tests {
     use super::*;
 
     const MIB2: u64 = 2 << 20;
+
+    /// Scenario A's configurations start with tierd's T1 (two sources, the shortest period),
+    /// then H5 and H10 (fewer samples), then DAMON, NUMA balancing and the baseline: the
+    /// longest first, so the last one started is short.
+    #[test]
+    fn the_costliest_configurations_start_first() {
+        let sc = Scenario::find("pointer-chase").unwrap();
+        let configs: Vec<&ConfigToml> = sc.config.iter().collect();
+        let ids: Vec<&str> = start_order(&configs)
+            .into_iter()
+            .map(|k| configs[k].id.as_str())
+            .collect();
+        assert_eq!(ids, ["T1", "H5", "H10", "D3", "N2", "B0"]);
+    }
 
     proptest! {
         /// A region's parts keep its bytes, the THP part is whole 2 MiB folios within one
