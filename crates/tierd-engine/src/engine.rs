@@ -282,6 +282,10 @@ impl DemotionFilter {
         // filters' lookups.
         let mut kept: Vec<DemotionCandidate> = Vec::new();
         let mut kept_pages: u64 = 0;
+        // A cut is tried again only once `kept` has doubled since the last try: a try can
+        // find nothing to cut (a folio late in the order covers most of the pages, so every
+        // kept one is still needed), and trying at every push would then be quadratic.
+        let mut next_try = 0usize;
         let mut bound: Option<DemotionCandidate> = None;
         // The fast index iterates chunk by chunk, so spaces come in runs.
         let mut last: Option<(crate::types::SpaceId, bool)> = None;
@@ -307,11 +311,12 @@ impl DemotionFilter {
             }
             kept.push(c);
             kept_pages += size.nr_pages().0;
-            if kept_pages >= head.saturating_mul(2) {
+            if kept_pages >= head.saturating_mul(2) && kept.len() >= next_try {
                 if let Some(b) = cut_to_pages(&mut kept, head) {
                     bound = Some(b);
                     kept_pages = kept.iter().map(|c| c.3.nr_pages().0).sum();
                 }
+                next_try = kept.len().saturating_mul(2);
             }
         }
         let cut = cut_to_pages(&mut kept, head).is_some() || bound.is_some();

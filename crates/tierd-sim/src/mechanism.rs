@@ -348,7 +348,7 @@ pub enum ReclaimModel {
 /// its visit on the active list that deactivated it (`shrink_active_list()`, the same walk;
 /// the model's front hand, which is charged nothing itself). 1 us, about 1 M pages (4 GB) a
 /// second per reclaiming thread. **Half measured**: `scripts/lru-scan-cost.sh` measures the
-/// inactive visit of a referenced 4 KiB anonymous page at 0.44-0.51 us (this host, kernel
+/// inactive visit of a referenced 4 KiB anonymous page at 0.42-0.51 us (this host, kernel
 /// 6.18, 2026-12-03); the active visit is assumed to cost the same. docs/simulator.md
 /// "Reclaim" shows how D's rows move with it.
 pub const LRU_SCAN_NS_PER_PAGE: f64 = 1000.0;

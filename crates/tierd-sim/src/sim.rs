@@ -1344,13 +1344,13 @@ fn start_order(configs: &[&ConfigToml]) -> Vec<usize> {
             let t = c.tierd.as_ref();
             (
                 0,
-                usize::MAX - t.map_or(0, |t| t.sources.len()),
+                std::cmp::Reverse(t.map_or(0, |t| t.sources.len())),
                 t.map_or(u64::MAX, |t| t.sample_period),
             )
         }
-        MechanismKind::Damon => (1, 0, 0),
-        MechanismKind::Numab => (2, 0, 0),
-        MechanismKind::Baseline => (3, 0, 0),
+        MechanismKind::Damon => (1, std::cmp::Reverse(0), 0),
+        MechanismKind::Numab => (2, std::cmp::Reverse(0), 0),
+        MechanismKind::Baseline => (3, std::cmp::Reverse(0), 0),
     };
     let mut order: Vec<usize> = (0..configs.len()).collect();
     order.sort_by_key(|&k| cost_rank(configs[k]));
