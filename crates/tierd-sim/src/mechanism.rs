@@ -347,10 +347,12 @@ pub enum ReclaimModel {
 /// clears its accessed bits, putback or activation: mm/vmscan.c `shrink_folio_list()`) and
 /// its visit on the active list that deactivated it (`shrink_active_list()`, the same walk;
 /// the model's front hand, which is charged nothing itself). 1 us, about 1 M pages (4 GB) a
-/// second per reclaiming thread. **Half measured**: `scripts/lru-scan-cost.sh` measures the
-/// inactive visit of a referenced 4 KiB anonymous page at 0.42-0.51 us (this host, kernel
-/// 6.18, 2026-12-03); the active visit is assumed to cost the same. docs/simulator.md
-/// "Reclaim" shows how D's rows move with it.
+/// second per reclaiming thread. **Measured** (`scripts/lru-scan-cost.sh`, this host, kernel
+/// 6.18, 2026-12-04): the inactive visit of a referenced 4 KiB anonymous page 0.39-0.51 us, the
+/// active visit 0.51-0.68 us (perf, `shrink_active_list()` over `pgdeactivate`), 0.91-1.16 us
+/// the two; an activated page keeps `PG_referenced`, so a page visits each list once a turn.
+/// It depends on the CPU and the kernel. docs/simulator.md "Reclaim" shows how D's rows move
+/// with it.
 pub const LRU_SCAN_NS_PER_PAGE: f64 = 1000.0;
 
 /// `inactive_is_low()`'s `inactive_ratio` for a node of `gib` GiB: `int_sqrt(10 x gb)`, or
