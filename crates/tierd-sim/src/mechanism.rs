@@ -831,16 +831,20 @@ fn demote_pass(
     // Each class's step along its cold order.
     let mut steps: BTreeMap<usize, u32> = BTreeMap::new();
     for &ci in &classes {
-        let (first, step) = ctx.mem.classes()[ci].coldest_order();
+        let class = &ctx.mem.classes()[ci];
+        let (_, step) = class.coldest_order();
         steps.insert(ci, step);
-        if let Some((k, idx, rate)) = next_on(ctx.mem, ci, 0, first, step) {
-            heap.push(Reverse((
-                Rate(rate),
-                ctx.mem.classes()[ci].region.0,
-                ci,
-                k,
-                idx,
-            )));
+        // Every position below the floor is off `node` (`Class::cold_floor`): start there,
+        // and leave the floor where this walk found the first unit on `node`.
+        let k0 = class.cold_floor(node);
+        let (len, region) = (class.len, class.region.0);
+        let idx0 = class.cold_index(k0);
+        match next_on(ctx.mem, ci, k0, idx0, step) {
+            Some((k, idx, rate)) => {
+                ctx.mem.raise_cold_floor(ci, node, k);
+                heap.push(Reverse((Rate(rate), region, ci, k, idx)));
+            }
+            None => ctx.mem.raise_cold_floor(ci, node, len),
         }
     }
     while let Some(Reverse((_, reg, ci, k, idx))) = heap.pop() {

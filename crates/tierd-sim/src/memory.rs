@@ -134,6 +134,15 @@ pub struct Class {
     pub units_on: BTreeMap<NodeId, u64>,
     /// Access weight per node.
     pub weight_on: BTreeMap<NodeId, f64>,
+    /// Per node id: no unit of the class on that node has a position in
+    /// [`Class::coldest_order`] below this (a missing entry: 0, which always holds). Placing
+    /// a unit lowers it to the unit's position ([`Memory::put`]); reclaim raises it to the
+    /// first position it found on the node ([`Memory::raise_cold_floor`]), so its next walk
+    /// starts there instead of stepping again over a cold prefix that churn has already
+    /// moved to the lower tier.
+    cold_floor: Vec<u32>,
+    /// [`Class::coldest_order`], computed once.
+    order: (u32, u32),
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -200,6 +209,11 @@ impl Class {
     /// inverse ([`Class::index_of_rank`]) each.
     #[must_use]
     pub fn coldest_order(&self) -> (u32, u32) {
+        self.order
+    }
+
+    /// Computes [`Class::coldest_order`] (two modular inverses: kept in `order`).
+    fn compute_coldest_order(&self) -> (u32, u32) {
         let n = self.len.max(1);
         match self.spread {
             Spread::Uniform => (0, 1 % n),
@@ -211,6 +225,39 @@ impl Class {
                 (first, (n - inv % n) % n)
             }
         }
+    }
+
+    /// The position of index `idx` in [`Class::coldest_order`]: `k` such that the k-th
+    /// least-accessed unit is at `idx`. Zipf: `idx = first + k x step (mod len)` with
+    /// `step = -a^-1`, so `k = (idx - first) x -a (mod len)`; uniform: `k = idx`.
+    #[must_use]
+    pub fn cold_position(&self, idx: u32) -> u32 {
+        let n = u64::from(self.len.max(1));
+        let (first, _) = self.coldest_order();
+        let step_inv = match self.spread {
+            Spread::Uniform => 1,
+            Spread::Zipf { .. } => (n - self.perm.0 % n) % n,
+        };
+        // Both factors are below n <= u32::MAX, so the product fits a u64.
+        let off = (u64::from(idx) + n - u64::from(first)) % n;
+        u32::try_from(off * step_inv % n).unwrap_or(0)
+    }
+
+    /// The index at position `k` of [`Class::coldest_order`].
+    #[must_use]
+    pub fn cold_index(&self, k: u32) -> u32 {
+        let n = u64::from(self.len.max(1));
+        let (first, step) = self.coldest_order();
+        u32::try_from((u64::from(first) + u64::from(k) * u64::from(step)) % n).unwrap_or(0)
+    }
+
+    /// See the field: the lowest cold-order position a unit of the class on `node` can have.
+    #[must_use]
+    pub fn cold_floor(&self, node: NodeId) -> u32 {
+        self.cold_floor
+            .get(usize::from(node.0))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// The index after `idx` in [`Class::coldest_order`] with its `step`.
@@ -885,7 +932,10 @@ impl Memory {
                 total_weight: 0.0,
                 units_on: BTreeMap::new(),
                 weight_on: BTreeMap::new(),
+                cold_floor: Vec::new(),
+                order: (0, 0),
             };
+            class.order = class.compute_coldest_order();
             class.total_weight = (0..len).map(|i| class.weight(i)).sum();
             self.classes.push(class);
         }
@@ -940,9 +990,33 @@ impl Memory {
         }
         let c = self.class_of(u);
         let class = &mut self.classes[usize::from(c.0)];
-        let w = unit_weight(class, u);
+        let idx = class.index_of(u);
+        let w = match class.spread {
+            Spread::Uniform => 1.0,
+            Spread::Zipf { .. } => idx.map_or(0.0, |i| class.weight(i)),
+        };
         *class.units_on.entry(node).or_default() += 1;
         *class.weight_on.entry(node).or_default() += w;
+        if let (Some(i), Some(floor)) = (idx, class.cold_floor.get(usize::from(node.0))) {
+            let k = class.cold_position(i);
+            if k < *floor {
+                class.cold_floor[usize::from(node.0)] = k;
+            }
+        }
+    }
+
+    /// Records that no unit of class `c` on `node` sits below position `k` of its
+    /// [`Class::coldest_order`]: the caller has just looked at every position from
+    /// [`Class::cold_floor`] up to `k` and found none there.
+    pub fn raise_cold_floor(&mut self, c: usize, node: NodeId, k: u32) {
+        let Some(class) = self.classes.get_mut(c) else {
+            return;
+        };
+        let n = usize::from(node.0);
+        if class.cold_floor.len() <= n {
+            class.cold_floor.resize(n + 1, 0);
+        }
+        class.cold_floor[n] = class.cold_floor[n].max(k);
     }
 
     /// Removes a placed unit from its node.
@@ -1263,6 +1337,36 @@ mod tests {
         assert!((c.total_weight - h).abs() < 1e-9);
     }
 
+    #[test]
+    fn cold_positions_invert_the_coldest_order() {
+        for (units, spread) in [
+            (1000, Spread::Zipf { s: 1.0 }),
+            (4 * 997, Spread::Zipf { s: 0.6 }),
+            (4 * 1024, Spread::Zipf { s: 0.8 }),
+            (1000, Spread::Uniform),
+            (4, Spread::Zipf { s: 1.0 }),
+        ] {
+            let mut m = machine();
+            region(&mut m, units, MemPolicy::DEFAULT, spread);
+            let c = &m.classes()[0];
+            let (mut idx, step) = c.coldest_order();
+            for k in 0..c.len {
+                assert_eq!(c.cold_position(idx), k, "{units} units, {spread:?}");
+                assert_eq!(c.cold_index(k), idx, "{units} units, {spread:?}");
+                idx = c.next_in_order(idx, step);
+            }
+        }
+    }
+
+    /// The lowest cold-order position of class 0's units on `node`, if any.
+    fn lowest_position_on(m: &Memory, node: NodeId) -> Option<u32> {
+        let c = &m.classes()[0];
+        c.iter_units()
+            .filter(|&(_, u)| m.node_of(u) == node)
+            .map(|(i, _)| c.cold_position(i))
+            .min()
+    }
+
     /// Every hint agrees with the slot table.
     fn hints_agree(m: &Memory, node: NodeId) {
         let n = m.node(node).unwrap();
@@ -1353,6 +1457,32 @@ mod tests {
     }
 
     proptest! {
+        /// The cold floor never passes a unit on its node, whatever moves and raises come:
+        /// a raise to the lowest position on the node (what reclaim's walk finds) holds until
+        /// a unit lands lower, and that landing lowers it.
+        #[test]
+        fn the_cold_floor_stays_at_or_below_every_unit_on_its_node(
+            ops in proptest::collection::vec((0u32..1000, 0u16..2, any::<bool>()), 0..300),
+        ) {
+            let mut m = machine();
+            region(&mut m, 4000, MemPolicy::DEFAULT, Spread::Zipf { s: 0.9 });
+            for (u, n, raise) in ops {
+                let _ = m.migrate(UnitId(u), NodeId(n));
+                if raise {
+                    for node in [NodeId(0), NodeId(1)] {
+                        let k = lowest_position_on(&m, node).unwrap_or(m.classes()[0].len);
+                        m.raise_cold_floor(0, node, k);
+                    }
+                }
+                for node in [NodeId(0), NodeId(1)] {
+                    let floor = m.classes()[0].cold_floor(node);
+                    if let Some(low) = lowest_position_on(&m, node) {
+                        prop_assert!(floor <= low, "node {node:?}: floor {floor} above {low}");
+                    }
+                }
+            }
+        }
+
         /// Any sequence of migrations and unmaps keeps every invariant: each unit on one
         /// node, usage equal to the units placed, no node over capacity.
         #[test]
