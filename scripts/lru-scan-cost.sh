@@ -38,7 +38,6 @@ W=$(mktemp -d)
 SWAP=$W/swapfile
 cleanup() {
     [ -n "${PID:-}" ] && kill -9 "$PID" 2>/dev/null || true
-    [ -n "${PID:-}" ] && kill -CONT "$PID" 2>/dev/null || true
     wait 2>/dev/null || true
     swapoff "$SWAP" 2>/dev/null || true
     [ -n "${CG:-}" ] && rmdir "$CG" 2>/dev/null || true
@@ -116,7 +115,6 @@ for run in $(seq "$RUNS"); do
             t = n * p / 100 * 100e-6
             printf "run %d active:   shrink_active_list %.2f s of CPU, pgdeactivate %d: %.0f ns per page deactivated\n",
                 r, t, d, (d > 0 ? t * 1e9 / d : 0) }'
-        kill -CONT "$PID"
     else
         echo "run $run active:   skipped (no perf)"
     fi

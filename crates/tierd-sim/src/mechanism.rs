@@ -349,7 +349,7 @@ pub enum ReclaimModel {
 /// the model's front hand, which is charged nothing itself). 1 us, about 1 M pages (4 GB) a
 /// second per reclaiming thread. **Measured** (`scripts/lru-scan-cost.sh`, this host, kernel
 /// 6.18, 2026-12-04): the inactive visit of a referenced 4 KiB anonymous page 0.39-0.51 us, the
-/// active visit 0.51-0.68 us (perf, `shrink_active_list()` over `pgdeactivate`), 0.91-1.16 us
+/// active visit 0.51-0.70 us (perf, `shrink_active_list()` over `pgdeactivate`), 0.91-1.16 us
 /// the two; an activated page keeps `PG_referenced`, so a page visits each list once a turn.
 /// It depends on the CPU and the kernel. docs/simulator.md "Reclaim" shows how D's rows move
 /// with it.

@@ -990,11 +990,10 @@ impl Memory {
         }
         let c = self.class_of(u);
         let class = &mut self.classes[usize::from(c.0)];
+        // The index serves the weight (`Class::weight` is 1 for a uniform class) and the
+        // cold floor below.
         let idx = class.index_of(u);
-        let w = match class.spread {
-            Spread::Uniform => 1.0,
-            Spread::Zipf { .. } => idx.map_or(0.0, |i| class.weight(i)),
-        };
+        let w = idx.map_or(0.0, |i| class.weight(i));
         *class.units_on.entry(node).or_default() += 1;
         *class.weight_on.entry(node).or_default() += w;
         if let (Some(i), Some(floor)) = (idx, class.cold_floor.get(usize::from(node.0))) {
