@@ -399,12 +399,15 @@ impl PageRef {
     pub fn vpns(self) -> std::ops::Range<u64> {
         self.vpn.0..self.vpn.0 + self.size.nr_pages().0
     }
-    /// The identity used as a key: (space, head vpn). The frame is carried, not keyed.
+    /// The identity used as a key: (space, head vpn). The frame is carried, not keyed. The
+    /// fields are public (a backend or a replayed trace can build one with a huge page's vpn
+    /// off its head), so the head is taken here rather than trusted: the engine's per-page
+    /// maps key a huge folio by its head only.
     #[must_use]
     pub fn key(self) -> PageKey {
         PageKey {
             space: self.space,
-            vpn: self.vpn,
+            vpn: self.size.head(self.vpn),
         }
     }
 }
@@ -430,6 +433,30 @@ mod tests {
         assert!(!m.contains(NodeId(2)));
         assert!(!m.contains(NodeId(200)));
         assert_eq!(NodeMask::EMPTY.to_string(), "");
+    }
+
+    #[test]
+    fn a_page_refs_key_is_its_head_even_when_built_off_it() {
+        // Built field by field, as a replayed trace may: the key is still the folio's head.
+        for (size, vpn, head) in [
+            (PageSize::Huge2M, 1024 + 122, 1024),
+            (PageSize::Huge1G, 2 * HPAGE_PUD_NR + 513, 2 * HPAGE_PUD_NR),
+            (PageSize::Base, 7, 7),
+        ] {
+            let p = PageRef {
+                space: SpaceId(3),
+                vpn: Vpn(vpn),
+                size,
+                pfn: None,
+            };
+            assert_eq!(
+                p.key(),
+                PageKey {
+                    space: SpaceId(3),
+                    vpn: Vpn(head)
+                }
+            );
+        }
     }
 
     #[test]
