@@ -942,6 +942,10 @@ impl LinuxBackend {
     ) -> Self {
         let cgroups = CgroupFs::new(cfg.system.cgroup_root.clone());
         let (verifier, verify_off) = open_verifier(&cfg, dry_run);
+        let mut feeds = feeds;
+        for f in &mut feeds {
+            f.set_access_check(verifier.is_some());
+        }
         match &verify_off {
             None => tracing::info!(
                 window_ms = cfg.daemon.verify_window_ms,

@@ -34,6 +34,10 @@ struct DamonFeed {
     monitored_bytes: u64,
     /// `sources.damon.max_region_kib` in bytes (0: DAMON's regions as configured).
     region_cap: u64,
+    /// `sources.damon.unchecked_max_region_kib` in bytes (0: `region_cap`).
+    unchecked_region_cap: u64,
+    /// Whether the daemon's access check is on ([`Feed::set_access_check`]).
+    access_check: bool,
     /// The marker a restart reads to take this kdamond over.
     marker: Marker,
     /// [`DamonMonitor::on_count`] when the marker was last written.
@@ -52,6 +56,19 @@ struct DamonFeed {
     /// of the last read (every age: the daemon compares them with the age in force).
     report_idle: bool,
     idle: Vec<IdleRange>,
+}
+
+/// The region size DAMON's regions are fitted to: `checked` with the daemon's access check
+/// on, `unchecked` (when set) without it. Without the check every page of a region the floors
+/// let through moves, so the size of a region is what one mistake costs; with it, a cold page
+/// inside a hot region is refused on its own accessed bit and coarser regions (fewer
+/// samples for the kdamond) lose nothing. `checked` 0 turns fitting off either way.
+fn fitted_cap(checked: u64, unchecked: u64, access_check: bool) -> u64 {
+    if access_check || unchecked == 0 || checked == 0 {
+        checked
+    } else {
+        unchecked
+    }
 }
 
 impl DamonFeed {
@@ -90,11 +107,18 @@ impl Feed for DamonFeed {
 
     fn set_monitored_bytes(&mut self, bytes: u64) {
         self.monitored_bytes = bytes;
-        match self.mon.fit_regions(bytes, self.region_cap) {
+        let cap = fitted_cap(
+            self.region_cap,
+            self.unchecked_region_cap,
+            self.access_check,
+        );
+        match self.mon.fit_regions(bytes, cap) {
             Ok(true) => {
                 let (min, max) = self.mon.nr_regions();
                 tracing::info!(
                     monitored_mib = bytes >> 20,
+                    region_cap_kib = cap >> 10,
+                    access_check = self.access_check,
                     min_nr_regions = min,
                     max_nr_regions = max,
                     "damon: regions fitted to the targets' size"
@@ -108,6 +132,10 @@ impl Feed for DamonFeed {
                 self.events.push("damon_fit_regions");
             }
         }
+    }
+
+    fn set_access_check(&mut self, on: bool) {
+        self.access_check = on;
     }
 
     fn set_pace(&mut self, idle: bool) -> Result<(), SourceError> {
@@ -387,6 +415,9 @@ pub fn start_feeds(
                             last: None,
                             monitored_bytes: 0,
                             region_cap: d.max_region_kib << 10,
+                            unchecked_region_cap: d.unchecked_max_region_kib << 10,
+                            // The backend says, before the first refresh fits the regions.
+                            access_check: true,
                             marker,
                             marked: 0,
                             events: Vec::new(),
@@ -476,4 +507,20 @@ pub fn start_feeds(
         return Err(DaemonError::NoSource(why.join("; ")));
     }
     Ok((feeds, statuses))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fitted_cap;
+
+    #[test]
+    fn regions_are_fitted_finer_only_without_the_access_check() {
+        let (checked, unchecked) = (2048 << 10, 512 << 10);
+        assert_eq!(fitted_cap(checked, unchecked, true), checked);
+        assert_eq!(fitted_cap(checked, unchecked, false), unchecked);
+        // unchecked 0: the one cap either way; checked 0 turns fitting off either way.
+        assert_eq!(fitted_cap(checked, 0, false), checked);
+        assert_eq!(fitted_cap(0, 0, false), 0);
+        assert_eq!(fitted_cap(0, unchecked, false), 0);
+    }
 }

@@ -449,3 +449,60 @@ fn a_promotion_candidate_moves_only_when_its_own_accessed_bit_says_it_was_touche
     buf[0] = 2;
     assert_eq!(buf[0] + buf[4096], 3);
 }
+
+/// A feed that records what the backend tells it about the access check.
+struct CheckRecorder(std::sync::Arc<std::sync::Mutex<Vec<bool>>>);
+
+impl Feed for CheckRecorder {
+    fn name(&self) -> &'static str {
+        "damon"
+    }
+    fn set_targets(&mut self, _pids: &[u32]) -> Result<(), SourceError> {
+        Ok(())
+    }
+    fn poll(&mut self, _now: Nanos, _out: &mut Vec<AccessedRange>) -> Result<(), SourceError> {
+        Ok(())
+    }
+    fn set_access_check(&mut self, on: bool) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(on);
+        }
+    }
+    fn stop(&mut self) {}
+}
+
+/// The sources learn whether the access check is on when the backend opens it, before the
+/// first refresh (DAMON fits its regions finer without it,
+/// `sources.damon.unchecked_max_region_kib`): on over a stand-in idle bitmap, off on a
+/// kernel without one (Debian's), off in a dry run.
+#[test]
+fn the_sources_are_told_whether_the_access_check_is_on() {
+    for (bitmap, dry_run, want) in [
+        (true, false, true),
+        (false, false, false),
+        (true, true, false),
+    ] {
+        let d = common::copy_fixture();
+        let root = d.path().join("root");
+        if bitmap {
+            let idle_dir = root.join("sys/kernel/mm/page_idle");
+            std::fs::create_dir_all(&idle_dir).unwrap();
+            std::fs::write(idle_dir.join("bitmap"), b"").unwrap();
+        }
+        let text = format!(
+            "[scope]\npids = [1]\n[system]\nsys_root = \"{0}/sys\"\nproc_root = \"{0}/proc\"\ncgroup_root = \"{0}/sys/fs/cgroup\"\n",
+            root.display()
+        );
+        let cfg = DaemonConfig::parse(&text, Path::new("check.toml")).unwrap();
+        let pre = Preflight::check(&cfg).unwrap();
+        let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let feed: Box<dyn Feed> = Box::new(CheckRecorder(told.clone()));
+        let b = LinuxBackend::new(cfg, &pre.topology, vec![feed], dry_run);
+        assert_eq!(b.verify_off.is_none(), want, "{:?}", b.verify_off);
+        assert_eq!(
+            *told.lock().unwrap(),
+            vec![want],
+            "bitmap {bitmap}, dry run {dry_run}"
+        );
+    }
+}
