@@ -192,9 +192,9 @@ impl Default for DamonSourceConfig {
             // A few MiB: a server's hot items are a few MiB among hundreds (docs/lab.md,
             // memcached), and DAMON merges regions up to mapped size / min_nr_regions.
             max_region_kib: 2048,
-            // A quarter of it: the lab's memcached without idle page tracking moved one or
-            // two 2 MiB regions of cold items beside its 4.8 MiB hot set (+81 %, +214 %
-            // over-promotion) in some runs (docs/lab.md, "Without the access check").
+            // A quarter of it: the lab's memcached without idle page tracking once moved
+            // the 2 MiB regions of cold items beside its 4.8 MiB hot set with it (+81 %
+            // over-promotion; docs/lab.md, "Without the access check, finer regions").
             unchecked_max_region_kib: 512,
             min_nr_accesses: 1,
             max_pages_per_pass: 262_144,
