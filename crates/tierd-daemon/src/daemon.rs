@@ -712,6 +712,14 @@ impl IdleWalk {
 /// The access check, if it can run (`daemon.verify_window_ms` > 0, DAMON on, the idle source
 /// off: it would share the bitmap, and its own observations are per page already; not in a
 /// dry run, which must touch nothing), and else why not.
+/// Tells every source whether the access check is on ([`Feed::set_access_check`]): when the
+/// backend opens it, and again when the idle bitmap fails and it goes off.
+fn tell_access_check(feeds: &mut [Box<dyn Feed>], on: bool) {
+    for f in feeds {
+        f.set_access_check(on);
+    }
+}
+
 fn open_verifier(cfg: &DaemonConfig, dry_run: bool) -> (Option<AccessVerifier>, Option<String>) {
     let off = |why: &str| (None, Some(why.to_string()));
     if cfg.daemon.verify_window_ms == 0 {
@@ -937,15 +945,12 @@ impl LinuxBackend {
     pub fn new(
         cfg: DaemonConfig,
         topology: &Topology,
-        feeds: Vec<Box<dyn Feed>>,
+        mut feeds: Vec<Box<dyn Feed>>,
         dry_run: bool,
     ) -> Self {
         let cgroups = CgroupFs::new(cfg.system.cgroup_root.clone());
         let (verifier, verify_off) = open_verifier(&cfg, dry_run);
-        let mut feeds = feeds;
-        for f in &mut feeds {
-            f.set_access_check(verifier.is_some());
-        }
+        tell_access_check(&mut feeds, verifier.is_some());
         match &verify_off {
             None => tracing::info!(
                 window_ms = cfg.daemon.verify_window_ms,
@@ -1172,6 +1177,9 @@ impl LinuxBackend {
                 tracing::warn!(error = %why, "access check off: the idle bitmap failed");
                 self.verify_off = Some(format!("the idle bitmap failed: {why}"));
                 self.verifier = None;
+                // The sources fit their regions for a run without the check from the next
+                // refresh on.
+                tell_access_check(&mut self.feeds, false);
             }
         }
     }

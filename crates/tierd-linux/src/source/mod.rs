@@ -235,9 +235,10 @@ pub trait Feed: Send {
     /// resolution to the share of memory found accessed use it.
     fn set_monitored_bytes(&mut self, _bytes: u64) {}
     /// Whether the daemon checks a region's pages one by one before moving them (its access
-    /// check, on idle page tracking). Told once, before the first refresh; a source whose
-    /// ranges are coarse (DAMON's regions) keeps them finer without the check, since a
-    /// range is then all that a mistake can move.
+    /// check, on idle page tracking). Told before the first refresh, and again if the check
+    /// goes off during the run (the idle bitmap failed); a source whose ranges are coarse
+    /// (DAMON's regions) keeps them finer without the check, since a range is then all that
+    /// a mistake can move.
     fn set_access_check(&mut self, _on: bool) {}
     /// The daemon's pace: `idle` when nothing the source reported for a while was a page to
     /// move, so a source that can (DAMON) samples less often until something is; `false`
