@@ -76,7 +76,10 @@ struct FastPage {
 /// The demoter's index of top-tier pages, with its size in base pages kept as entries come
 /// and go (summing the map on every pass was the engine's hottest loop in the simulator's
 /// profile). Chunked by PMD ([`SizedPageMap`]): one lookup per observation, and an accessed-bit
-/// scan's observations, which come in address order, walk it sequentially.
+/// scan's observations, which come in address order, walk it sequentially. Each chunk keeps
+/// a lower bound of its entries' last access (lowered here for every entry put in; a touch
+/// only raises an entry's), so that the demoter's walk for the coldest pages passes over a
+/// chunk that cannot hold one ([`DemotionFilter::coldest`]).
 #[derive(Debug, Default)]
 struct FastIndex {
     map: SizedPageMap<FastPage>,
@@ -93,6 +96,7 @@ impl FastIndex {
         if let Some(old) = self.map.insert(key, page.size, page, gone) {
             self.pages -= old.size.nr_pages().0;
         }
+        self.map.lower(key, page.size, page.last_access.0);
     }
 
     /// Records an access to a fast folio: one lookup (this runs per observation), plus the
@@ -116,6 +120,7 @@ impl FastIndex {
         );
         if fresh {
             *pages += size.nr_pages().0;
+            self.map.lower(key, size, time.0);
         } else {
             f.node = node;
             f.last_access = f.last_access.max(time);
@@ -268,7 +273,7 @@ impl DemotionFilter {
     /// more than the pass can take.
     fn coldest(
         &self,
-        fast: &SizedPageMap<FastPage>,
+        fast: &mut SizedPageMap<FastPage>,
         owners: &OwnerMap,
         backoff: &mut SizedPageMap<Backoff>,
         heat: &mut HeatMap,
@@ -289,34 +294,51 @@ impl DemotionFilter {
         let mut bound: Option<DemotionCandidate> = None;
         // The fast index iterates chunk by chunk, so spaces come in runs.
         let mut last: Option<(crate::types::SpaceId, bool)> = None;
-        for (key, size, f) in fast.iter() {
-            if f.node != self.node {
-                continue;
-            }
+        for mut chunk in fast.chunks_mut() {
+            let first = chunk.first();
             let not_over = match last {
-                Some((space, v)) if space == key.space => v,
+                Some((space, v)) if space == first.space => v,
                 _ => {
-                    let cg = owners.owner(key.space).cgroup;
+                    let cg = owners.owner(first.space).cgroup;
                     let v = !self.over.get(&cg).copied().unwrap_or(false);
-                    last = Some((key.space, v));
+                    last = Some((first.space, v));
                     v
                 }
             };
-            let c = (not_over, f.last_access, key, size);
-            if after.is_some_and(|a| c <= a)
-                || bound.is_some_and(|b| c >= b)
-                || !self.admits(c, backoff, heat)
-            {
-                continue;
-            }
-            kept.push(c);
-            kept_pages += size.nr_pages().0;
-            if kept_pages >= head.saturating_mul(2) && kept.len() >= next_try {
-                if let Some(b) = cut_to_pages(&mut kept, head) {
-                    bound = Some(b);
-                    kept_pages = kept.iter().map(|c| c.3.nr_pages().0).sum();
+            // Every candidate of the chunk is at or above (not over, its bound, its first
+            // key): past the bound, none can be kept, and the chunk is passed over whole.
+            // Exact: the candidates kept are those the entry-by-entry test keeps.
+            if let (Some(b), Some(low)) = (bound, chunk.low()) {
+                if (not_over, Nanos(*low), first) > (b.0, b.1, b.2) {
+                    continue;
                 }
-                next_try = kept.len().saturating_mul(2);
+            }
+            // The chunk is read whole: its bound becomes its entries' least last access.
+            let mut least = u64::MAX;
+            chunk.for_each(|key, size, f| {
+                least = least.min(f.last_access.0);
+                if f.node != self.node {
+                    return;
+                }
+                let c = (not_over, f.last_access, key, size);
+                if after.is_some_and(|a| c <= a)
+                    || bound.is_some_and(|b| c >= b)
+                    || !self.admits(c, backoff, heat)
+                {
+                    return;
+                }
+                kept.push(c);
+                kept_pages += size.nr_pages().0;
+                if kept_pages >= head.saturating_mul(2) && kept.len() >= next_try {
+                    if let Some(b) = cut_to_pages(&mut kept, head) {
+                        bound = Some(b);
+                        kept_pages = kept.iter().map(|c| c.3.nr_pages().0).sum();
+                    }
+                    next_try = kept.len().saturating_mul(2);
+                }
+            });
+            if let Some(low) = chunk.low() {
+                *low = least;
             }
         }
         let cut = cut_to_pages(&mut kept, head).is_some() || bound.is_some();
@@ -1020,7 +1042,7 @@ impl Engine {
                 over: self.over_share_flags(usage),
             };
             let (cands, cut) = filter.coldest(
-                &self.fast.map,
+                &mut self.fast.map,
                 &self.owners,
                 &mut self.backoff,
                 &mut self.heat,
@@ -1030,7 +1052,7 @@ impl Engine {
             let mut groups: BTreeMap<(NodeId, CgroupId), Vec<PlannedMove>> = BTreeMap::new();
             let after = cands.last().copied().filter(|_| cut);
             let mut tail: Option<std::vec::IntoIter<DemotionCandidate>> = None;
-            let fast = &self.fast.map;
+            let fast = &mut self.fast.map;
             let owners = &self.owners;
             let mut cands = cands.into_iter();
             let mut next = || -> Option<DemotionCandidate> {

@@ -1246,8 +1246,7 @@ impl Scanner {
             return;
         }
         let class = ctx.mem.class_of(u);
-        let rate = ctx.load.unit_rate(ctx.mem, u);
-        let accessor = if rate > 0.0 {
+        let accessor = if ctx.load.unit_accessed(ctx.mem, u) {
             ctx.load.sample_accessor(class, ctx.rng)
         } else {
             None

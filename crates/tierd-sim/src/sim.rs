@@ -1417,6 +1417,41 @@ mod tests {
         assert_eq!(ids, ["T1", "H5", "H10", "D3", "N2", "B0"]);
     }
 
+    /// `Load::unit_accessed` (a hint fault's question, without the Zipf weight's `pow`) is
+    /// `Load::unit_rate > 0` for every unit: of Zipf and uniform classes, of running and of
+    /// paused processes (rate 0), across the shipped scenarios.
+    #[test]
+    fn a_unit_is_accessed_exactly_when_its_rate_is_positive() {
+        let (mut on, mut off) = (0, 0);
+        for name in ["three-node", "memcached-preferred-many", "pointer-chase"] {
+            let sc = Scenario::find(name).unwrap().scaled(1.0 / 256.0);
+            let mut w = World::build(&sc).unwrap();
+            // Only the last process built runs: the classes nobody else reads have rate 0
+            // (three-node: all ranks' partitions but those the last rank reads).
+            let last = w.procs.len() - 1;
+            for (i, p) in w.procs.iter_mut().enumerate() {
+                p.running = i == last;
+            }
+            let load = Load::compute(&w.procs, &w.mem, &w.lat, &[]);
+            for u in 0..w.mem.units() {
+                let u = crate::memory::UnitId(u);
+                let accessed = load.unit_rate(&w.mem, u) > 0.0;
+                assert_eq!(
+                    load.unit_accessed(&w.mem, u),
+                    accessed,
+                    "{name} unit {}",
+                    u.0
+                );
+                if accessed {
+                    on += 1;
+                } else {
+                    off += 1;
+                }
+            }
+        }
+        assert!(on > 0 && off > 0, "{on} accessed, {off} not");
+    }
+
     proptest! {
         /// A region's parts keep its bytes, the THP part is whole 2 MiB folios within one
         /// folio of the share, and a base-page twin exists only beside a THP part.

@@ -258,6 +258,22 @@ impl Load {
         }
     }
 
+    /// Whether unit `u` is accessed at all: [`Load::unit_rate`] `> 0`, without its Zipf
+    /// weight. A weight `(rank + 1)^-s` is never 0, so the rate is positive exactly when its
+    /// class is accessed and the unit has a position in it; a hint fault asks only that, once
+    /// per fault, and the `pow` of the weight was a tenth of a churning run.
+    #[must_use]
+    #[inline]
+    pub fn unit_accessed(&self, mem: &Memory, u: UnitId) -> bool {
+        let c = mem.class_of(u);
+        let class = mem.class(c);
+        self.accessed_rate(c, class).is_some_and(|rate| rate > 0.0)
+            && match class.spread {
+                Spread::Uniform => true,
+                Spread::Zipf { .. } => class.index_of(u).is_some(),
+            }
+    }
+
     /// The rate of class `c`, when it is accessed and has weight (else every unit's rate is 0).
     #[inline]
     fn accessed_rate(&self, c: ClassId, class: &Class) -> Option<f64> {
