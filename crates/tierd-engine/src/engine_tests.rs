@@ -1523,13 +1523,10 @@ fn backed_off_pages_leave_the_demotion_list() {
     assert_eq!(planned(&p, MigrationKind::Demote), 10, "retried after 1 s");
 }
 
-/// 5000 known fast pages whose access times are scrambled (a page's rank, coldest first, is
-/// `vpn x 7919 mod 5000`), those of rank below `pinned` bound to the fast node; one pass just
-/// below the low watermark. Returns the ranks planned for demotion, sorted, the pages the pass
-/// wants, and the engine.
-fn coldest_pass(pinned: u64) -> (Vec<u64>, u64, Engine) {
+/// An engine over a 1 GiB fast node and a 4 GiB slow one whose demoter starts below 4.9 %
+/// free and stops at 5 %: a pass just below the low watermark wants a few hundred pages.
+fn tight_demoter() -> (Engine, Topology) {
     let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
-    let cap = Bytes::gib(1).0;
     let cfg = EngineConfig {
         demotion: DemotionConfig {
             enabled: true,
@@ -1539,7 +1536,16 @@ fn coldest_pass(pinned: u64) -> (Vec<u64>, u64, Engine) {
         },
         ..kcfg()
     };
-    let mut e = Engine::new(cfg, topo.clone()).unwrap();
+    (Engine::new(cfg, topo.clone()).unwrap(), topo)
+}
+
+/// 5000 known fast pages whose access times are scrambled (a page's rank, coldest first, is
+/// `vpn x 7919 mod 5000`), those of rank below `pinned` bound to the fast node; one pass just
+/// below the low watermark. Returns the ranks planned for demotion, sorted, the pages the pass
+/// wants, and the engine.
+fn coldest_pass(pinned: u64) -> (Vec<u64>, u64, Engine) {
+    let (mut e, topo) = tight_demoter();
+    let cap = Bytes::gib(1).0;
     let rank = |vpn: u64| (vpn * 7919) % 5000;
     let bind_fast = MemPolicy::new(PolicyMode::Bind, NodeMask::from_nodes([N0]));
     e.update_owner(OwnerUpdate::Policies {
@@ -1775,17 +1781,7 @@ proptest! {
         later in proptest::collection::vec((0u64..8192, 0u64..9000), 0..300),
         huge in any::<bool>(),
     ) {
-        let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
-        let cfg = EngineConfig {
-            demotion: DemotionConfig {
-                enabled: true,
-                low_free_permille: 49,
-                high_free_permille: 50,
-                ..DemotionConfig::default()
-            },
-            ..kcfg()
-        };
-        let mut e = Engine::new(cfg, topo.clone()).unwrap();
+        let (mut e, topo) = tight_demoter();
         let size = if huge { PageSize::Huge2M } else { PageSize::Base };
         // Folio heads: 8192 base pages are 16 chunks; 8192 2 MiB folios are 16 chunks too.
         let head = |i: u64| i * size.nr_pages().0;
