@@ -709,9 +709,6 @@ impl IdleWalk {
     }
 }
 
-/// The access check, if it can run (`daemon.verify_window_ms` > 0, DAMON on, the idle source
-/// off: it would share the bitmap, and its own observations are per page already; not in a
-/// dry run, which must touch nothing), and else why not.
 /// Tells every source whether the access check is on ([`Feed::set_access_check`]): when the
 /// backend opens it, and again when the idle bitmap fails and it goes off.
 fn tell_access_check(feeds: &mut [Box<dyn Feed>], on: bool) {
@@ -720,6 +717,9 @@ fn tell_access_check(feeds: &mut [Box<dyn Feed>], on: bool) {
     }
 }
 
+/// The access check, if it can run (`daemon.verify_window_ms` > 0, DAMON on, the idle source
+/// off: it would share the bitmap, and its own observations are per page already; not in a
+/// dry run, which must touch nothing), and else why not.
 fn open_verifier(cfg: &DaemonConfig, dry_run: bool) -> (Option<AccessVerifier>, Option<String>) {
     let off = |why: &str| (None, Some(why.to_string()));
     if cfg.daemon.verify_window_ms == 0 {

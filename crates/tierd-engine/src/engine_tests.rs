@@ -1545,7 +1545,6 @@ fn tight_demoter() -> (Engine, Topology) {
 /// wants, and the engine.
 fn coldest_pass(pinned: u64) -> (Vec<u64>, u64, Engine) {
     let (mut e, topo) = tight_demoter();
-    let cap = Bytes::gib(1).0;
     let rank = |vpn: u64| (vpn * 7919) % 5000;
     let bind_fast = MemPolicy::new(PolicyMode::Bind, NodeMask::from_nodes([N0]));
     e.update_owner(OwnerUpdate::Policies {
@@ -1560,16 +1559,8 @@ fn coldest_pass(pinned: u64) -> (Vec<u64>, u64, Engine) {
         .collect();
     e.observe(&v);
     // Below the low watermark: demote down to high, i.e. `want` pages.
-    let (low, high) = (cap * 49 / 1000, cap * 50 / 1000);
-    let free = low - 4096;
-    let want = (high - free).div_ceil(4096);
-    let plan = e.tick(Nanos::from_millis(6000), &usage(&topo, Bytes(free)));
-    let mut got: Vec<u64> = plan
-        .batches
-        .iter()
-        .flat_map(|b| &b.pages)
-        .map(|m| rank(m.page.vpn.0))
-        .collect();
+    let (vpns, want) = pressure_pass(&mut e, &topo, 6000);
+    let mut got: Vec<u64> = vpns.into_iter().map(rank).collect();
     got.sort_unstable();
     (got, want, e)
 }
@@ -1727,8 +1718,8 @@ proptest! {
     }
 }
 
-/// One pressure pass just below the low watermark of a 1 GiB fast node, at `t_ms`, applied as
-/// if every move succeeded; returns the folio heads (as `vpn`) it planned to demote, sorted,
+/// One pressure pass just below the low watermark of [`tight_demoter`]'s fast node, at
+/// `t_ms`, applied as if every move succeeded; returns the folio heads (as `vpn`) it planned to demote, sorted,
 /// and how many base pages it wanted.
 fn pressure_pass(e: &mut Engine, topo: &Topology, t_ms: u64) -> (Vec<u64>, u64) {
     let cap = Bytes::gib(1).0;

@@ -271,19 +271,10 @@ impl<V: Copy> PageMap<V> {
             .enumerate()
             .filter(|(_, n)| **n > 0)
             .flat_map(move |(s, _)| {
-                let ck = self.keys[s];
-                self.vals[s * CHUNK_PAGES..(s + 1) * CHUNK_PAGES]
-                    .iter()
-                    .enumerate()
-                    .filter_map(move |(off, v)| {
-                        v.as_ref().map(|v| {
-                            let key = PageKey {
-                                space: ck.space,
-                                vpn: Vpn((ck.index << CHUNK_SHIFT) | off as u64),
-                            };
-                            (key, v)
-                        })
-                    })
+                chunk_entries(
+                    self.keys[s],
+                    &self.vals[s * CHUNK_PAGES..(s + 1) * CHUNK_PAGES],
+                )
             })
     }
 
@@ -424,17 +415,21 @@ impl<V> ChunkMut<'_, V> {
 
     /// The chunk's entries, in address order.
     pub(crate) fn entries(&self) -> impl Iterator<Item = (PageKey, &V)> + '_ {
-        let first = self.first();
-        self.vals.iter().enumerate().filter_map(move |(off, v)| {
-            v.as_ref().map(|v| {
-                let key = PageKey {
-                    space: first.space,
-                    vpn: Vpn(first.vpn.0 | off as u64),
-                };
-                (key, v)
-            })
-        })
+        chunk_entries(self.key, self.vals)
     }
+}
+
+/// The entries of chunk `ck`, whose 512 values are `vals`, in address order.
+fn chunk_entries<V>(ck: ChunkKey, vals: &[Option<V>]) -> impl Iterator<Item = (PageKey, &V)> + '_ {
+    vals.iter().enumerate().filter_map(move |(off, v)| {
+        v.as_ref().map(|v| {
+            let key = PageKey {
+                space: ck.space,
+                vpn: Vpn((ck.index << CHUNK_SHIFT) | off as u64),
+            };
+            (key, v)
+        })
+    })
 }
 
 /// One map keyed by folio: base pages in a [`PageMap`], 2 MiB folios in a second
