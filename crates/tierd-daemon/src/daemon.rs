@@ -1733,7 +1733,7 @@ impl Backend for LinuxBackend {
 
     /// Idle facts for idle demotion: the fast-tier pages of DAMON's regions that had no
     /// access for `engine.demotion.idle_after_ms` (its idle-region scheme is on when idle
-    /// demotion was on at start), located a budget at a time ([`IdleWalk`]).
+    /// demotion was on at start), located a budget at a time (the daemon's private `IdleWalk`).
     fn drain_idle(
         &mut self,
         now: Nanos,

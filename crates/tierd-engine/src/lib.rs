@@ -41,6 +41,8 @@
 //! - [`config`]: tunables with the kernel's defaults and ranges.
 //! - [`engine`]: the promoter, the demoter, ping-pong, report accounting.
 //! - [`feedback`]: DAMON's feedback loop, for backends that tune a sampling interval.
+//! - [`regions`]: what a region-based source's (DAMON's) counts mean for a region's pages:
+//!   the relative floor and the slow-part test, shared by the daemon and the simulator.
 //! - [`plan`]: usage in, plan out, report back.
 //! - [`stats`]: counters and gauges, each documented with kind and unit.
 //! - [`backend`]: the backend trait and the step function.
@@ -76,6 +78,7 @@ mod pagemap;
 pub mod plan;
 pub mod policy;
 pub mod ratelimit;
+pub mod regions;
 pub mod sources;
 pub mod stats;
 pub mod topology;

@@ -395,9 +395,10 @@ fn memcached_short_tierd_row_brings_the_hot_items_to_the_fast_node_without_over_
     // region of 512 pages is more than the bound's 307. Without the check tierd now keeps
     // regions to 512 KiB (`unchecked_max_region_kib`, 128 pages a mistake): nine runs of ten
     // measured -0.9 % to +16.5 %, and one +241.5 %, the relative floor falling once the hot
-    // set had moved (docs/lab.md, "Without the access check, finer regions"). The bound
-    // stays a third of NUMA balancing's over-promotion on this workload (+74 %): such a run
-    // is a real miss, not a host's speed.
+    // set had moved (docs/lab.md, "Without the access check, finer regions"); since then the
+    // hot set tierd promoted keeps setting the floor (docs/daemon.md, "The relative floor
+    // keeps the hot set tierd moved"). The bound stays a third of NUMA balancing's
+    // over-promotion on this workload (+74 %): such a run is a real miss, not a host's speed.
     let check_off = d.notes.iter().any(|n| n.contains("access check off"));
     let bound = if check_off { 25.0 } else { 10.0 };
     assert!(

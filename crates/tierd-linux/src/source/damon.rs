@@ -57,11 +57,9 @@ use tierd_engine::SourceKind;
 use super::damon_trace::{DamonTrace, TraceStats};
 use super::{AccessedRange, Privileges, SourceName, SourceStatus};
 
-/// The most regions [`DamonMonitor::fit_regions`] asks for: DAMON checks one page per region
-/// per sample, so at its 5 ms sampling floor this is 200 000 checks a second (a few percent of
-/// a core natively; the intervals tuning raises the interval when few accesses show). Larger
-/// targets get regions above the cap rather than a costlier kdamond.
-pub const MAX_FIT_REGIONS: u64 = 1_000;
+/// The most regions [`DamonMonitor::fit_regions`] asks for (the engine's rule, shared with the
+/// simulator's DAMON source).
+pub use tierd_engine::regions::MAX_FIT_REGIONS;
 
 /// The DAMON sysfs admin directory, relative to the `/sys` root.
 pub const ADMIN_PATH: &str = "kernel/mm/damon/admin";
@@ -833,14 +831,12 @@ impl<F: DamonFs> DamonMonitor<F> {
         if cap_bytes == 0 || monitored_bytes == 0 {
             return Ok(false);
         }
-        let want = monitored_bytes
-            .div_ceil(cap_bytes)
-            .clamp(self.base_regions.0, MAX_FIT_REGIONS);
+        let (want, max) =
+            tierd_engine::regions::fitted_nr_regions(monitored_bytes, cap_bytes, self.base_regions);
         let cur = self.config.min_regions;
         if want.abs_diff(cur) * 4 < cur {
             return Ok(false);
         }
-        let max = self.base_regions.1.max(want.saturating_mul(2));
         let attrs = self.ctx().join("monitoring_attrs/nr_regions");
         write_ordered_pair(&self.fs, &attrs, ("min", want), ("max", max), want > cur)?;
         (self.config.min_regions, self.config.max_regions) = (want, max);

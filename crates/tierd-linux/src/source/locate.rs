@@ -24,6 +24,10 @@ use std::collections::BTreeMap;
 use tierd_engine::types::{Nanos, NodeId, PageRef, PageSize, Pfn, SpaceId, Vpn};
 use tierd_engine::Observation;
 
+// The region rules are the engine's (pure, shared with the simulator's DAMON source); they are
+// re-exported here, where the daemon applies them.
+pub use tierd_engine::regions::{fast_heat_estimate, relative_min_nr_accesses, slow_part_is_hot};
+
 use super::folio::{FolioMap, HugetlbPolicy};
 use super::placement::{PlacementCache, Split};
 use super::AccessedRange;
@@ -96,71 +100,6 @@ pub struct LocateStats {
     /// diluted in a large region DAMON is still splitting. The daemon's pace stays active
     /// while this grows.
     pub hidden_below_floor: u64,
-}
-
-/// The heat to credit each fast-tier page of a region with, in [`slow_part_is_hot`]: the
-/// median `nr_accesses` of this pass's regions that sit (at least 90 %) on the fast tier
-/// already, i.e. of the hot set that has moved; `hottest` when there are none. Not the
-/// hottest region's count: `nr_accesses` is a sample count, and the largest of many noisy
-/// counts overstates a typical hot region's, which made the few slow pages left in a mostly
-/// promoted hot region look explained by its fast pages and kept them on the slow tier for
-/// tens of seconds (lab A's tail).
-///
-/// `regions` holds `(nr_accesses, fast pages, present pages)`.
-#[must_use]
-pub fn fast_heat_estimate(regions: &[(u32, u64, u64)], hottest: u32) -> u32 {
-    let mut hot: Vec<u32> = regions
-        .iter()
-        .filter(|(_, fast, present)| *present > 0 && fast * 10 >= present * 9)
-        .map(|(nr, _, _)| *nr)
-        .collect();
-    if hot.is_empty() {
-        return hottest;
-    }
-    hot.sort_unstable();
-    hot[hot.len() / 2]
-}
-
-/// Whether the pages of an accessed region that sit on slower tiers are themselves hot.
-///
-/// DAMON reports one access count for a whole region, estimated by sampling one random page
-/// per sampling interval, so a region that straddles the edge of a hot set reports heat that
-/// belongs to part of it. Once the hot part has been promoted, such a region keeps reporting
-/// accesses and would drag its cold neighbours along (the seed's DAMON over-promotion).
-/// Assuming the region's fast-tier pages are as hot as the typical hot region already on the
-/// fast tier ([`fast_heat_estimate`]), the heat left for the slow-tier pages is
-/// `(nr_accesses * pages - fast * fast_heat) / slow`; they are observed only if that reaches
-/// `min_nr_accesses`. A region of sources that name single pages (`nr_accesses == 0`) is
-/// always kept.
-#[must_use]
-pub fn slow_part_is_hot(
-    nr_accesses: u32,
-    hottest: u32,
-    fast: u64,
-    slow: u64,
-    min_nr_accesses: u32,
-) -> bool {
-    if nr_accesses == 0 || slow == 0 {
-        return true;
-    }
-    let total = u128::from(fast + slow);
-    let heat = u128::from(nr_accesses) * total;
-    let explained = u128::from(fast) * u128::from(hottest.max(nr_accesses));
-    let left = heat.saturating_sub(explained);
-    left >= u128::from(min_nr_accesses.max(1)) * u128::from(slow)
-}
-
-/// The `nr_accesses` a region needs to feed observations this pass: the configured floor, or
-/// `permille` of the hottest region's, whichever is higher. Relative, because what a region
-/// counts depends on the host's speed and the sampling intervals (hot regions reach 5-8 of 20
-/// samples on one host and 2-3 on a slower one): a fixed floor that drops noise on one host
-/// drops the hot set on another. The engine's relative threshold then picks the hottest pages
-/// that fit.
-#[must_use]
-pub fn relative_min_nr_accesses(hottest: u32, floor: u32, permille: u32) -> u32 {
-    let rel = u64::from(hottest) * u64::from(permille);
-    let rel = u32::try_from(rel.div_ceil(1000)).unwrap_or(u32::MAX);
-    floor.max(rel).max(1)
 }
 
 /// Turns one pass's `ranges` (hottest first, as sources order them) into observations in
@@ -244,6 +183,8 @@ pub fn locate_cached<L: Locator>(
         range: AccessedRange,
         parts: Vec<(usize, u64)>,
         known_fast: u64,
+        /// Its pages that tierd promoted (and has not demoted since).
+        promoted: u64,
         split: Split,
     }
     folios.begin_pass();
@@ -338,18 +279,25 @@ pub fn locate_cached<L: Locator>(
             range: *r,
             parts,
             known_fast,
+            promoted: cache.promoted_pages(r.pid, r.start.0, end),
             split,
         });
     }
-    // The relative floor is taken from the hottest region that may still hold slow pages:
-    // a region whose every page is known to be on a fast node (the placement cache) cannot
-    // be promoted, and a small, very hot one there (a load generator's buffers, a server's
-    // connection state) would otherwise set a floor that hides every candidate of a
-    // process whose hot set DAMON still sees diluted in larger regions (lab memcached).
-    // Before anything is known fast, every region counts.
+    // The relative floor is taken from the hottest region that may still hold slow pages
+    // or holds pages tierd promoted. A region whose every page is known to be on a fast
+    // node (the placement cache) and got there without tierd cannot be promoted, and a
+    // small, very hot one there (a load generator's buffers, a server's connection state)
+    // would otherwise set a floor that hides every candidate of a process whose hot set
+    // DAMON still sees diluted in larger regions (lab memcached). A region tierd promoted
+    // is the hot set the others are measured against: were it left out once wholly fast,
+    // the floor would fall to the hottest region still slow, a lukewarm one, and a
+    // quarter of its count would let through regions touched only by a server's own
+    // housekeeping (memcached's LRU maintainer and crawler reading cold items' headers;
+    // docs/lab.md, "Without the access check, finer regions"). Before anything is known
+    // fast, every region counts.
     let hottest_candidate = covered
         .iter()
-        .filter(|c| c.known_fast < c.range.nr_pages)
+        .filter(|c| c.known_fast < c.range.nr_pages || c.promoted > 0)
         .map(|c| c.range.nr_accesses)
         .max()
         .unwrap_or(hottest);
@@ -696,9 +644,6 @@ mod tests {
         );
     }
 
-    /// Issue 14 (cost): a settled hot set is located once per trust period, not on every
-    /// read; the cached fast pages still explain their region's heat; due runs come back
-    /// with their weight scaled by the reads they were skipped for.
     /// The relative floor comes from the hottest range that may still hold slow pages: once
     /// a small, very hot range is known fast, it no longer hides a colder one on the slow
     /// node; until then the hidden range is counted for the daemon's pace.
@@ -743,6 +688,50 @@ mod tests {
         assert_eq!(run(sec(2)), (0, (100..110).collect::<Vec<u64>>()));
     }
 
+    /// ... unless tierd promoted it: a hot set tierd moved stays the measure of the others,
+    /// so once it is known fast a lukewarm range on the slow node (a server's housekeeping
+    /// touching cold items) is still hidden below a quarter of it, not promoted.
+    #[test]
+    fn a_range_tierd_promoted_still_sets_the_relative_floor_once_known_fast() {
+        use crate::source::placement::PlacementCache;
+        let sec = |s: u64| Nanos(s * 1_000_000_000);
+        let mut loc = FakeLocator::default();
+        for v in 0..10 {
+            loc.pages.insert((1, v), NodeId(0));
+        }
+        for v in 100..110 {
+            loc.pages.insert((1, v), NodeId(1));
+        }
+        let mut cache = PlacementCache::new(sec(10), Nanos(500_000_000));
+        // tierd promoted the hot range.
+        cache.moved(1, 0, 10, Some(NodeId(0)), sec(1));
+        let params = LocateParams {
+            min_relative_permille: 250,
+            ..PARAMS
+        };
+        let ranges = [range(1, 0, 10, 20), range(1, 100, 10, 2)];
+        let mut stats = LocateStats::default();
+        let mut out = Vec::new();
+        locate_cached(
+            &ranges,
+            params,
+            &FAST,
+            |_| true,
+            &mut loc,
+            &mut BaseFolios,
+            &mut cache,
+            sec(2),
+            &mut stats,
+            &mut out,
+        );
+        assert_eq!(stats.cached_fast, 10, "the hot range is known fast");
+        assert_eq!(stats.hidden_below_floor, 1);
+        assert_eq!(vpns_on(&out, NodeId(1)), Vec::<u64>::new());
+    }
+
+    /// Issue 14 (cost): a settled hot set is located once per trust period, not on every
+    /// read; the cached fast pages still explain their region's heat; due runs come back
+    /// with their weight scaled by the reads they were skipped for.
     #[test]
     fn the_placement_cache_skips_known_fast_pages_and_keeps_the_slow_part_filter() {
         use crate::source::placement::PlacementCache;
@@ -849,67 +838,6 @@ mod tests {
         );
         assert_eq!(out[0].page.pfn, Some(Pfn(77)));
         assert!(out[1..].iter().all(|o| o.page.pfn.is_none()));
-    }
-
-    #[test]
-    fn fast_pages_are_credited_the_median_promoted_region_not_the_noisiest() {
-        // Promoted hot regions counted 5, 6, 6, 7 and one noisy 12; a straddler half on the
-        // fast tier and the slow regions do not count.
-        let r = [
-            (5, 100, 100),
-            (12, 95, 100),
-            (6, 100, 100),
-            (6, 90, 100),
-            (7, 99, 100),
-            (3, 50, 100),
-            (6, 0, 100),
-        ];
-        assert_eq!(fast_heat_estimate(&r, 12), 6);
-        assert_eq!(
-            fast_heat_estimate(&r[5..], 6),
-            6,
-            "none promoted: the hottest"
-        );
-        assert_eq!(fast_heat_estimate(&[(4, 0, 0)], 9), 9, "no page present");
-        // The slow tenth of a promoted hot region counting 6 is kept with the median (6) and
-        // was dropped with the hottest (12); a promoted half of a straddler (3) still
-        // explains its cold half.
-        assert!(slow_part_is_hot(6, 6, 90, 10, 2));
-        assert!(!slow_part_is_hot(6, 12, 90, 10, 2));
-        assert!(!slow_part_is_hot(3, 6, 50, 50, 2));
-    }
-
-    #[test]
-    fn the_region_floor_is_relative_to_the_hottest_region() {
-        // A slow host: hot regions at 3 of 20 still pass; a fast one: 15 of 20, and a
-        // region a fifth as hot (3) does not.
-        assert_eq!(relative_min_nr_accesses(3, 1, 250), 1);
-        assert_eq!(relative_min_nr_accesses(15, 1, 250), 4);
-        assert_eq!(relative_min_nr_accesses(16, 1, 250), 4);
-        assert_eq!(relative_min_nr_accesses(0, 0, 250), 1, "never 0");
-        assert_eq!(
-            relative_min_nr_accesses(8, 5, 250),
-            5,
-            "the absolute floor holds"
-        );
-        assert_eq!(relative_min_nr_accesses(u32::MAX, 1, 1000), u32::MAX);
-    }
-
-    #[test]
-    fn a_region_whose_heat_its_fast_pages_explain_drops_its_slow_pages() {
-        // Hottest region this pass: 6 of 20 samples.
-        // A region 70 % promoted (hot) and 30 % cold reports 0.7 * 6 = 4.2: nothing left.
-        assert!(!slow_part_is_hot(4, 6, 70, 30, 2));
-        // 60 % promoted, 40 % still-hot on the slow node: the region is as hot as the hottest,
-        // so the slow part carries 6 of heat: keep.
-        assert!(slow_part_is_hot(6, 6, 60, 40, 2));
-        // Nothing promoted yet: the whole heat is the slow part's.
-        assert!(slow_part_is_hot(4, 6, 0, 100, 4));
-        assert!(!slow_part_is_hot(3, 6, 0, 100, 4));
-        // Sources that name single pages are never filtered.
-        assert!(slow_part_is_hot(0, 6, 99, 1, 4));
-        // All on the fast tier: nothing to decide.
-        assert!(slow_part_is_hot(5, 6, 10, 0, 4));
     }
 
     /// `(pid, first page, end page, Some((size, hugetlb)))` for huge folios, `None` for pages

@@ -29,10 +29,17 @@
 //! * anything else (a page swapped out and back in): the run is verified again after
 //!   `reverify` at the latest, and a located page found on a slow node leaves its run.
 //!
+//! The cache also remembers which pages tierd itself promoted ([`PlacementCache::promoted_pages`]),
+//! for as long as the process's mappings stand and tierd has not demoted them: a region of
+//! those is the hot set the DAMON source measures other regions against (its relative floor,
+//! [`super::locate::locate_cached`]), even once every page of it is known fast. A region that
+//! was fast from the start (a load generator's buffers) is not.
+//!
 //! A disabled cache (`reverify` 0) knows nothing and `locate` behaves as without it.
 
 use std::collections::BTreeMap;
 
+use rangemap::RangeSet;
 use tierd_engine::types::{Nanos, NodeId};
 
 /// One run of pages of one process known to sit on `node`.
@@ -65,6 +72,11 @@ pub struct PlacementStats {
 pub struct PlacementCache {
     /// Per pid: start vpn -> run.
     runs: BTreeMap<u32, BTreeMap<u64, Run>>,
+    /// Per pid: the vpns tierd promoted and has not demoted since. Unlike the runs, these
+    /// are not dropped when the kernel moves pages ([`PlacementCache::clear`]) or when nothing
+    /// verifies them: a page the kernel demoted is slow again and its region counts anyway,
+    /// and the set is bounded by the process's mappings, whose change drops it.
+    promoted: BTreeMap<u32, RangeSet<u64>>,
     /// How long a run is trusted; zero disables the cache.
     reverify: Nanos,
     /// How often the sources are read: the scale of a skipped read.
@@ -171,18 +183,47 @@ impl PlacementCache {
         }
     }
 
-    /// Pages tierd moved: to a fast node (`Some`) they join a run, elsewhere (`None`) they
-    /// leave.
+    /// Pages tierd moved: to a fast node (`Some`) they join a run and the promoted set,
+    /// elsewhere (`None`) they leave both.
     pub fn moved(&mut self, pid: u32, start: u64, end: u64, fast_node: Option<NodeId>, now: Nanos) {
+        if !self.enabled() || start >= end {
+            return;
+        }
         match fast_node {
-            Some(n) => self.learn(pid, start, end, n, true, now),
-            None => self.remove(pid, start, end),
+            Some(n) => {
+                self.learn(pid, start, end, n, true, now);
+                self.promoted.entry(pid).or_default().insert(start..end);
+            }
+            None => {
+                self.remove(pid, start, end);
+                if let Some(set) = self.promoted.get_mut(&pid) {
+                    set.remove(start..end);
+                    if set.is_empty() {
+                        self.promoted.remove(&pid);
+                    }
+                }
+            }
         }
     }
 
-    /// Drops `pid`'s runs (its mappings changed, or it left).
+    /// Pages of `[start, end)` of `pid` that tierd promoted and has not demoted since.
+    #[must_use]
+    pub fn promoted_pages(&self, pid: u32, start: u64, end: u64) -> u64 {
+        if start >= end {
+            return 0;
+        }
+        self.promoted.get(&pid).map_or(0, |set| {
+            set.overlapping(start..end)
+                .map(|r| r.end.min(end) - r.start.max(start))
+                .sum()
+        })
+    }
+
+    /// Drops `pid`'s runs and promoted pages (its mappings changed, or it left).
     pub fn forget(&mut self, pid: u32) {
-        if self.runs.remove(&pid).is_some() {
+        let had_runs = self.runs.remove(&pid).is_some();
+        let had_promoted = self.promoted.remove(&pid).is_some();
+        if had_runs || had_promoted {
             self.stats.forgotten += 1;
         }
     }
@@ -350,6 +391,36 @@ mod tests {
         c.forget(1);
         assert_eq!(c.pages(), 0);
         assert_eq!(c.stats.forgotten, 1);
+    }
+
+    #[test]
+    fn promoted_pages_outlive_the_runs_until_tierd_demotes_them_or_the_mappings_change() {
+        let mut c = cache();
+        c.moved(1, 100, 200, Some(NodeId(0)), S);
+        c.moved(1, 300, 310, Some(NodeId(0)), S);
+        // Pages only located on a fast node were not promoted by tierd.
+        c.learn(1, 0, 50, NodeId(0), true, S);
+        assert_eq!(c.promoted_pages(1, 0, 1000), 110);
+        assert_eq!(c.promoted_pages(1, 150, 305), 55);
+        assert_eq!(c.promoted_pages(2, 0, 1000), 0);
+        // The kernel moved pages (every run dropped), nothing verified them for a long time:
+        // the runs are gone, the promoted pages are still known.
+        c.clear();
+        c.prune(Nanos(100 * S.0));
+        assert_eq!(c.pages(), 0);
+        assert_eq!(c.promoted_pages(1, 0, 1000), 110);
+        // tierd demoted part of them.
+        c.moved(1, 150, 160, None, S);
+        assert_eq!(c.promoted_pages(1, 0, 1000), 100);
+        assert_eq!(c.promoted_pages(1, 150, 160), 0);
+        // The mappings changed.
+        c.forget(1);
+        assert_eq!(c.promoted_pages(1, 0, 1000), 0);
+        assert_eq!(c.stats.forgotten, 1);
+        // A disabled cache knows nothing.
+        let mut off = PlacementCache::disabled();
+        off.moved(1, 0, 10, Some(NodeId(0)), S);
+        assert_eq!(off.promoted_pages(1, 0, 10), 0);
     }
 
     #[test]
