@@ -489,6 +489,11 @@ pub struct TierdToml {
     /// keeps `abit_interval_ms` fixed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abit_goal: Option<crate::abit::IntervalsGoal>,
+    /// DAMON regions as a source, as the Linux daemon reads them (`vaddr`, regions fitted to
+    /// the targets, the relative floor): `None` leaves it off. Its observations reach the
+    /// engine as accessed-bit scans ([`crate::tierd`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub damon: Option<DamonSourceToml>,
     /// NUMA-balancing scanner knobs for the hint-fault source.
     #[serde(default)]
     pub numab: NumabParams,
@@ -508,6 +513,89 @@ pub struct TierdToml {
     /// Engine configuration.
     #[serde(default)]
     pub engine: EngineConfig,
+}
+
+/// tierd's DAMON source (`[sources.damon]` of the daemon's configuration, docs/daemon.md
+/// "DAMON"): a `vaddr` kdamond over the processes, whose regions the daemon reads every
+/// `read_interval_ms` (the newest aggregation, as from the `damon_aggregated` tracepoint) and
+/// turns into per-page observations with the engine's region rules
+/// ([`tierd_engine::regions`]). Defaults are the daemon's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DamonSourceToml {
+    /// `sample_us` (5000).
+    pub sample_us: u64,
+    /// `aggr_us` (100000).
+    pub aggr_us: u64,
+    /// `nr_regions/min` before fitting (10).
+    pub min_nr_regions: u32,
+    /// `nr_regions/max` before fitting (1000).
+    pub max_nr_regions: u32,
+    /// Regions are fitted to at most this size over the monitored bytes, KiB (2048; 0 = off;
+    /// the daemon's `max_region_kib`, or `unchecked_max_region_kib` = 512 where the kernel
+    /// has no idle page tracking).
+    pub max_region_kib: u64,
+    /// How often the regions are read, ms (500).
+    pub read_interval_ms: u64,
+    /// The absolute floor of a region's `nr_accesses` (1).
+    pub min_nr_accesses: u32,
+    /// The floor relative to the read's hottest region, per mille (250).
+    pub min_relative_permille: u32,
+    /// Pages observed per read, hottest regions first (262144).
+    pub max_pages_per_pass: u64,
+}
+
+impl Default for DamonSourceToml {
+    fn default() -> Self {
+        DamonSourceToml {
+            sample_us: 5000,
+            aggr_us: 100_000,
+            min_nr_regions: 10,
+            max_nr_regions: 1000,
+            max_region_kib: 2048,
+            read_interval_ms: 500,
+            min_nr_accesses: 1,
+            min_relative_permille: 250,
+            max_pages_per_pass: 262_144,
+        }
+    }
+}
+
+impl DamonSourceToml {
+    /// The kdamond's knobs: `vaddr`, a scheme that never applies (the daemon's kdamond only
+    /// monitors for tierd), the monitoring attributes given.
+    #[must_use]
+    pub fn monitor(&self) -> DamonParams {
+        DamonParams {
+            ops: crate::damon::DamonOps::Vaddr,
+            sample_us: self.sample_us,
+            aggr_us: self.aggr_us,
+            min_nr_regions: self.min_nr_regions,
+            max_nr_regions: self.max_nr_regions,
+            nr_accesses_min: u32::MAX,
+            ..DamonParams::default()
+        }
+    }
+
+    fn problem(&self) -> Result<(), (&'static str, String)> {
+        damon_problem(&self.monitor())?;
+        if !(10..=60_000).contains(&self.read_interval_ms) {
+            return Err((
+                "read_interval_ms",
+                format!("{} is outside 10..=60000", self.read_interval_ms),
+            ));
+        }
+        if self.min_relative_permille > 1000 {
+            return Err((
+                "min_relative_permille",
+                format!("{} is above 1000", self.min_relative_permille),
+            ));
+        }
+        if self.max_pages_per_pass == 0 {
+            return Err(("max_pages_per_pass", "must be positive".into()));
+        }
+        Ok(())
+    }
 }
 
 fn default_period() -> u64 {
@@ -1244,6 +1332,9 @@ impl Scenario {
                         m,
                     ));
                 }
+                if let Some(Err((k, m))) = t.damon.as_ref().map(DamonSourceToml::problem) {
+                    return Err(err(format!("config[{i}].tierd.damon.{k}"), k, m));
+                }
                 if t.sample_period == 0 {
                     return Err(err(
                         format!("config[{i}].tierd.sample_period"),
@@ -1432,6 +1523,26 @@ mod range_tests {
                 "sample_period = 10000, kernel_pghot",
                 "sample_period = 10000, abit_interval_ms = 0, kernel_pghot",
                 "abit_interval_ms",
+            ),
+            (
+                "sample_period = 10000, kernel_pghot",
+                "sample_period = 10000, damon = { read_interval_ms = 5 }, kernel_pghot",
+                "config[3].tierd.damon.read_interval_ms",
+            ),
+            (
+                "sample_period = 10000, kernel_pghot",
+                "sample_period = 10000, damon = { min_relative_permille = 1001 }, kernel_pghot",
+                "tierd.damon.min_relative_permille",
+            ),
+            (
+                "sample_period = 10000, kernel_pghot",
+                "sample_period = 10000, damon = { min_nr_regions = 2 }, kernel_pghot",
+                "tierd.damon.min_nr_regions",
+            ),
+            (
+                "sample_period = 10000, kernel_pghot",
+                "sample_period = 10000, damon = { max_pages_per_pass = 0 }, kernel_pghot",
+                "tierd.damon.max_pages_per_pass",
             ),
         ];
         for (from, to, key) in cases {

@@ -15,7 +15,15 @@
 //!   found accessed with probability `1 - exp(-rate x interval)`; no accessing node. The
 //!   interval is `abit_interval_ms`, or starts there and is tuned toward `abit_goal` as
 //!   DAMON tunes its sampling interval; a finding weighs the number of the last scans that
-//!   found the page accessed ([`crate::abit`]).
+//!   found the page accessed ([`crate::abit`]);
+//! - **DAMON regions** (`damon = { ... }`, the Linux daemon's only source in the lab): the
+//!   simulator's kdamond ([`crate::damon`], `vaddr`, a scheme that never applies) with its
+//!   regions fitted to the monitored bytes as the daemon fits them; every `read_interval_ms`
+//!   the newest aggregation's regions become per-page observations by the engine's region
+//!   rules ([`tierd_engine::regions`]: the relative floor, the slow-part test), as the
+//!   daemon's `locate` applies them, each page weighted by its region's `nr_accesses`. The
+//!   kdamond's sampling is charged as the DAMON rows' is; the daemon's own work per located
+//!   page (pagemap reads, `move_pages(2)` queries) is not modelled.
 //!
 //! The engine runs its configured threshold (tierd's default: relative), except in rows that
 //! model the kernel's pghot (`kernel_pghot = true`), which run the kernel's rules:
@@ -55,7 +63,7 @@ use crate::cost::{
 use crate::mechanism::{draw_samples, Ctx, Mechanism, Watermarks};
 use crate::memory::UnitId;
 use crate::numab::{HintFault, Scanner};
-use crate::scenario::TierdToml;
+use crate::scenario::{DamonSourceToml, TierdToml};
 
 /// A cgroup's `memory.low`, by id.
 pub type CgroupLows = BTreeMap<CgroupId, Bytes>;
@@ -87,6 +95,132 @@ pub struct Tierd {
     /// Top-tier nodes whose kswapd a failed kmigrated promotion woke this step (kernel pghot
     /// rows): woken once per node per step, as the NUMA-balancing model does.
     kswapd_woken: Vec<tierd_engine::types::NodeId>,
+    /// The DAMON-region source, when configured.
+    damon: Option<DamonFeed>,
+}
+
+/// tierd's DAMON source: the kdamond and when the daemon next reads its regions.
+#[derive(Debug)]
+struct DamonFeed {
+    params: DamonSourceToml,
+    /// Started on the first step, once the monitored size is known (the daemon fits the
+    /// regions to its targets before it turns the kdamond on).
+    kdamond: Option<crate::damon::Damon>,
+    next_read_ns: u64,
+}
+
+impl DamonFeed {
+    fn new(params: &DamonSourceToml) -> Self {
+        DamonFeed {
+            params: params.clone(),
+            kdamond: None,
+            next_read_ns: params.read_interval_ms.saturating_mul(1_000_000),
+        }
+    }
+
+    /// Runs the kdamond over the step and turns each read that falls in it into
+    /// observations.
+    fn step(&mut self, ctx: &mut Ctx<'_>, out: &mut Vec<Observation>) {
+        let kdamond = self.kdamond.get_or_insert_with(|| {
+            let monitored: u64 = ctx
+                .mem
+                .regions()
+                .iter()
+                .filter(|r| r.alive)
+                .map(|r| u64::from(r.units) * r.unit_pages() * tierd_engine::types::PAGE_SIZE)
+                .sum();
+            let mut p = self.params.monitor();
+            let (min, max) = tierd_engine::regions::fitted_nr_regions(
+                monitored,
+                self.params.max_region_kib.saturating_mul(1024),
+                (u64::from(p.min_nr_regions), u64::from(p.max_nr_regions)),
+            );
+            p.min_nr_regions = u32::try_from(min).unwrap_or(u32::MAX);
+            p.max_nr_regions = u32::try_from(max).unwrap_or(u32::MAX);
+            crate::damon::Damon::new(&p)
+        });
+        kdamond.step(ctx);
+        let end = ctx.now + ctx.dt;
+        while self.next_read_ns <= end {
+            let t = self.next_read_ns.max(ctx.now);
+            read_regions(ctx, kdamond.regions(), &self.params, Nanos(t), out);
+            self.next_read_ns += self.params.read_interval_ms.max(1) * 1_000_000;
+        }
+    }
+}
+
+/// One read of DAMON's regions, as the daemon's `locate` turns them into observations
+/// (crates/tierd-linux/src/source/locate.rs, with the placement cache off): the accessed
+/// regions hottest first within `max_pages_per_pass` base pages; the floor relative to the
+/// hottest region; every page of a covered region on the fast tier observed, and its pages on
+/// slower tiers only if their part of the region's heat reaches the floor
+/// ([`tierd_engine::regions::slow_part_is_hot`]); each weighted by the region's
+/// `nr_accesses` of the last complete aggregation (what the `damon_aggregated` tracepoint
+/// reports).
+fn read_regions(
+    ctx: &Ctx<'_>,
+    regions: &[crate::damon::DamonRegion],
+    p: &DamonSourceToml,
+    now: Nanos,
+    out: &mut Vec<Observation>,
+) {
+    use tierd_engine::regions::{fast_heat_estimate, relative_min_nr_accesses, slow_part_is_hot};
+    let mut accessed: Vec<&crate::damon::DamonRegion> =
+        regions.iter().filter(|r| r.last_nr_accesses >= 1).collect();
+    // Hottest first (stable: address order among equals), as the daemon's sources order them.
+    accessed.sort_by_key(|r| std::cmp::Reverse(r.last_nr_accesses));
+    let hottest = accessed.first().map_or(0, |r| r.last_nr_accesses);
+    let min_acc = relative_min_nr_accesses(hottest, p.min_nr_accesses, p.min_relative_permille);
+    let topo = ctx.mem.topology();
+    let mut budget = p.max_pages_per_pass;
+    // Per covered region: its units within the budget, and (nr_accesses, fast, present) in
+    // base pages.
+    let mut covered: Vec<(std::ops::Range<u32>, u32)> = Vec::new();
+    let mut counts: Vec<(u32, u64, u64)> = Vec::new();
+    for r in accessed {
+        if budget == 0 {
+            break;
+        }
+        let (mut fast, mut present) = (0u64, 0u64);
+        let mut end = r.start;
+        while end < r.end && budget > 0 {
+            let u = UnitId(end);
+            end += 1;
+            if end > ctx.mem.units() || !ctx.mem.region_of(u).alive {
+                continue;
+            }
+            let pages = ctx.mem.unit_pages(u);
+            budget = budget.saturating_sub(pages);
+            present += pages;
+            if topo.is_toptier(ctx.mem.node_of(u)) {
+                fast += pages;
+            }
+        }
+        covered.push((r.start..end, r.last_nr_accesses));
+        counts.push((r.last_nr_accesses, fast, present));
+    }
+    let fast_heat = fast_heat_estimate(&counts, hottest);
+    for ((units, nr), &(_, fast, present)) in covered.into_iter().zip(&counts) {
+        let keep_slow = slow_part_is_hot(nr, fast_heat, fast, present - fast, min_acc);
+        for a in units {
+            let u = UnitId(a);
+            if a >= ctx.mem.units() || !ctx.mem.region_of(u).alive {
+                continue;
+            }
+            let node = ctx.mem.node_of(u);
+            if !keep_slow && !topo.is_toptier(node) {
+                continue;
+            }
+            out.push(Observation {
+                page: page_ref(ctx, u),
+                page_node: node,
+                accessing_node: None,
+                source: SourceKind::AccessedBitScan,
+                time: now,
+                weight: nr,
+            });
+        }
+    }
 }
 
 impl Tierd {
@@ -101,7 +235,12 @@ impl Tierd {
         lows: CgroupLows,
     ) -> Result<Tierd, tierd_engine::ConfigError> {
         let mut cfg = params.engine.clone();
-        cfg.sources = tierd_engine::SourceMask::of(&params.sources);
+        let mut sources = params.sources.clone();
+        if params.damon.is_some() {
+            // DAMON's regions reach the engine as accessed-bit findings.
+            sources.push(SourceKind::AccessedBitScan);
+        }
+        cfg.sources = tierd_engine::SourceMask::of(&sources);
         if params.kernel_pghot {
             // The kernel's pghot has one rule, the fixed threshold (pghot_freq_threshold
             // within the window, the free-space bypass, the latency threshold): a row that
@@ -139,6 +278,7 @@ impl Tierd {
             bufs: StepBuffers::default(),
             obs: Vec::new(),
             kswapd_woken: Vec::new(),
+            damon: params.damon.as_ref().map(DamonFeed::new),
         })
     }
 
@@ -454,6 +594,9 @@ impl Mechanism for Tierd {
         }
         if self.params.sources.contains(&SourceKind::AccessedBitScan) {
             self.abit_scan(ctx, &mut obs);
+        }
+        if let Some(feed) = &mut self.damon {
+            feed.step(ctx, &mut obs);
         }
         if let Some(k) = &mut self.kernel {
             k.step(ctx);

@@ -156,3 +156,82 @@ fn lab_a_d3_takes_the_whole_buffer_when_hot_pages_are_scattered() {
         n2.over_promotion
     );
 }
+
+/// The twin's T1 is the lab's tierd: fed by DAMON `vaddr` regions (fitted to at most 2 MiB over
+/// the 512 MiB buffer: 256 regions and more, never above DAMON's 1000), not by an accessed-bit
+/// scan; T1a is the scan, for comparison.
+#[test]
+fn lab_a_t1_is_fed_by_damon_regions_fitted_to_the_buffer() {
+    let sc = Scenario::find("lab-a").expect("shipped scenario parses");
+    let only = ["T1".to_string(), "T1a".to_string()];
+    let r = compare(&sc, 1.0, &only, |_, _, _| {}).expect("runs");
+    let (t1, t1a) = (row(&r, "T1"), row(&r, "T1a"));
+    let regions = counter(t1, "damon_nr_regions");
+    assert!((256..=1000).contains(&regions), "T1 {regions} regions");
+    assert_eq!(counter(t1, "abit_pages_scanned"), 0);
+    assert_eq!(counter(t1a, "damon_nr_regions"), 0);
+    assert!(counter(t1a, "abit_pages_scanned") > 0);
+    // The kdamond's sampling is what the DAMON-fed row pays (~900 regions x 200 samples a
+    // second); the scan pays per page.
+    assert!(t1.promoter_cpu_s > 1.0, "T1 {:.2} s", t1.promoter_cpu_s);
+}
+
+/// A region is what a DAMON-fed tierd observes: with hot pages scattered in 64 KiB pieces
+/// over the buffer, nearly every region is accessed, and every page of an accessed region is
+/// seen as hot as the region, so tierd moves cold pages with the hot ones (the lab's memcached
+/// without the access check: cold items sharing a hot region go with it, docs/lab.md). The
+/// per-page accessed-bit scan does not.
+#[test]
+fn lab_a_damon_fed_tierd_moves_whole_regions_when_hot_pages_are_scattered() {
+    let mut sc = Scenario::find("lab-a").expect("shipped scenario parses");
+    sc.process[0].region[0]
+        .hot
+        .as_mut()
+        .expect("lab-a has a hot part")
+        .chunk_mib = 0.0625;
+    let only = ["T1".to_string(), "T1a".to_string()];
+    let r = compare(&sc, 1.0, &only, |_, _, _| {}).expect("runs");
+    let (t1, t1a) = (row(&r, "T1"), row(&r, "T1a"));
+    assert!(t1.hot_on_fast >= 0.9, "T1 {:.3}", t1.hot_on_fast);
+    assert!(t1.over_promotion > 1.0, "T1 {:+.3}", t1.over_promotion);
+    assert!(t1a.hot_on_fast >= 0.9, "T1a {:.3}", t1a.hot_on_fast);
+    assert!(
+        t1a.over_promotion.abs() < 0.02,
+        "T1a {:+.4}",
+        t1a.over_promotion
+    );
+}
+
+/// The relative floor (a quarter of the hottest region's `nr_accesses`) is what keeps a
+/// lukewarm region (a 128 MiB mapping read at 1 % of the chase's rate, ~0.9 times a page a
+/// second) on the slow node while there is room for it: without the floor DAMON's odd sample
+/// that finds it accessed feeds the engine, whose relative threshold promotes what fits.
+#[test]
+fn lab_a_the_relative_floor_keeps_a_lukewarm_region_out() {
+    let text = include_str!("../../../scenarios/lab-a.toml").replace(
+        "access = [{ class = \"buffer.hot\", share = 1.0 }]",
+        "access = [{ class = \"buffer.hot\", share = 0.99 }, { class = \"warm\", share = 0.01 }]",
+    );
+    let text = text.replace(
+        "hot = { fraction = 0.25, chunk_mib = 128 } }]",
+        "hot = { fraction = 0.25, chunk_mib = 128 } }, { name = \"warm\", size_gib = 0.125, place = 1 }]",
+    );
+    assert!(text.contains("name = \"warm\"") && text.contains("share = 0.01"));
+    let text = format!(
+        "{text}\n[[config]]\nid = \"T0\"\nlabel = \"T1 without the relative floor\"\n\
+         mechanism = \"tierd\"\nprofile = \"tcg\"\ntierd = {{ sources = [], damon = {{ \
+         min_relative_permille = 0 }}, engine = {{ demotion = {{ enabled = false }} }} }}\n"
+    );
+    let sc = Scenario::parse(&text, std::path::Path::new("lab-a-warm.toml")).expect("parses");
+    let only = ["T1".to_string(), "T0".to_string()];
+    let r = compare(&sc, 1.0, &only, |_, _, _| {}).expect("runs");
+    let (t1, t0) = (row(&r, "T1"), row(&r, "T0"));
+    let (with, without) = (
+        counter(t1, "pgpromote_success"),
+        counter(t0, "pgpromote_success"),
+    );
+    assert!(t1.hot_on_fast >= 0.9 && t0.hot_on_fast >= 0.9);
+    // The warm region is 32,768 pages.
+    assert!(with <= HOT_PAGES + HOT_PAGES / 20, "with the floor {with}");
+    assert!(without >= HOT_PAGES + HOT_PAGES / 4, "without {without}");
+}
