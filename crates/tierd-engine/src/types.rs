@@ -397,7 +397,9 @@ impl PageRef {
     /// The virtual pages the unit covers, `[head, head + nr_pages)`.
     #[must_use]
     pub fn vpns(self) -> std::ops::Range<u64> {
-        self.vpn.0..self.vpn.0 + self.size.nr_pages().0
+        // Saturating: a page's vpn is input (a backend's, a replayed trace's) and may sit at
+        // the top of the range; its range is then cut there rather than overflow.
+        self.vpn.0..self.vpn.0.saturating_add(self.size.nr_pages().0)
     }
     /// The identity used as a key: (space, head vpn). The frame is carried, not keyed. The
     /// fields are public (a backend or a replayed trace can build one with a huge page's vpn
