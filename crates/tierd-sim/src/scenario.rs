@@ -527,6 +527,8 @@ pub struct DamonSourceToml {
     pub sample_us: u64,
     /// `aggr_us` (100000).
     pub aggr_us: u64,
+    /// `update_us` (1000000, the daemon's: new mappings join within a second).
+    pub update_us: u64,
     /// `nr_regions/min` before fitting (10).
     pub min_nr_regions: u32,
     /// `nr_regions/max` before fitting (1000).
@@ -550,6 +552,7 @@ impl Default for DamonSourceToml {
         DamonSourceToml {
             sample_us: 5000,
             aggr_us: 100_000,
+            update_us: 1_000_000,
             min_nr_regions: 10,
             max_nr_regions: 1000,
             max_region_kib: 2048,
@@ -570,6 +573,7 @@ impl DamonSourceToml {
             ops: crate::damon::DamonOps::Vaddr,
             sample_us: self.sample_us,
             aggr_us: self.aggr_us,
+            update_us: self.update_us,
             min_nr_regions: self.min_nr_regions,
             max_nr_regions: self.max_nr_regions,
             nr_accesses_min: u32::MAX,

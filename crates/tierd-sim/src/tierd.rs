@@ -104,7 +104,10 @@ pub struct Tierd {
 struct DamonFeed {
     params: DamonSourceToml,
     /// Started on the first step, once the monitored size is known (the daemon fits the
-    /// regions to its targets before it turns the kdamond on).
+    /// regions to its targets before it turns the kdamond on). Fitted once, to the regions
+    /// alive then: the daemon fits again whenever the mapped size changes by a quarter,
+    /// which this does not model (the kdamond picks up later mappings at its `update_us`,
+    /// within regions fitted to what was mapped at the start).
     kdamond: Option<crate::damon::Damon>,
     next_read_ns: u64,
 }
