@@ -179,6 +179,12 @@ mod tests {
             fitted_nr_regions(64 << 30, 2 * MIB, (10, 1000)),
             (1000, 2000)
         );
+        // A configured minimum above MAX_FIT_REGIONS stands (a clamp with its bounds crossed
+        // would panic).
+        assert_eq!(
+            fitted_nr_regions(64 << 30, 2 * MIB, (1500, 3000)),
+            (1500, 3000)
+        );
         // Off.
         assert_eq!(fitted_nr_regions(512 * MIB, 0, (10, 1000)), (10, 1000));
     }
