@@ -396,6 +396,15 @@ impl Damon {
         &self.p
     }
 
+    /// Sets the sampling interval, keeping the samples per aggregation, as
+    /// `kdamond_tune_intervals()` does (`aggr_interval = sample_interval x aggr_samples`);
+    /// the next sample keeps its time.
+    pub fn set_sample_us(&mut self, sample_us: u64) {
+        let samples = self.aggr_samples();
+        self.p.sample_us = sample_us.max(1);
+        self.p.aggr_us = self.p.sample_us.saturating_mul(samples);
+    }
+
     /// The regions, in address order, contiguous over the monitored span.
     #[must_use]
     pub fn regions(&self) -> &[DamonRegion] {

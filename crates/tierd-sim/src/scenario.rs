@@ -545,6 +545,13 @@ pub struct DamonSourceToml {
     pub min_relative_permille: u32,
     /// Pages observed per read, hottest regions first (262144).
     pub max_pages_per_pass: u64,
+    /// After this long with nothing to move (no slow page observed or kept below the floor,
+    /// no migration), the daemon is idle and samples at `idle_min_sample_us` until there is
+    /// work again, ms (the daemon's `daemon.idle_after_ms`, 5000; 0: never idle).
+    pub idle_after_ms: u64,
+    /// The sampling interval while idle, µs (the bottom of the daemon's idle range,
+    /// `idle_min_sample_us`, 100000; 0: no idle range).
+    pub idle_min_sample_us: u64,
 }
 
 impl Default for DamonSourceToml {
@@ -560,6 +567,8 @@ impl Default for DamonSourceToml {
             min_nr_accesses: 1,
             min_relative_permille: 250,
             max_pages_per_pass: 262_144,
+            idle_after_ms: 5000,
+            idle_min_sample_us: 100_000,
         }
     }
 }
@@ -597,6 +606,20 @@ impl DamonSourceToml {
         }
         if self.max_pages_per_pass == 0 {
             return Err(("max_pages_per_pass", "must be positive".into()));
+        }
+        ms_in_range(self.idle_after_ms, 0).map_err(|m| ("idle_after_ms", m))?;
+        if self.idle_min_sample_us > 0
+            && (self.idle_min_sample_us < self.sample_us || self.idle_min_sample_us > MAX_MS * 1000)
+        {
+            return Err((
+                "idle_min_sample_us",
+                format!(
+                    "{} is outside sample_us ({})..={} us",
+                    self.idle_min_sample_us,
+                    self.sample_us,
+                    MAX_MS * 1000
+                ),
+            ));
         }
         Ok(())
     }
@@ -1547,6 +1570,11 @@ mod range_tests {
                 "sample_period = 10000, kernel_pghot",
                 "sample_period = 10000, damon = { max_pages_per_pass = 0 }, kernel_pghot",
                 "tierd.damon.max_pages_per_pass",
+            ),
+            (
+                "sample_period = 10000, kernel_pghot",
+                "sample_period = 10000, damon = { idle_min_sample_us = 1000 }, kernel_pghot",
+                "tierd.damon.idle_min_sample_us",
             ),
         ];
         for (from, to, key) in cases {

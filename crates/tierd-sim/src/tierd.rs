@@ -97,6 +97,9 @@ pub struct Tierd {
     kswapd_woken: Vec<tierd_engine::types::NodeId>,
     /// The DAMON-region source, when configured.
     damon: Option<DamonFeed>,
+    /// The engine's `plan_batches` at the end of the last step: whether it planned moves
+    /// since (work, for the DAMON source's pace).
+    batches_seen: u64,
 }
 
 /// tierd's DAMON source: the kdamond and when the daemon next reads its regions.
@@ -110,6 +113,10 @@ struct DamonFeed {
     /// within regions fitted to what was mapped at the start).
     kdamond: Option<crate::damon::Damon>,
     next_read_ns: u64,
+    /// When there was last something to move (the daemon's `Pace::last_work`).
+    last_work_ns: u64,
+    /// Whether the daemon samples at its idle interval.
+    idle: bool,
 }
 
 impl DamonFeed {
@@ -118,12 +125,42 @@ impl DamonFeed {
             params: params.clone(),
             kdamond: None,
             next_read_ns: params.read_interval_ms.saturating_mul(1_000_000),
+            last_work_ns: 0,
+            idle: false,
         }
     }
 
+    /// The daemon's pace (crates/tierd-daemon/src/daemon.rs `update_pace()`): idle after
+    /// `idle_after_ms` without work, back at the first work. While idle the kdamond samples
+    /// at `idle_min_sample_us`: the bottom of the daemon's idle range, where the kernel's
+    /// intervals tuning (not modelled) keeps a run whose samples find accesses often enough.
+    /// Returns whether the daemon went idle now.
+    fn pace(&mut self, now: u64, work: bool) -> bool {
+        if work {
+            self.last_work_ns = now;
+        }
+        if self.params.idle_after_ms == 0 || self.params.idle_min_sample_us == 0 {
+            return false;
+        }
+        let idle = now.saturating_sub(self.last_work_ns) >= self.params.idle_after_ms * 1_000_000;
+        let changed = idle != self.idle;
+        if changed {
+            self.idle = idle;
+            if let Some(k) = &mut self.kdamond {
+                k.set_sample_us(if idle {
+                    self.params.idle_min_sample_us
+                } else {
+                    self.params.sample_us
+                });
+            }
+        }
+        changed && idle
+    }
+
     /// Runs the kdamond over the step and turns each read that falls in it into
-    /// observations.
-    fn step(&mut self, ctx: &mut Ctx<'_>, out: &mut Vec<Observation>) {
+    /// observations; `moved` says whether tierd moved pages in the last step (work, for the
+    /// pace).
+    fn step(&mut self, ctx: &mut Ctx<'_>, out: &mut Vec<Observation>, moved: bool) {
         let kdamond = self.kdamond.get_or_insert_with(|| {
             let monitored: u64 = ctx
                 .mem
@@ -144,10 +181,15 @@ impl DamonFeed {
         });
         kdamond.step(ctx);
         let end = ctx.now + ctx.dt;
+        let mut work = moved;
         while self.next_read_ns <= end {
             let t = self.next_read_ns.max(ctx.now);
-            read_regions(ctx, kdamond.regions(), &self.params, Nanos(t), out);
+            work |= read_regions(ctx, kdamond.regions(), &self.params, Nanos(t), out);
             self.next_read_ns += self.params.read_interval_ms.max(1) * 1_000_000;
+        }
+        if self.pace(end, work) {
+            // The daemon's `idle_periods`.
+            ctx.acct.count("tierd_idle_periods", 1);
         }
     }
 }
@@ -159,14 +201,16 @@ impl DamonFeed {
 /// slower tiers only if their part of the region's heat reaches the floor
 /// ([`tierd_engine::regions::slow_part_is_hot`]); each weighted by the region's
 /// `nr_accesses` of the last complete aggregation (what the `damon_aggregated` tracepoint
-/// reports).
+/// reports). Returns whether the read found work for the daemon's pace: a slow page observed,
+/// or an accessed region with slow pages kept from the engine by the floors (the daemon's
+/// `hidden_below_floor`: a few hot pages DAMON still sees diluted).
 fn read_regions(
     ctx: &Ctx<'_>,
     regions: &[crate::damon::DamonRegion],
     p: &DamonSourceToml,
     now: Nanos,
     out: &mut Vec<Observation>,
-) {
+) -> bool {
     use tierd_engine::regions::{fast_heat_estimate, relative_min_nr_accesses, slow_part_is_hot};
     let mut accessed: Vec<&crate::damon::DamonRegion> =
         regions.iter().filter(|r| r.last_nr_accesses >= 1).collect();
@@ -203,8 +247,10 @@ fn read_regions(
         counts.push((r.last_nr_accesses, fast, present));
     }
     let fast_heat = fast_heat_estimate(&counts, hottest);
+    let mut work = false;
     for ((units, nr), &(_, fast, present)) in covered.into_iter().zip(&counts) {
         let keep_slow = slow_part_is_hot(nr, fast_heat, fast, present - fast, min_acc);
+        work |= present > fast && (keep_slow || nr < min_acc);
         for a in units {
             let u = UnitId(a);
             if a >= ctx.mem.units() || !ctx.mem.region_of(u).alive {
@@ -224,6 +270,7 @@ fn read_regions(
             });
         }
     }
+    work
 }
 
 impl Tierd {
@@ -282,6 +329,7 @@ impl Tierd {
             obs: Vec::new(),
             kswapd_woken: Vec::new(),
             damon: params.damon.as_ref().map(DamonFeed::new),
+            batches_seen: 0,
         })
     }
 
@@ -599,7 +647,9 @@ impl Mechanism for Tierd {
             self.abit_scan(ctx, &mut obs);
         }
         if let Some(feed) = &mut self.damon {
-            feed.step(ctx, &mut obs);
+            let batches = self.engine.stats().engine.plan_batches;
+            feed.step(ctx, &mut obs, batches != self.batches_seen);
+            self.batches_seen = batches;
         }
         if let Some(k) = &mut self.kernel {
             k.step(ctx);

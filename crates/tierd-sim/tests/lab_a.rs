@@ -171,9 +171,33 @@ fn lab_a_t1_is_fed_by_damon_regions_fitted_to_the_buffer() {
     assert_eq!(counter(t1, "abit_pages_scanned"), 0);
     assert_eq!(counter(t1a, "damon_nr_regions"), 0);
     assert!(counter(t1a, "abit_pages_scanned") > 0);
-    // The kdamond's sampling is what the DAMON-fed row pays (~900 regions x 200 samples a
-    // second); the scan pays per page.
-    assert!(t1.promoter_cpu_s > 1.0, "T1 {:.2} s", t1.promoter_cpu_s);
+    // The daemon's pace: once the hot set is on node 0 nothing is left to move, and after
+    // `idle_after_ms` (5 s) the kdamond samples every 100 ms instead of every 5 ms, once for
+    // the rest of the run. Without the idle pace it pays its 5 ms sampling of ~900 regions
+    // throughout, several times the CPU.
+    assert_eq!(counter(t1, "tierd_idle_periods"), 1);
+    let busy = Scenario::parse(
+        &include_str!("../../../scenarios/lab-a.toml").replace(
+            "read_interval_ms = 500 }",
+            "read_interval_ms = 500, idle_after_ms = 0 }",
+        ),
+        std::path::Path::new("lab-a-busy.toml"),
+    )
+    .expect("parses");
+    let r = compare(&busy, 1.0, &["T1".to_string()], |_, _, _| {}).expect("runs");
+    let always = row(&r, "T1");
+    assert_eq!(counter(always, "tierd_idle_periods"), 0);
+    assert!(
+        t1.promoter_cpu_s * 3.0 < always.promoter_cpu_s,
+        "idle {:.2} s against always active {:.2} s",
+        t1.promoter_cpu_s,
+        always.promoter_cpu_s
+    );
+    assert_eq!(
+        t90(t1),
+        t90(always),
+        "the pace changes nothing before the hot set moved"
+    );
 }
 
 /// A region is what a DAMON-fed tierd observes: with hot pages scattered in 64 KiB pieces
