@@ -13,8 +13,34 @@ use tierd_sim::sim::{compare, CompareResult, ConfigResult};
 const HOT_PAGES: u64 = 32_768;
 
 fn lab_a() -> CompareResult {
-    let sc = Scenario::find("lab-a").expect("shipped scenario parses");
-    compare(&sc, 1.0, &[], |_, _, _| {}).expect("runs")
+    rows(
+        &Scenario::find("lab-a").expect("shipped scenario parses"),
+        &[],
+    )
+}
+
+/// The rows `ids` of `sc` (all of them for none), at full scale.
+fn rows(sc: &Scenario, ids: &[&str]) -> CompareResult {
+    let only: Vec<String> = ids.iter().map(|s| (*s).to_string()).collect();
+    compare(sc, 1.0, &only, |_, _, _| {}).expect("runs")
+}
+
+/// Lab A's twin with its hot part cut in 64 KiB pieces over the buffer: hot and cold pages
+/// interleaved, virtually and (the simulator gives slots in allocation order) physically.
+fn lab_a_scattered() -> Scenario {
+    let mut sc = Scenario::find("lab-a").expect("shipped scenario parses");
+    sc.process[0].region[0]
+        .hot
+        .as_mut()
+        .expect("lab-a has a hot part")
+        .chunk_mib = 0.0625;
+    sc
+}
+
+/// Lab A's twin from its shipped text with `edit` applied.
+fn lab_a_edited(name: &str, edit: impl Fn(&str) -> String) -> Scenario {
+    let text = edit(include_str!("../../../scenarios/lab-a.toml"));
+    Scenario::parse(&text, std::path::Path::new(name)).expect("parses")
 }
 
 fn row<'a>(r: &'a CompareResult, id: &str) -> &'a ConfigResult {
@@ -131,16 +157,7 @@ fn lab_a_twin_keeps_the_directions_the_lab_measured() {
 /// The per-page mechanisms do not care.
 #[test]
 fn lab_a_d3_takes_the_whole_buffer_when_hot_pages_are_scattered() {
-    let mut sc = Scenario::find("lab-a").expect("shipped scenario parses");
-    // 64 KiB hot pieces instead of one 128 MiB chunk: the simulator gives slots in allocation
-    // order, so this interleaves hot and cold pages physically too.
-    sc.process[0].region[0]
-        .hot
-        .as_mut()
-        .expect("lab-a has a hot part")
-        .chunk_mib = 0.0625;
-    let only = ["N2".to_string(), "D3".to_string()];
-    let r = compare(&sc, 1.0, &only, |_, _, _| {}).expect("runs");
+    let r = rows(&lab_a_scattered(), &["N2", "D3"]);
     let (n2, d3) = (row(&r, "N2"), row(&r, "D3"));
     assert!(d3.over_promotion > 2.0, "D3 {:+.3}", d3.over_promotion);
     assert!(d3.hot_on_fast >= 0.9, "D3 {:.3}", d3.hot_on_fast);
@@ -163,8 +180,7 @@ fn lab_a_d3_takes_the_whole_buffer_when_hot_pages_are_scattered() {
 #[test]
 fn lab_a_t1_is_fed_by_damon_regions_fitted_to_the_buffer() {
     let sc = Scenario::find("lab-a").expect("shipped scenario parses");
-    let only = ["T1".to_string(), "T1a".to_string()];
-    let r = compare(&sc, 1.0, &only, |_, _, _| {}).expect("runs");
+    let r = rows(&sc, &["T1", "T1a"]);
     let (t1, t1a) = (row(&r, "T1"), row(&r, "T1a"));
     let regions = counter(t1, "damon_nr_regions");
     assert!((256..=1000).contains(&regions), "T1 {regions} regions");
@@ -176,15 +192,13 @@ fn lab_a_t1_is_fed_by_damon_regions_fitted_to_the_buffer() {
     // the rest of the run. Without the idle pace it pays its 5 ms sampling of ~900 regions
     // throughout, several times the CPU.
     assert_eq!(counter(t1, "tierd_idle_periods"), 1);
-    let busy = Scenario::parse(
-        &include_str!("../../../scenarios/lab-a.toml").replace(
+    let busy = lab_a_edited("lab-a-busy.toml", |t| {
+        t.replace(
             "read_interval_ms = 500 }",
             "read_interval_ms = 500, idle_after_ms = 0 }",
-        ),
-        std::path::Path::new("lab-a-busy.toml"),
-    )
-    .expect("parses");
-    let r = compare(&busy, 1.0, &["T1".to_string()], |_, _, _| {}).expect("runs");
+        )
+    });
+    let r = rows(&busy, &["T1"]);
     let always = row(&r, "T1");
     assert_eq!(counter(always, "tierd_idle_periods"), 0);
     assert!(
@@ -207,14 +221,7 @@ fn lab_a_t1_is_fed_by_damon_regions_fitted_to_the_buffer() {
 /// per-page accessed-bit scan does not.
 #[test]
 fn lab_a_damon_fed_tierd_moves_whole_regions_when_hot_pages_are_scattered() {
-    let mut sc = Scenario::find("lab-a").expect("shipped scenario parses");
-    sc.process[0].region[0]
-        .hot
-        .as_mut()
-        .expect("lab-a has a hot part")
-        .chunk_mib = 0.0625;
-    let only = ["T1".to_string(), "T1a".to_string()];
-    let r = compare(&sc, 1.0, &only, |_, _, _| {}).expect("runs");
+    let r = rows(&lab_a_scattered(), &["T1", "T1a"]);
     let (t1, t1a) = (row(&r, "T1"), row(&r, "T1a"));
     assert!(t1.hot_on_fast >= 0.9, "T1 {:.3}", t1.hot_on_fast);
     assert!(t1.over_promotion > 1.0, "T1 {:+.3}", t1.over_promotion);
@@ -232,23 +239,24 @@ fn lab_a_damon_fed_tierd_moves_whole_regions_when_hot_pages_are_scattered() {
 /// that finds it accessed feeds the engine, whose relative threshold promotes what fits.
 #[test]
 fn lab_a_the_relative_floor_keeps_a_lukewarm_region_out() {
-    let text = include_str!("../../../scenarios/lab-a.toml").replace(
-        "access = [{ class = \"buffer.hot\", share = 1.0 }]",
-        "access = [{ class = \"buffer.hot\", share = 0.99 }, { class = \"warm\", share = 0.01 }]",
-    );
-    let text = text.replace(
-        "hot = { fraction = 0.25, chunk_mib = 128 } }]",
-        "hot = { fraction = 0.25, chunk_mib = 128 } }, { name = \"warm\", size_gib = 0.125, place = 1 }]",
-    );
-    assert!(text.contains("name = \"warm\"") && text.contains("share = 0.01"));
-    let text = format!(
-        "{text}\n[[config]]\nid = \"T0\"\nlabel = \"T1 without the relative floor\"\n\
-         mechanism = \"tierd\"\nprofile = \"tcg\"\ntierd = {{ sources = [], damon = {{ \
-         min_relative_permille = 0 }}, engine = {{ demotion = {{ enabled = false }} }} }}\n"
-    );
-    let sc = Scenario::parse(&text, std::path::Path::new("lab-a-warm.toml")).expect("parses");
-    let only = ["T1".to_string(), "T0".to_string()];
-    let r = compare(&sc, 1.0, &only, |_, _, _| {}).expect("runs");
+    let sc = lab_a_edited("lab-a-warm.toml", |t| {
+        let t = t
+            .replace(
+                "access = [{ class = \"buffer.hot\", share = 1.0 }]",
+                "access = [{ class = \"buffer.hot\", share = 0.99 }, { class = \"warm\", share = 0.01 }]",
+            )
+            .replace(
+                "hot = { fraction = 0.25, chunk_mib = 128 } }]",
+                "hot = { fraction = 0.25, chunk_mib = 128 } }, { name = \"warm\", size_gib = 0.125, place = 1 }]",
+            );
+        assert!(t.contains("name = \"warm\"") && t.contains("share = 0.01"));
+        format!(
+            "{t}\n[[config]]\nid = \"T0\"\nlabel = \"T1 without the relative floor\"\n\
+             mechanism = \"tierd\"\nprofile = \"tcg\"\ntierd = {{ sources = [], damon = {{ \
+             min_relative_permille = 0 }}, engine = {{ demotion = {{ enabled = false }} }} }}\n"
+        )
+    });
+    let r = rows(&sc, &["T1", "T0"]);
     let (t1, t0) = (row(&r, "T1"), row(&r, "T0"));
     let (with, without) = (
         counter(t1, "pgpromote_success"),

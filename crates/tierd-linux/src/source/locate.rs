@@ -644,27 +644,38 @@ mod tests {
         );
     }
 
-    /// The relative floor comes from the hottest range that may still hold slow pages: once
-    /// a small, very hot range is known fast, it no longer hides a colder one on the slow
-    /// node; until then the hidden range is counted for the daemon's pace.
-    #[test]
-    fn a_range_known_fast_no_longer_sets_the_relative_floor() {
-        use crate::source::placement::PlacementCache;
-        let sec = |s: u64| Nanos(s * 1_000_000_000);
-        let mut loc = FakeLocator::default();
-        for v in 0..10 {
-            loc.pages.insert((1, v), NodeId(0));
+    /// The two ranges of the floor tests: 10 pages on the fast node counting 20, 10 on the
+    /// slow node counting 2 (a fifth of the floor's quarter), in a placement cache trusted for
+    /// 10 s; and one pass of `locate_cached` over them with a floor of 250 per mille,
+    /// returning its stats and the slow pages it observed.
+    struct FloorCase {
+        loc: FakeLocator,
+        cache: crate::source::placement::PlacementCache,
+    }
+
+    fn sec(s: u64) -> Nanos {
+        Nanos(s * 1_000_000_000)
+    }
+
+    impl FloorCase {
+        fn new() -> Self {
+            let mut loc = FakeLocator::default();
+            for v in 0..10 {
+                loc.pages.insert((1, v), NodeId(0));
+            }
+            for v in 100..110 {
+                loc.pages.insert((1, v), NodeId(1));
+            }
+            let cache = crate::source::placement::PlacementCache::new(sec(10), Nanos(500_000_000));
+            FloorCase { loc, cache }
         }
-        for v in 100..110 {
-            loc.pages.insert((1, v), NodeId(1));
-        }
-        let mut cache = PlacementCache::new(sec(10), Nanos(500_000_000));
-        let params = LocateParams {
-            min_relative_permille: 250,
-            ..PARAMS
-        };
-        let ranges = [range(1, 0, 10, 20), range(1, 100, 10, 2)];
-        let mut run = |now: Nanos| {
+
+        fn pass(&mut self, now: Nanos) -> (LocateStats, Vec<u64>) {
+            let params = LocateParams {
+                min_relative_permille: 250,
+                ..PARAMS
+            };
+            let ranges = [range(1, 0, 10, 20), range(1, 100, 10, 2)];
             let mut stats = LocateStats::default();
             let mut out = Vec::new();
             locate_cached(
@@ -672,20 +683,33 @@ mod tests {
                 params,
                 &FAST,
                 |_| true,
-                &mut loc,
+                &mut self.loc,
                 &mut BaseFolios,
-                &mut cache,
+                &mut self.cache,
                 now,
                 &mut stats,
                 &mut out,
             );
-            (stats.hidden_below_floor, vpns_on(&out, NodeId(1)))
-        };
+            (stats, vpns_on(&out, NodeId(1)))
+        }
+    }
+
+    /// The relative floor comes from the hottest range that may still hold slow pages: once
+    /// a small, very hot range is known fast, it no longer hides a colder one on the slow
+    /// node; until then the hidden range is counted for the daemon's pace.
+    #[test]
+    fn a_range_known_fast_no_longer_sets_the_relative_floor() {
+        let mut case = FloorCase::new();
         // Nothing known yet: the hot fast range sets the floor at 5; the slow one (2) is
         // hidden, and counted.
-        assert_eq!(run(sec(1)), (1, vec![]));
+        let (stats, slow) = case.pass(sec(1));
+        assert_eq!((stats.hidden_below_floor, slow), (1, vec![]));
         // The hot range is known fast now: the floor comes from the slow range itself.
-        assert_eq!(run(sec(2)), (0, (100..110).collect::<Vec<u64>>()));
+        let (stats, slow) = case.pass(sec(2));
+        assert_eq!(
+            (stats.hidden_below_floor, slow),
+            (0, (100..110).collect::<Vec<u64>>())
+        );
     }
 
     /// ... unless tierd promoted it: a hot set tierd moved stays the measure of the others,
@@ -693,40 +717,13 @@ mod tests {
     /// touching cold items) is still hidden below a quarter of it, not promoted.
     #[test]
     fn a_range_tierd_promoted_still_sets_the_relative_floor_once_known_fast() {
-        use crate::source::placement::PlacementCache;
-        let sec = |s: u64| Nanos(s * 1_000_000_000);
-        let mut loc = FakeLocator::default();
-        for v in 0..10 {
-            loc.pages.insert((1, v), NodeId(0));
-        }
-        for v in 100..110 {
-            loc.pages.insert((1, v), NodeId(1));
-        }
-        let mut cache = PlacementCache::new(sec(10), Nanos(500_000_000));
+        let mut case = FloorCase::new();
         // tierd promoted the hot range.
-        cache.moved(1, 0, 10, Some(NodeId(0)), sec(1));
-        let params = LocateParams {
-            min_relative_permille: 250,
-            ..PARAMS
-        };
-        let ranges = [range(1, 0, 10, 20), range(1, 100, 10, 2)];
-        let mut stats = LocateStats::default();
-        let mut out = Vec::new();
-        locate_cached(
-            &ranges,
-            params,
-            &FAST,
-            |_| true,
-            &mut loc,
-            &mut BaseFolios,
-            &mut cache,
-            sec(2),
-            &mut stats,
-            &mut out,
-        );
+        case.cache.moved(1, 0, 10, Some(NodeId(0)), sec(1));
+        let (stats, slow) = case.pass(sec(2));
         assert_eq!(stats.cached_fast, 10, "the hot range is known fast");
         assert_eq!(stats.hidden_below_floor, 1);
-        assert_eq!(vpns_on(&out, NodeId(1)), Vec::<u64>::new());
+        assert_eq!(slow, Vec::<u64>::new());
     }
 
     /// Issue 14 (cost): a settled hot set is located once per trust period, not on every
@@ -735,7 +732,6 @@ mod tests {
     #[test]
     fn the_placement_cache_skips_known_fast_pages_and_keeps_the_slow_part_filter() {
         use crate::source::placement::PlacementCache;
-        let sec = |s: u64| Nanos(s * 1_000_000_000);
         let mut loc = FakeLocator::default();
         // The straddler of the test above: 7 of 10 pages promoted, 3 cold on the slow node.
         for v in 10..20 {
