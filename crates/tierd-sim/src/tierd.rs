@@ -220,43 +220,42 @@ fn read_regions(
     let min_acc = relative_min_nr_accesses(hottest, p.min_nr_accesses, p.min_relative_permille);
     let topo = ctx.mem.topology();
     let mut budget = p.max_pages_per_pass;
-    // Per covered region: its units within the budget, and (nr_accesses, fast, present) in
-    // base pages.
-    let mut covered: Vec<(std::ops::Range<u32>, u32)> = Vec::new();
+    // The units located within the budget, each with its node, region after region; per
+    // covered region, its part of `located` and (nr_accesses, fast, present) in base pages.
+    let mut located: Vec<(UnitId, tierd_engine::types::NodeId)> = Vec::new();
+    let mut parts: Vec<std::ops::Range<usize>> = Vec::new();
     let mut counts: Vec<(u32, u64, u64)> = Vec::new();
     for r in accessed {
         if budget == 0 {
             break;
         }
+        let first = located.len();
         let (mut fast, mut present) = (0u64, 0u64);
-        let mut end = r.start;
-        while end < r.end && budget > 0 {
-            let u = UnitId(end);
-            end += 1;
-            if end > ctx.mem.units() || !ctx.mem.region_of(u).alive {
+        for a in r.start..r.end.min(ctx.mem.units()) {
+            if budget == 0 {
+                break;
+            }
+            let u = UnitId(a);
+            if !ctx.mem.region_of(u).alive {
                 continue;
             }
-            let pages = ctx.mem.unit_pages(u);
+            let (pages, node) = (ctx.mem.unit_pages(u), ctx.mem.node_of(u));
             budget = budget.saturating_sub(pages);
             present += pages;
-            if topo.is_toptier(ctx.mem.node_of(u)) {
+            if topo.is_toptier(node) {
                 fast += pages;
             }
+            located.push((u, node));
         }
-        covered.push((r.start..end, r.last_nr_accesses));
+        parts.push(first..located.len());
         counts.push((r.last_nr_accesses, fast, present));
     }
     let fast_heat = fast_heat_estimate(&counts, hottest);
     let mut work = false;
-    for ((units, nr), &(_, fast, present)) in covered.into_iter().zip(&counts) {
+    for (part, &(nr, fast, present)) in parts.into_iter().zip(&counts) {
         let keep_slow = slow_part_is_hot(nr, fast_heat, fast, present - fast, min_acc);
         work |= present > fast && (keep_slow || nr < min_acc);
-        for a in units {
-            let u = UnitId(a);
-            if a >= ctx.mem.units() || !ctx.mem.region_of(u).alive {
-                continue;
-            }
-            let node = ctx.mem.node_of(u);
+        for &(u, node) in &located[part] {
             if !keep_slow && !topo.is_toptier(node) {
                 continue;
             }
