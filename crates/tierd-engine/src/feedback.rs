@@ -43,6 +43,32 @@ pub fn intervals_adaptation_bp(score_bp: u64) -> u64 {
     }
 }
 
+/// mm/damon/core.c `damon_get_intervals_score()`: the access events the last aggregation
+/// observed (each region's bytes x its `nr_accesses`) against `access_bp` of the most it could
+/// have observed (the monitored bytes x samples per aggregation), in basis points of that
+/// goal. The units of the two sums only need to agree (bytes, pages or addresses).
+#[must_use]
+pub fn intervals_score_bp(access_events: u128, max_access_events: u128, access_bp: u64) -> u64 {
+    let target = (max_access_events * u128::from(access_bp) / 10_000).max(1);
+    u64::try_from(access_events * 10_000 / target).unwrap_or(u64::MAX)
+}
+
+/// mm/damon/core.c `kdamond_tune_intervals()`: the next sampling interval for a score (a
+/// score of 0 doubles it, twice the goal or more halves it), clamped to
+/// `[min_sample_us, max_sample_us]` (the upper bound first, as the kernel applies them).
+#[must_use]
+pub fn tuned_sample_us(
+    sample_us: u64,
+    score_bp: u64,
+    min_sample_us: u64,
+    max_sample_us: u64,
+) -> u64 {
+    let adaptation_bp = intervals_adaptation_bp(score_bp);
+    let next = u64::try_from(u128::from(sample_us) * u128::from(adaptation_bp) / 10_000)
+        .unwrap_or(u64::MAX);
+    next.min(max_sample_us).max(min_sample_us)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +93,30 @@ mod tests {
         assert_eq!(intervals_adaptation_bp(15_000), 7_500);
         assert_eq!(intervals_adaptation_bp(20_000), 5_000);
         assert_eq!(intervals_adaptation_bp(1_000_000), 5_000);
+    }
+
+    #[test]
+    fn the_score_is_observed_events_against_the_goal() {
+        // 100 MiB regions at 10 of 20 samples over 1 GiB monitored: 5 % seen, 4 % wanted.
+        let mib = 1u128 << 20;
+        assert_eq!(
+            intervals_score_bp(100 * mib * 10, 1024 * mib * 20, 400),
+            12_207
+        );
+        // Nothing monitored: the target is 1 event, never a division by zero.
+        assert_eq!(intervals_score_bp(0, 0, 400), 0);
+        assert_eq!(intervals_score_bp(3, 0, 400), 30_000);
+    }
+
+    #[test]
+    fn a_tuned_interval_stays_in_its_range() {
+        assert_eq!(tuned_sample_us(10_000, 0, 5_000, 100_000), 20_000);
+        assert_eq!(tuned_sample_us(10_000, 10_000, 5_000, 100_000), 10_000);
+        assert_eq!(tuned_sample_us(10_000, 15_000, 5_000, 100_000), 7_500);
+        assert_eq!(tuned_sample_us(80_000, 0, 5_000, 100_000), 100_000);
+        assert_eq!(tuned_sample_us(6_000, 40_000, 5_000, 100_000), 5_000);
+        // The kernel takes the upper bound first: a range given upside down yields its
+        // lower end.
+        assert_eq!(tuned_sample_us(10_000, 0, 50_000, 20_000), 50_000);
     }
 }

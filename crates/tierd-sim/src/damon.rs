@@ -200,6 +200,40 @@ pub struct DamonParams {
     pub weight_age_permil: u32,
     /// A `young` ops filter: re-check each page's accessed bit before migrating it.
     pub young_filter: bool,
+    /// The monitoring intervals goal (`monitoring_attrs/intervals/intervals_goal`, 6.15):
+    /// the kdamond tunes its sampling interval toward it. None (the default): fixed
+    /// intervals, as with `access_bp` 0.
+    pub intervals_goal: Option<IntervalsGoal>,
+}
+
+/// DAMON's monitoring intervals goal (Documentation/admin-guide/mm/damon/usage.rst
+/// `intervals_goal`; mm/damon/core.c `kdamond_tune_intervals()`): every `aggrs` aggregation
+/// intervals the sampling interval is scaled by how far the share of access events the last
+/// aggregation observed is from `access_bp`, within `[min_sample_us, max_sample_us]`, and the
+/// aggregation interval follows it (the samples per aggregation stay).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntervalsGoal {
+    /// `access_bp`: the wanted share of the possible access events, basis points (400).
+    pub access_bp: u64,
+    /// `aggrs`: aggregation intervals between two adjustments (3).
+    pub aggrs: u64,
+    /// `min_sample_us` (5000).
+    pub min_sample_us: u64,
+    /// `max_sample_us` (10000000).
+    pub max_sample_us: u64,
+}
+
+impl Default for IntervalsGoal {
+    /// damo's and the kernel documentation's recommendation: `4% 3 5ms 10s`.
+    fn default() -> Self {
+        IntervalsGoal {
+            access_bp: 400,
+            aggrs: 3,
+            min_sample_us: 5_000,
+            max_sample_us: 10_000_000,
+        }
+    }
 }
 
 /// DAMON operations sets.
@@ -236,6 +270,7 @@ impl Default for DamonParams {
             weight_nr_accesses_permil: 1000,
             weight_age_permil: 0,
             young_filter: false,
+            intervals_goal: None,
         }
     }
 }
@@ -350,6 +385,8 @@ pub struct Damon {
     passed_sample_intervals: u64,
     next_aggregation_sis: u64,
     next_ops_update_sis: u64,
+    /// `next_intervals_tune_sis`: the aggregation at or after which the intervals are tuned.
+    next_intervals_tune_sis: u64,
     /// Region size limit of the last `damon_apply_min_nr_regions()`, bytes.
     sz_limit: u64,
     /// `kdamond_split_regions()`'s `last_nr_regions` (a function static in the kernel).
@@ -377,6 +414,7 @@ impl Damon {
             passed_sample_intervals: 0,
             next_aggregation_sis: 0,
             next_ops_update_sis: 0,
+            next_intervals_tune_sis: 0,
             sz_limit: 0,
             last_nr_regions: 0,
             quota: Quota::default(),
@@ -387,6 +425,8 @@ impl Damon {
         // kdamond_init_ctx(): the first aggregation and ops update are one interval away.
         d.next_aggregation_sis = d.aggr_samples();
         d.next_ops_update_sis = d.update_samples();
+        d.next_intervals_tune_sis =
+            d.next_aggregation_sis * d.p.intervals_goal.map_or(0, |g| g.aggrs);
         d
     }
 
@@ -397,12 +437,67 @@ impl Damon {
     }
 
     /// Sets the sampling interval, keeping the samples per aggregation, as
-    /// `kdamond_tune_intervals()` does (`aggr_interval = sample_interval x aggr_samples`);
-    /// the next sample keeps its time.
+    /// `kdamond_tune_intervals()` does (`aggr_interval = sample_interval x aggr_samples`); the
+    /// next sample keeps its time, and the next ops update is counted from now in the new
+    /// samples, as `damon_set_attrs()` counts it.
     pub fn set_sample_us(&mut self, sample_us: u64) {
         let samples = self.aggr_samples();
         self.p.sample_us = sample_us.max(1);
         self.p.aggr_us = self.p.sample_us.saturating_mul(samples);
+        self.next_ops_update_sis = self.passed_sample_intervals + self.update_samples();
+    }
+
+    /// The sampling interval in force, µs (tuned, when there is a goal).
+    #[must_use]
+    pub fn sample_us(&self) -> u64 {
+        self.p.sample_us
+    }
+
+    /// Sets the tuning range (`intervals_goal/{min,max}_sample_us`), or, without a goal, only
+    /// bounds the fixed interval, and moves the sampling interval into it at once, as the
+    /// daemon's `set_sample_range` does on a `commit`.
+    pub fn set_sample_range(&mut self, min_us: u64, max_us: u64) {
+        let (min_us, max_us) = (min_us.max(1), max_us.max(min_us.max(1)));
+        if let Some(g) = &mut self.p.intervals_goal {
+            (g.min_sample_us, g.max_sample_us) = (min_us, max_us);
+        }
+        let s = self.p.sample_us.clamp(min_us, max_us);
+        if s != self.p.sample_us {
+            self.set_sample_us(s);
+        }
+    }
+
+    /// `kdamond_tune_intervals()`, at the end of an aggregation before its counts are reset:
+    /// the score of what this aggregation observed, the next sampling interval, and
+    /// and, when the interval changes, `damon_set_attrs()`'s bookkeeping (see
+    /// [`Damon::set_sample_us`]; ages rescaled to the new aggregation interval,
+    /// `damon_age_for_new_attrs()`).
+    fn tune_intervals(&mut self, goal: IntervalsGoal) {
+        let samples = self.aggr_samples();
+        let (events, max) = self.regions.iter().fold((0u128, 0u128), |(e, m), r| {
+            let len = u128::from(r.len());
+            (
+                e + len * u128::from(r.nr_accesses),
+                m + len * u128::from(samples),
+            )
+        });
+        let score = tierd_engine::feedback::intervals_score_bp(events, max, goal.access_bp);
+        let next = tierd_engine::feedback::tuned_sample_us(
+            self.p.sample_us,
+            score,
+            goal.min_sample_us,
+            goal.max_sample_us,
+        );
+        if next == self.p.sample_us {
+            return;
+        }
+        let old_aggr = self.p.aggr_us.max(1);
+        self.set_sample_us(next);
+        // damon_age_for_new_attrs(): an age counts aggregation intervals.
+        let new_aggr = self.p.aggr_us.max(1);
+        for r in &mut self.regions {
+            r.age = u32::try_from(u64::from(r.age) * old_aggr / new_aggr).unwrap_or(u32::MAX);
+        }
     }
 
     /// The regions, in address order, contiguous over the monitored span.
@@ -622,6 +717,12 @@ impl Damon {
             cost += self.apply_schemes(ctx, t);
         }
         if aggregating {
+            if let Some(goal) = self.p.intervals_goal {
+                if goal.aggrs > 0 && self.passed_sample_intervals >= self.next_intervals_tune_sis {
+                    self.next_intervals_tune_sis += self.aggr_samples() * goal.aggrs;
+                    self.tune_intervals(goal);
+                }
+            }
             self.next_aggregation_sis = self.passed_sample_intervals + self.aggr_samples();
             for r in &mut self.regions {
                 // kdamond_reset_aggregated()
@@ -1051,6 +1152,13 @@ impl Mechanism for Damon {
         ctx.acct
             .vmstat
             .insert("damon_nr_regions".to_string(), self.regions.len() as u64);
+        if self.p.intervals_goal.is_some() {
+            // The tuned interval, as `monitoring_attrs/intervals/sample_us` shows it after
+            // `update_tuned_intervals`.
+            ctx.acct
+                .vmstat
+                .insert("damon_sample_us".to_string(), self.p.sample_us);
+        }
     }
 }
 
@@ -1630,6 +1738,92 @@ mod tests {
             cpu <= migrate * 2.0 + region_samples * (SAMPLE_REGION_NS + AGGR_REGION_NS),
             "{cpu} ns"
         );
+    }
+
+    /// The intervals goal (mm/damon/core.c `kdamond_tune_intervals()`): a kdamond whose
+    /// samples rarely find an access (a hot set of 0.1 % of what it watches) lengthens its
+    /// sampling interval, at most doubling it every `aggrs` aggregations, up to the goal's
+    /// top; one whose samples find accesses most of the time shortens it, at most halving it,
+    /// down to the goal's bottom. The aggregation interval follows (20 samples each), and the
+    /// interval moves only at an aggregation's end.
+    #[test]
+    fn the_intervals_goal_tunes_the_sampling_interval_within_its_range() {
+        let goal = IntervalsGoal {
+            access_bp: 400,
+            aggrs: 3,
+            min_sample_us: 5_000,
+            max_sample_us: 100_000,
+        };
+        for (hot, start_us, end_us) in [
+            (vec![(8192, 16)], 5_000, 100_000),
+            (vec![(0, 16384)], 40_000, 5_000),
+        ] {
+            let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 12);
+            sim.add_process(16384, hot, MemPolicy::DEFAULT, 8, 0.0);
+            let mut damon = Damon::new(&DamonParams {
+                sample_us: start_us,
+                aggr_us: start_us * 20,
+                intervals_goal: Some(goal),
+                ..monitor_only()
+            });
+            let mut seen = vec![start_us];
+            sim.run(&mut damon, 30.0, |d, _| {
+                let p = d.params();
+                assert_eq!(p.aggr_us, p.sample_us * 20);
+                assert!((5_000..=100_000).contains(&p.sample_us), "{}", p.sample_us);
+                if seen.last() != Some(&p.sample_us) {
+                    seen.push(p.sample_us);
+                }
+            });
+            assert_eq!(damon.sample_us(), end_us, "{seen:?}");
+            for w in seen.windows(2) {
+                let (a, b) = (w[0], w[1]);
+                assert!(
+                    b <= a * 2 && b * 2 >= a && (b > a) == (end_us > start_us),
+                    "{seen:?}"
+                );
+            }
+            // Fixed intervals stay where they were set.
+            let mut fixed = Damon::new(&DamonParams {
+                sample_us: start_us,
+                aggr_us: start_us * 20,
+                ..monitor_only()
+            });
+            sim.run(&mut fixed, 3.0, |_, _| {});
+            assert_eq!(fixed.sample_us(), start_us);
+        }
+    }
+
+    /// A new range moves the interval into it at once and the tuning goes on within it (the
+    /// daemon's pace); without a goal the range only bounds the fixed interval.
+    #[test]
+    fn a_new_sample_range_clamps_the_interval() {
+        let goal = IntervalsGoal {
+            access_bp: 400,
+            aggrs: 3,
+            min_sample_us: 5_000,
+            max_sample_us: 100_000,
+        };
+        let mut d = Damon::new(&DamonParams {
+            intervals_goal: Some(goal),
+            ..monitor_only()
+        });
+        d.set_sample_range(100_000, 1_000_000);
+        assert_eq!((d.sample_us(), d.params().aggr_us), (100_000, 2_000_000));
+        let g = d.params().intervals_goal.expect("goal kept");
+        assert_eq!((g.min_sample_us, g.max_sample_us), (100_000, 1_000_000));
+        d.set_sample_range(5_000, 100_000);
+        assert_eq!(
+            d.sample_us(),
+            100_000,
+            "inside the range: left to the tuning"
+        );
+        let mut fixed = Damon::new(&monitor_only());
+        fixed.set_sample_range(100_000, 1_000_000);
+        assert_eq!(fixed.sample_us(), 100_000);
+        fixed.set_sample_range(5_000, 5_000);
+        assert_eq!(fixed.sample_us(), 5_000);
+        assert!(fixed.params().intervals_goal.is_none());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use tierd_engine::policy::PolicyMode;
 use tierd_engine::sources::SourceKind;
 use tierd_engine::EngineConfig;
 
-use crate::damon::DamonParams;
+use crate::damon::{DamonParams, IntervalsGoal};
 use crate::numab::NumabParams;
 
 /// A scenario error, naming where it is.
@@ -549,9 +549,23 @@ pub struct DamonSourceToml {
     /// no migration), the daemon is idle and samples at `idle_min_sample_us` until there is
     /// work again, ms (the daemon's `daemon.idle_after_ms`, 5000; 0: never idle).
     pub idle_after_ms: u64,
-    /// The sampling interval while idle, µs (the bottom of the daemon's idle range,
-    /// `idle_min_sample_us`, 100000; 0: no idle range).
+    /// The sampling interval's range while idle, µs (the daemon's `idle_min_sample_us`,
+    /// 100000, and `idle_max_sample_us`, 1000000; 0: no idle range): with a goal the kdamond
+    /// tunes within it, without one it samples at its bottom.
     pub idle_min_sample_us: u64,
+    /// The top of the idle range, µs.
+    pub idle_max_sample_us: u64,
+    /// The monitoring intervals goal, basis points of the possible access events (the
+    /// daemon's `intervals_goal_bp`, 400; 0: fixed intervals). The kernel's tuning
+    /// (`intervals_goal`, 6.15) then keeps the sampling interval in
+    /// `min_sample_us..=max_sample_us` while tierd is active.
+    pub intervals_goal_bp: u64,
+    /// Aggregation intervals between two adjustments (3).
+    pub intervals_goal_aggrs: u64,
+    /// The tuned sampling interval's lower bound, µs (5000).
+    pub min_sample_us: u64,
+    /// Its upper bound, µs (100000: the daemon's, not DAMON's 10 s).
+    pub max_sample_us: u64,
 }
 
 impl Default for DamonSourceToml {
@@ -569,6 +583,11 @@ impl Default for DamonSourceToml {
             max_pages_per_pass: 262_144,
             idle_after_ms: 5000,
             idle_min_sample_us: 100_000,
+            idle_max_sample_us: 1_000_000,
+            intervals_goal_bp: 400,
+            intervals_goal_aggrs: 3,
+            min_sample_us: 5_000,
+            max_sample_us: 100_000,
         }
     }
 }
@@ -586,11 +605,56 @@ impl DamonSourceToml {
             min_nr_regions: self.min_nr_regions,
             max_nr_regions: self.max_nr_regions,
             nr_accesses_min: u32::MAX,
+            intervals_goal: (self.intervals_goal_bp > 0).then_some(IntervalsGoal {
+                access_bp: self.intervals_goal_bp,
+                aggrs: self.intervals_goal_aggrs,
+                min_sample_us: self.min_sample_us,
+                max_sample_us: self.max_sample_us,
+            }),
             ..DamonParams::default()
         }
     }
 
+    /// The sampling interval's range while tierd is active: the goal's, or `sample_us` alone
+    /// without one (the daemon's `active_range`).
+    #[must_use]
+    pub fn active_range(&self) -> (u64, u64) {
+        if self.intervals_goal_bp > 0 {
+            (self.min_sample_us, self.max_sample_us)
+        } else {
+            (self.sample_us, self.sample_us)
+        }
+    }
+
     fn problem(&self) -> Result<(), (&'static str, String)> {
+        if self.intervals_goal_bp > 10_000 {
+            return Err((
+                "intervals_goal_bp",
+                format!("{} is above 10000 (100 %)", self.intervals_goal_bp),
+            ));
+        }
+        if self.intervals_goal_bp > 0 {
+            if self.intervals_goal_aggrs == 0 {
+                return Err((
+                    "intervals_goal_aggrs",
+                    "must be positive with a goal".into(),
+                ));
+            }
+            if self.min_sample_us == 0
+                || self.max_sample_us < self.min_sample_us
+                || self.max_sample_us > MAX_MS * 1000
+            {
+                return Err((
+                    "min_sample_us",
+                    format!(
+                        "need 0 < min_sample_us ({}) <= max_sample_us ({}) <= {} us",
+                        self.min_sample_us,
+                        self.max_sample_us,
+                        MAX_MS * 1000
+                    ),
+                ));
+            }
+        }
         damon_problem(&self.monitor())?;
         if !(10..=60_000).contains(&self.read_interval_ms) {
             return Err((
@@ -617,6 +681,19 @@ impl DamonSourceToml {
                     "{} is outside sample_us ({})..={} us",
                     self.idle_min_sample_us,
                     self.sample_us,
+                    MAX_MS * 1000
+                ),
+            ));
+        }
+        if self.idle_min_sample_us > 0
+            && !(self.idle_min_sample_us..=MAX_MS * 1000).contains(&self.idle_max_sample_us)
+        {
+            return Err((
+                "idle_max_sample_us",
+                format!(
+                    "{} is outside idle_min_sample_us ({})..={} us",
+                    self.idle_max_sample_us,
+                    self.idle_min_sample_us,
                     MAX_MS * 1000
                 ),
             ));
@@ -862,6 +939,27 @@ fn damon_problem(d: &DamonParams) -> Result<(), (&'static str, String)> {
     }
     ms_in_range(d.quota_ms, 0).map_err(|m| ("quota_ms", m))?;
     ms_in_range(d.quota_reset_interval_ms, 0).map_err(|m| ("quota_reset_interval_ms", m))?;
+    if let Some(g) = d.intervals_goal {
+        if g.access_bp > 10_000
+            || g.aggrs == 0
+            || g.min_sample_us == 0
+            || g.max_sample_us < g.min_sample_us
+            || g.max_sample_us > MAX_MS * 1000
+        {
+            return Err((
+                "intervals_goal",
+                format!(
+                    "need access_bp ({}) <= 10000, aggrs ({}) > 0 and 0 < min_sample_us ({}) <= \
+                     max_sample_us ({}) <= {} us",
+                    g.access_bp,
+                    g.aggrs,
+                    g.min_sample_us,
+                    g.max_sample_us,
+                    MAX_MS * 1000
+                ),
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -1542,6 +1640,12 @@ mod range_tests {
             ("sample_us = 5000,", "sample_us = 0,", "config[2].damon.aggr_us"),
             ("min_nr_regions = 10,", "min_nr_regions = 2,", "min_nr_regions"),
             (
+                "min_nr_regions = 10,",
+                "min_nr_regions = 10, intervals_goal = { access_bp = 400, aggrs = 0, \
+                 min_sample_us = 5000, max_sample_us = 100000 },",
+                "config[2].damon.intervals_goal",
+            ),
+            (
                 "engine = { threshold = \"fixed\", freq_threshold = 1 }",
                 "engine = { threshold = \"fixed\", freq_threshold = 1, promote_rate_limit_mbps = 0 }",
                 "promote_rate_limit_mbps",
@@ -1575,6 +1679,26 @@ mod range_tests {
                 "sample_period = 10000, kernel_pghot",
                 "sample_period = 10000, damon = { idle_min_sample_us = 1000 }, kernel_pghot",
                 "tierd.damon.idle_min_sample_us",
+            ),
+            (
+                "sample_period = 10000, kernel_pghot",
+                "sample_period = 10000, damon = { idle_max_sample_us = 50000 }, kernel_pghot",
+                "tierd.damon.idle_max_sample_us",
+            ),
+            (
+                "sample_period = 10000, kernel_pghot",
+                "sample_period = 10000, damon = { intervals_goal_bp = 10001 }, kernel_pghot",
+                "tierd.damon.intervals_goal_bp",
+            ),
+            (
+                "sample_period = 10000, kernel_pghot",
+                "sample_period = 10000, damon = { intervals_goal_aggrs = 0 }, kernel_pghot",
+                "tierd.damon.intervals_goal_aggrs",
+            ),
+            (
+                "sample_period = 10000, kernel_pghot",
+                "sample_period = 10000, damon = { min_sample_us = 200000 }, kernel_pghot",
+                "tierd.damon.min_sample_us",
             ),
         ];
         for (from, to, key) in cases {

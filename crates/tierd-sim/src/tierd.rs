@@ -131,10 +131,11 @@ impl DamonFeed {
     }
 
     /// The daemon's pace (crates/tierd-daemon/src/daemon.rs `update_pace()`): idle after
-    /// `idle_after_ms` without work, back at the first work. While idle the kdamond samples
-    /// at `idle_min_sample_us`: the bottom of the daemon's idle range, where the kernel's
-    /// intervals tuning (not modelled) keeps a run whose samples find accesses often enough.
-    /// Returns whether the daemon went idle now.
+    /// `idle_after_ms` without work, back at the first work. The kdamond's sampling interval
+    /// moves into the idle range (`idle_min_sample_us..=idle_max_sample_us`) or back into the
+    /// active one, and the kernel's tuning, with a goal, goes on within it (the daemon's
+    /// `set_pace` -> `DamonMonitor::set_sample_range`). Returns whether the daemon went idle
+    /// now.
     fn pace(&mut self, now: u64, work: bool) -> bool {
         if work {
             self.last_work_ns = now;
@@ -146,12 +147,16 @@ impl DamonFeed {
         let changed = idle != self.idle;
         if changed {
             self.idle = idle;
+            let (min, max) = if idle {
+                (
+                    self.params.idle_min_sample_us,
+                    self.params.idle_max_sample_us,
+                )
+            } else {
+                self.params.active_range()
+            };
             if let Some(k) = &mut self.kdamond {
-                k.set_sample_us(if idle {
-                    self.params.idle_min_sample_us
-                } else {
-                    self.params.sample_us
-                });
+                k.set_sample_range(min, max);
             }
         }
         changed && idle
@@ -185,7 +190,12 @@ impl DamonFeed {
         while self.next_read_ns <= end {
             let t = self.next_read_ns.max(ctx.now);
             work |= read_regions(ctx, kdamond.regions(), &self.params, Nanos(t), out);
-            self.next_read_ns += self.params.read_interval_ms.max(1) * 1_000_000;
+            // The daemon reads at most once per aggregation (`DamonFeed::poll`): a second
+            // read of the same aggregation would report its accesses twice.
+            let aggr_ns = kdamond.params().aggr_us.saturating_mul(1000);
+            self.next_read_ns = self
+                .next_read_ns
+                .saturating_add((self.params.read_interval_ms.max(1) * 1_000_000).max(aggr_ns));
         }
         if self.pace(end, work) {
             // The daemon's `idle_periods`.

@@ -50,7 +50,6 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use tierd_engine::feedback::intervals_adaptation_bp;
 use tierd_engine::types::{Nanos, Vpn, PAGE_SHIFT};
 use tierd_engine::SourceKind;
 
@@ -304,8 +303,7 @@ pub fn intervals_score_bp(
         .sum();
     let listed: u64 = regions.iter().map(|r| r.end.saturating_sub(r.start)).sum();
     let max = u128::from(monitored_bytes.max(listed)) * u128::from(aggr_samples.max(1));
-    let target = (max * u128::from(access_bp) / 10_000).max(1);
-    u64::try_from(events * 10_000 / target).unwrap_or(u64::MAX)
+    tierd_engine::feedback::intervals_score_bp(events, max, access_bp)
 }
 
 /// mm/damon/core.c `damon_get_intervals_adaptation_bp()` + `kdamond_tune_intervals()`: the
@@ -313,12 +311,11 @@ pub fn intervals_score_bp(
 /// it, the kernel limits a decrease to 50 %), clamped to the goal's range.
 #[must_use]
 pub fn tuned_sample_us(sample_us: u64, score_bp: u64, goal: &IntervalsGoal) -> u64 {
-    let adaptation_bp = intervals_adaptation_bp(score_bp);
-    let next = u64::try_from(u128::from(sample_us) * u128::from(adaptation_bp) / 10_000)
-        .unwrap_or(u64::MAX);
-    next.clamp(
+    tierd_engine::feedback::tuned_sample_us(
+        sample_us,
+        score_bp,
         goal.min_sample_us,
-        goal.max_sample_us.max(goal.min_sample_us),
+        goal.max_sample_us,
     )
 }
 
