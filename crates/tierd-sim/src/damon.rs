@@ -200,10 +200,59 @@ pub struct DamonParams {
     pub weight_age_permil: u32,
     /// A `young` ops filter: re-check each page's accessed bit before migrating it.
     pub young_filter: bool,
+    /// `quotas/goals`: the effective size quota is tuned toward these (mm/damon/core.c
+    /// `damos_set_effective_quota()`, "aim-oriented feedback-driven auto-tuning"); empty:
+    /// the quota is `quota_bytes` (and `quota_ms`) as set.
+    pub quota_goals: Vec<QuotaGoal>,
+    /// `apply_interval_us`: how often the scheme applies (0: once per aggregation interval).
+    /// Applied at the first aggregation's end at or after it is due, where the region's count
+    /// is whole (the kernel applies at any sample, matching on its moving sum
+    /// `nr_accesses_bp`, which at an aggregation's end equals the count).
+    pub apply_interval_us: u64,
     /// The monitoring intervals goal (`monitoring_attrs/intervals/intervals_goal`, 6.15):
     /// the kdamond tunes its sampling interval toward it. None (the default): fixed
     /// intervals, as with `access_bp` 0.
     pub intervals_goal: Option<IntervalsGoal>,
+}
+
+/// A DAMOS quota goal (`quotas/goals/<N>/{target_metric,target_value,nid}`): the scheme's
+/// effective quota grows while the metric is below `target_value` and shrinks while it is
+/// above (mm/damon/core.c `damos_quota_score()`, `damon_feed_loop_next_input()`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaGoal {
+    /// `target_metric`.
+    pub metric: QuotaMetric,
+    /// `target_value`, basis points of the node's memory.
+    pub target_value: u64,
+    /// `nid`: the node whose memory the metric reads.
+    pub nid: u16,
+}
+
+/// The quota goal metrics modelled (`enum damos_quota_goal_metric`, 6.16:
+/// `damos_get_node_mem_bp()` reads `si_meminfo_node()`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuotaMetric {
+    /// `node_mem_used_bp`: (total - free) x 10000 / total of the node.
+    NodeMemUsedBp,
+    /// `node_mem_free_bp`: free x 10000 / total of the node.
+    NodeMemFreeBp,
+}
+
+impl QuotaGoal {
+    /// The metric's current value on `mem`, basis points (0 for a node that does not exist).
+    fn current_value(&self, mem: &Memory) -> u64 {
+        let Some(n) = mem.node(NodeId(self.nid)) else {
+            return 0;
+        };
+        let total = n.capacity.0.max(1);
+        let part = match self.metric {
+            QuotaMetric::NodeMemUsedBp => n.used.0.min(total),
+            QuotaMetric::NodeMemFreeBp => n.free().0,
+        };
+        part * 10_000 / total
+    }
 }
 
 /// DAMON's monitoring intervals goal (Documentation/admin-guide/mm/damon/usage.rst
@@ -270,6 +319,8 @@ impl Default for DamonParams {
             weight_nr_accesses_permil: 1000,
             weight_age_permil: 0,
             young_filter: false,
+            quota_goals: Vec::new(),
+            apply_interval_us: 0,
             intervals_goal: None,
         }
     }
@@ -351,6 +402,8 @@ pub struct DamosStats {
 struct Quota {
     /// Effective size quota of the window, bytes (`esz`).
     esz: u64,
+    /// The goals' feedback loop input (`esz_bp`): `esz` x 10000.
+    esz_bp: u64,
     /// Bytes charged in the window.
     charged_sz: u64,
     /// Start of the window, ns (`charged_from`); `None` before the first.
@@ -387,6 +440,8 @@ pub struct Damon {
     next_ops_update_sis: u64,
     /// `next_intervals_tune_sis`: the aggregation at or after which the intervals are tuned.
     next_intervals_tune_sis: u64,
+    /// When the scheme applies next with an `apply_interval_us` (`next_apply_sis`, in time).
+    next_apply_ns: u64,
     /// Region size limit of the last `damon_apply_min_nr_regions()`, bytes.
     sz_limit: u64,
     /// `kdamond_split_regions()`'s `last_nr_regions` (a function static in the kernel).
@@ -415,6 +470,7 @@ impl Damon {
             next_aggregation_sis: 0,
             next_ops_update_sis: 0,
             next_intervals_tune_sis: 0,
+            next_apply_ns: params.apply_interval_us.saturating_mul(1000),
             sz_limit: 0,
             last_nr_regions: 0,
             quota: Quota::default(),
@@ -714,7 +770,10 @@ impl Damon {
             self.sz_limit = self.apply_min_nr_regions();
             cost += self.regions.len() as f64 * AGGR_REGION_NS;
             // apply_interval_us = 0: schemes apply once per aggregation interval.
-            cost += self.apply_schemes(ctx, t);
+            if self.p.apply_interval_us == 0 || t >= self.next_apply_ns {
+                self.next_apply_ns = t.saturating_add(self.p.apply_interval_us * 1000);
+                cost += self.apply_schemes(ctx, t);
+            }
         }
         if aggregating {
             if let Some(goal) = self.p.intervals_goal {
@@ -827,7 +886,10 @@ impl Damon {
     }
 
     fn quota_is_set(&self) -> bool {
-        self.quota.esz > 0 || self.p.quota_bytes > 0 || self.p.quota_ms > 0
+        self.quota.esz > 0
+            || self.p.quota_bytes > 0
+            || self.p.quota_ms > 0
+            || !self.p.quota_goals.is_empty()
     }
 
     /// `damos_quota_is_full()`.
@@ -839,22 +901,41 @@ impl Damon {
         q.charged_sz >= q.esz || q.esz - q.charged_sz < self.unit_bytes
     }
 
-    /// `damos_set_effective_quota()`: the size quota, or the time quota turned into bytes at
-    /// the throughput measured so far, whichever is smaller.
-    fn set_effective_quota(&mut self) {
+    /// `damos_set_effective_quota()`: the goals' feedback (`damos_goal_tune_esz_bp_consist()`:
+    /// the input moves by the highest goal score's distance from its goal, from a floor of
+    /// 1 byte), the time quota turned into bytes at the throughput measured so far, and the
+    /// size quota, whichever is smallest.
+    fn set_effective_quota(&mut self, mem: &Memory) {
         let q = &mut self.quota;
-        if self.p.quota_ms == 0 {
+        if self.p.quota_ms == 0 && self.p.quota_goals.is_empty() {
             q.esz = self.p.quota_bytes;
             return;
         }
-        let throughput = if q.total_charged_ns > 0.0 {
-            (q.total_charged_sz as f64 * 1e6 / q.total_charged_ns) as u64
-        } else {
-            DEFAULT_QUOTA_THROUGHPUT_BYTES_PER_MS
-        };
-        let mut esz = throughput
-            .saturating_mul(self.p.quota_ms)
-            .max(self.unit_bytes);
+        let mut esz = u64::MAX;
+        if !self.p.quota_goals.is_empty() {
+            // damos_quota_score(): the highest score, the least aggressive.
+            let score = self
+                .p
+                .quota_goals
+                .iter()
+                .map(|g| g.current_value(mem) * 10_000 / g.target_value.max(1))
+                .max()
+                .unwrap_or(0);
+            q.esz_bp = tierd_engine::feedback::feed_loop_next_input(q.esz_bp.max(10_000), score);
+            esz = q.esz_bp / 10_000;
+        }
+        if self.p.quota_ms > 0 {
+            let throughput = if q.total_charged_ns > 0.0 {
+                (q.total_charged_sz as f64 * 1e6 / q.total_charged_ns) as u64
+            } else {
+                DEFAULT_QUOTA_THROUGHPUT_BYTES_PER_MS
+            };
+            esz = esz.min(
+                throughput
+                    .saturating_mul(self.p.quota_ms)
+                    .max(self.unit_bytes),
+            );
+        }
         if self.p.quota_bytes > 0 && self.p.quota_bytes < esz {
             esz = self.p.quota_bytes;
         }
@@ -863,14 +944,14 @@ impl Damon {
 
     /// `damos_adjust_quota()`: charge windows and the minimum score that fits the quota.
     fn adjust_quota(&mut self, ctx: &mut Ctx<'_>, t: u64) {
-        if self.p.quota_ms == 0 && self.p.quota_bytes == 0 {
+        if self.p.quota_ms == 0 && self.p.quota_bytes == 0 && self.p.quota_goals.is_empty() {
             return;
         }
         let reset_ns = self.p.quota_reset_interval_ms.saturating_mul(1_000_000);
         match self.quota.charged_from {
             None => {
                 self.quota.charged_from = Some(t);
-                self.set_effective_quota();
+                self.set_effective_quota(ctx.mem);
             }
             Some(from) if t >= from.saturating_add(reset_ns) => {
                 if self.quota_is_full() {
@@ -880,7 +961,7 @@ impl Damon {
                 self.quota.total_charged_sz += self.quota.charged_sz;
                 self.quota.charged_from = Some(t);
                 self.quota.charged_sz = 0;
-                self.set_effective_quota();
+                self.set_effective_quota(ctx.mem);
             }
             Some(_) => {}
         }
@@ -1152,6 +1233,12 @@ impl Mechanism for Damon {
         ctx.acct
             .vmstat
             .insert("damon_nr_regions".to_string(), self.regions.len() as u64);
+        if !self.p.quota_goals.is_empty() {
+            // `quotas/effective_bytes`, which the goals tune.
+            ctx.acct
+                .vmstat
+                .insert("damos_effective_quota_bytes".to_string(), self.quota.esz);
+        }
         if self.p.intervals_goal.is_some() {
             // The tuned interval, as `monitoring_attrs/intervals/sample_us` shows it after
             // `update_tuned_intervals`.
@@ -1792,6 +1879,62 @@ mod tests {
             sim.run(&mut fixed, 3.0, |_, _| {});
             assert_eq!(fixed.sample_us(), start_us);
         }
+    }
+
+    /// Quota goals (`damos_set_effective_quota()` with `quotas/goals`): with node 0's use
+    /// below a `node_mem_used_bp` goal the effective quota starts at 1 byte and grows each
+    /// reset interval by the goal's shortfall (here 50 % used against 100 %: by half again,
+    /// as `damon_feed_loop_next_input()` adds the input times the shortfall), so nothing
+    /// moves until it covers a page; a `node_mem_free_bp` goal met twice over keeps the
+    /// quota at 1 byte for good (DT's demoting context on lab A).
+    #[test]
+    fn quota_goals_grow_the_effective_quota_by_the_shortfall() {
+        let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 13);
+        sim.add_process(16384, vec![(0, 16384)], MemPolicy::DEFAULT, 8, 0.0);
+        // Half of node 0 held by what the model does not track page by page.
+        sim.mem.reserve(FAST, tierd_engine::types::Pages(32_768));
+        let goal = |metric, target_value| QuotaGoal {
+            metric,
+            target_value,
+            nid: 0,
+        };
+        let mut promote = Damon::new(&DamonParams {
+            quota_bytes: 200 << 20,
+            quota_goals: vec![goal(QuotaMetric::NodeMemUsedBp, 10_000)],
+            ..params()
+        });
+        let mut quotas = Vec::new();
+        sim.run(&mut promote, 30.0, |d, s| {
+            if quotas.last() != Some(&d.effective_quota_bytes()) {
+                quotas.push(d.effective_quota_bytes());
+                if d.effective_quota_bytes() < PAGE_SIZE {
+                    assert_eq!(s.acct.get("pgmigrate_success"), 0, "{quotas:?}");
+                }
+            }
+        });
+        // 0 before the first window; then esz_bp = 15000, 22500, 33750, ... read in bytes.
+        assert_eq!(quotas[..7], [0, 1, 2, 3, 5, 7, 11], "{quotas:?}");
+        // Past 4 KiB after 21 windows, when pages start to move; each raises node 0's use,
+        // so no step is more than half again.
+        assert!(sim.acct.get("pgmigrate_success") > 0, "{quotas:?}");
+        assert!(
+            quotas[1..]
+                .windows(2)
+                .all(|w| w[1] > w[0] && 2 * w[1] <= 3 * w[0] + 2),
+            "{quotas:?}"
+        );
+
+        let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 13);
+        sim.add_process(16384, vec![(0, 16384)], MemPolicy::DEFAULT, 8, 0.0);
+        let mut idle = Damon::new(&DamonParams {
+            quota_bytes: 200 << 20,
+            quota_goals: vec![goal(QuotaMetric::NodeMemFreeBp, 50)],
+            ..params()
+        });
+        sim.run(&mut idle, 5.0, |d, _| {
+            assert!(d.effective_quota_bytes() <= 1);
+        });
+        assert_eq!(sim.acct.get("pgmigrate_success"), 0);
     }
 
     /// A new range moves the interval into it at once and the tuning goes on within it (the

@@ -939,6 +939,25 @@ fn damon_problem(d: &DamonParams) -> Result<(), (&'static str, String)> {
     }
     ms_in_range(d.quota_ms, 0).map_err(|m| ("quota_ms", m))?;
     ms_in_range(d.quota_reset_interval_ms, 0).map_err(|m| ("quota_reset_interval_ms", m))?;
+    if let Some(g) = d
+        .quota_goals
+        .iter()
+        .find(|g| !(1..=10_000).contains(&g.target_value))
+    {
+        return Err((
+            "quota_goals",
+            format!(
+                "target_value {} is outside 1..=10000 (basis points)",
+                g.target_value
+            ),
+        ));
+    }
+    if d.apply_interval_us > MAX_MS * 1000 {
+        return Err((
+            "apply_interval_us",
+            format!("intervals are limited to {MAX_MS} ms"),
+        ));
+    }
     if let Some(g) = d.intervals_goal {
         if g.access_bp > 10_000
             || g.aggrs == 0
@@ -1644,6 +1663,12 @@ mod range_tests {
                 "min_nr_regions = 10, intervals_goal = { access_bp = 400, aggrs = 0, \
                  min_sample_us = 5000, max_sample_us = 100000 },",
                 "config[2].damon.intervals_goal",
+            ),
+            (
+                "min_nr_regions = 10,",
+                "min_nr_regions = 10, quota_goals = [{ metric = \"node_mem_used_bp\", \
+                 target_value = 0, nid = 0 }],",
+                "config[2].damon.quota_goals",
             ),
             (
                 "engine = { threshold = \"fixed\", freq_threshold = 1 }",
