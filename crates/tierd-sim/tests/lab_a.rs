@@ -219,14 +219,14 @@ fn lab_a_t1_is_fed_by_damon_regions_fitted_to_the_buffer() {
     );
 }
 
-/// DT, DAMON's self-tuning tiering (its promoting context): the lab's one run on 7.3 placed
-/// 8.5 % of the hot set in 60 s, migrated 11 MiB, ended with an effective quota of 3.2 MiB a
-/// second and intervals tuned to 23 ms / 469 ms (docs/lab.md, "DT measured"). The twin gets
-/// the same slow ramp from the mechanism alone: the quota starts at the feedback loop's
-/// 1 byte and grows by the goal's shortfall each second (node 0 about 70 % used against a
-/// 99.7 % goal), moving nothing until it covers a page, and the sampling interval leaves
-/// 5 ms because a sixteenth of node 1 is hot. Bounds: the lab's figures within a factor of
-/// about three, far from D3, which places all of it within two seconds.
+/// DT, DAMON's self-tuning tiering (its promoting context): the lab's two runs on 7.3 placed
+/// 0.0 % (idle host) and 8.5 % (loaded host) of the hot set in 60 s and migrated 0 and 11 MiB
+/// (docs/lab.md, "DT measured"). The twin gets the same slow start from the mechanism alone:
+/// the quota starts at the feedback loop's 1 byte and grows by the goal's shortfall each
+/// second (node 0 about 70 % used against a 99.7 % goal: about 1.29x), so nothing moves for
+/// half a minute, until it covers a page; and the sampling interval leaves 5 ms because a
+/// sixteenth of node 1 is hot (the lab: 23 ms). Bounds: the lab's, within a factor of three;
+/// D3 beside it places all of it within seconds.
 #[test]
 fn lab_a_dt_ramps_up_as_slowly_as_the_lab_measured() {
     let sc = Scenario::find("lab-a").expect("shipped scenario parses");
@@ -234,18 +234,24 @@ fn lab_a_dt_ramps_up_as_slowly_as_the_lab_measured() {
     let (dt, d3) = (row(&r, "DT"), row(&r, "D3"));
     assert!(t90(dt).is_none(), "DT t90 {:?}", t90(dt));
     assert!(t90(d3).is_some_and(|t| t < 3.0), "D3 t90 {:?}", t90(d3));
+    let at_30 = dt
+        .series
+        .iter()
+        .find(|p| p.t_s >= 30.0)
+        .expect("a sample at 30 s");
+    assert_eq!(at_30.hot_on_fast, 0.0, "the quota covers no page yet");
     assert!(
-        (0.02..=0.3).contains(&dt.hot_on_fast),
+        dt.hot_on_fast <= 0.26,
         "DT hot on fast {:.3}",
         dt.hot_on_fast
     );
     let mib = counter(dt, "damos_sz_applied") as f64 / f64::from(1 << 20);
-    assert!((3.0..=40.0).contains(&mib), "DT migrated {mib:.1} MiB");
+    assert!(mib <= 33.0, "DT migrated {mib:.1} MiB");
     // The quota bound in most windows: it is what paces DT, not the regions.
     assert!(counter(dt, "damos_qt_exceeds") >= 20);
     let sample_us = counter(dt, "damon_sample_us");
     assert!(
-        (8_000..=80_000).contains(&sample_us),
+        (8_000..=70_000).contains(&sample_us),
         "DT tuned to {sample_us} us"
     );
 }
