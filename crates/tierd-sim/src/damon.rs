@@ -204,10 +204,9 @@ pub struct DamonParams {
     /// `damos_set_effective_quota()`, "aim-oriented feedback-driven auto-tuning"); empty:
     /// the quota is `quota_bytes` (and `quota_ms`) as set.
     pub quota_goals: Vec<QuotaGoal>,
-    /// `apply_interval_us`: how often the scheme applies (0: once per aggregation interval).
-    /// Applied at the first aggregation's end at or after it is due, where the region's count
-    /// is whole (the kernel applies at any sample, matching on its moving sum
-    /// `nr_accesses_bp`, which at an aggregation's end equals the count).
+    /// `apply_interval_us`: how often the scheme applies (0: once per aggregation interval),
+    /// at the first sample it falls on; mid-aggregation the pattern matches on the moving sum
+    /// of the access count and the score on the count so far, as in the kernel.
     pub apply_interval_us: u64,
     /// The monitoring intervals goal (`monitoring_attrs/intervals/intervals_goal`, 6.15):
     /// the kdamond tunes its sampling interval toward it. None (the default): fixed
@@ -769,11 +768,18 @@ impl Damon {
             self.merge_regions(max_nr_accesses / 10, self.sz_limit);
             self.sz_limit = self.apply_min_nr_regions();
             cost += self.regions.len() as f64 * AGGR_REGION_NS;
-            // apply_interval_us = 0: schemes apply once per aggregation interval.
-            if self.p.apply_interval_us == 0 || t >= self.next_apply_ns {
-                self.next_apply_ns = t.saturating_add(self.p.apply_interval_us * 1000);
-                cost += self.apply_schemes(ctx, t);
-            }
+        }
+        // kdamond_apply_schemes(), after the merge: a scheme applies once its apply interval
+        // has passed (`next_apply_sis`), at whichever sample that falls on; without one, once
+        // per aggregation interval.
+        let due = if self.p.apply_interval_us == 0 {
+            aggregating
+        } else {
+            t >= self.next_apply_ns
+        };
+        if due && !self.regions.is_empty() {
+            self.next_apply_ns = t.saturating_add(self.p.apply_interval_us.saturating_mul(1000));
+            cost += self.apply_schemes(ctx, t);
         }
         if aggregating {
             if let Some(goal) = self.p.intervals_goal {
@@ -988,10 +994,29 @@ impl Damon {
         self.quota.min_score = score;
     }
 
-    /// `__damos_valid_target()` without the size range (not among the knobs).
+    /// `__damos_valid_target()` without the size range (not among the knobs): the access
+    /// count it matches is the moving sum, `nr_accesses_bp / 10000`.
     fn pattern_matches(&self, r: &DamonRegion) -> bool {
-        (self.p.nr_accesses_min..=self.p.nr_accesses_max).contains(&r.nr_accesses)
+        (self.p.nr_accesses_min..=self.p.nr_accesses_max).contains(&self.moving_nr_accesses(r))
             && (self.p.age_min..=self.p.age_max).contains(&r.age)
+    }
+
+    /// `r->nr_accesses_bp / 10000`: `damon_update_region_access_rate()` takes
+    /// `last_nr_accesses x 10000 / aggr_samples` off the moving sum and adds the new sample's
+    /// 10000 or 0 at every sample, so `k` samples into an aggregation it holds the last
+    /// aggregation's count fading out and this one's coming in; at the aggregation's end it is
+    /// this one's count (the remainder of the division is under one access). A scheme applied
+    /// once per aggregation therefore matches on the whole count, and one with an
+    /// `apply_interval_us` that falls mid-aggregation on the blend.
+    fn moving_nr_accesses(&self, r: &DamonRegion) -> u32 {
+        let len = self.aggr_samples();
+        let left = self
+            .next_aggregation_sis
+            .saturating_sub(self.passed_sample_intervals);
+        let k = len.saturating_sub(left);
+        let last = u64::from(r.last_nr_accesses) * 10_000;
+        let bp = last - k * (last / len) + u64::from(r.nr_accesses) * 10_000;
+        u32::try_from(bp / 10_000).unwrap_or(u32::MAX)
     }
 
     /// `damos_valid_target()`: the pattern, and the score cut when a quota is set.
@@ -1935,6 +1960,56 @@ mod tests {
             assert!(d.effective_quota_bytes() <= 1);
         });
         assert_eq!(sim.acct.get("pgmigrate_success"), 0);
+    }
+
+    /// `next_apply_sis`: a scheme with an apply interval of 1 s applies once a second
+    /// whatever the aggregation interval (here 100 ms), at the first sample after it is due.
+    #[test]
+    fn a_scheme_applies_once_per_apply_interval() {
+        let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 14);
+        sim.add_process(16384, vec![(0, 16384)], MemPolicy::DEFAULT, 8, 0.0);
+        let mut damon = Damon::new(&DamonParams {
+            quota_bytes: 64 << 10,
+            quota_reset_interval_ms: 100,
+            apply_interval_us: 1_000_000,
+            ..params()
+        });
+        let (mut moved, mut at) = (0, Vec::new());
+        sim.run(&mut damon, 5.05, |_, s| {
+            let now = s.acct.get("pgmigrate_success");
+            if now > moved {
+                moved = now;
+                at.push(s.now);
+            }
+        });
+        // Seen at the end of the step of the sample that applied: about 1.01, 2.01, ... s,
+        // a sample late at times (the kdamond's work stretches its sampling interval).
+        assert_eq!(at.len(), 5, "{at:?}");
+        assert!(
+            at.windows(2)
+                .all(|w| (1_000_000_000..=1_020_000_000).contains(&(w[1] - w[0]))),
+            "{at:?}"
+        );
+        assert_eq!(moved, 5 * 16, "64 KiB a window");
+    }
+
+    /// The moving sum `__damos_valid_target()` matches (`nr_accesses_bp / 10000`): this
+    /// aggregation's count at its end, the last one's fading in over the window before.
+    #[test]
+    fn the_moving_sum_blends_the_last_aggregation_into_this_one() {
+        let mut d = Damon::new(&params());
+        let r = DamonRegion {
+            start: 0,
+            end: 1,
+            nr_accesses: 4,
+            last_nr_accesses: 10,
+            age: 0,
+        };
+        d.passed_sample_intervals = 40;
+        for (next_aggregation, expect) in [(40, 4), (50, 9), (60, 14)] {
+            d.next_aggregation_sis = next_aggregation;
+            assert_eq!(d.moving_nr_accesses(&r), expect);
+        }
     }
 
     /// A new range moves the interval into it at once and the tuning goes on within it (the
