@@ -198,8 +198,15 @@ pub struct DamonParams {
     pub weight_nr_accesses_permil: u32,
     /// `quotas/weights/age_permil`.
     pub weight_age_permil: u32,
+    /// The scheme's action: `migrate_hot` (the default) or `migrate_cold`. Both move the
+    /// region's pages to `target_nid`; they differ in what the quota serves first
+    /// (`damon_hot_score()` against `damon_cold_score()`, mm/damon/ops-common.c).
+    pub action: DamosAction,
     /// A `young` ops filter: re-check each page's accessed bit before migrating it.
     pub young_filter: bool,
+    /// With `young_filter`: `allow` Y (true, the default) lets only young pages through, N
+    /// only old ones (mtier.c's demoting context rejects what was just used).
+    pub young_filter_allow: bool,
     /// `quotas/goals`: the effective size quota is tuned toward these (mm/damon/core.c
     /// `damos_set_effective_quota()`, "aim-oriented feedback-driven auto-tuning"); empty:
     /// the quota is `quota_bytes` (and `quota_ms`) as set.
@@ -284,6 +291,17 @@ impl Default for IntervalsGoal {
     }
 }
 
+/// DAMOS actions modelled (`schemes/<N>/action`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DamosAction {
+    /// `migrate_hot`: the hottest regions first.
+    #[default]
+    MigrateHot,
+    /// `migrate_cold`: the coldest regions first.
+    MigrateCold,
+}
+
 /// DAMON operations sets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -317,7 +335,9 @@ impl Default for DamonParams {
             weight_sz_permil: 0,
             weight_nr_accesses_permil: 1000,
             weight_age_permil: 0,
+            action: DamosAction::MigrateHot,
             young_filter: false,
+            young_filter_allow: true,
             quota_goals: Vec::new(),
             apply_interval_us: 0,
             intervals_goal: None,
@@ -450,6 +470,9 @@ pub struct Damon {
     /// Per unit: when its accessed bit was last known clear, ms, or [`KNOWN_YOUNG`]. Kept
     /// only with the `young` filter.
     last_clear_ms: Vec<u32>,
+    /// Appended to the gauges' names: empty for a lone kdamond or kdamond 0 (see
+    /// [`Kdamonds`]).
+    gauge_suffix: String,
     /// Per region of the current pass: its draw, the sampled unit (`u32::MAX` for a free
     /// page, [`CLASS_ONLY`] when only its class was read) and its access rate (see `sample`).
     draws: Vec<(u64, u32, f64)>,
@@ -475,6 +498,7 @@ impl Damon {
             quota: Quota::default(),
             stats: DamosStats::default(),
             last_clear_ms: Vec::new(),
+            gauge_suffix: String::new(),
             draws: Vec::new(),
         };
         // kdamond_init_ctx(): the first aggregation and ops update are one interval away.
@@ -978,7 +1002,7 @@ impl Damon {
             if !self.pattern_matches(r) {
                 continue;
             }
-            let s = self.hot_score(r);
+            let s = self.score(r);
             hist[s as usize] += self.bytes(r);
             max_score = max_score.max(s);
         }
@@ -1019,10 +1043,18 @@ impl Damon {
         u32::try_from(bp / 10_000).unwrap_or(u32::MAX)
     }
 
+    /// What the quota serves first: `damon_hot_score()` for `migrate_hot`,
+    /// `damon_cold_score()` (`DAMOS_MAX_SCORE` less the hot score) for `migrate_cold`.
+    fn score(&self, r: &DamonRegion) -> i64 {
+        match self.p.action {
+            DamosAction::MigrateHot => self.hot_score(r),
+            DamosAction::MigrateCold => DAMOS_MAX_SCORE - self.hot_score(r),
+        }
+    }
+
     /// `damos_valid_target()`: the pattern, and the score cut when a quota is set.
     fn valid_target(&self, r: &DamonRegion) -> bool {
-        self.pattern_matches(r)
-            && (!self.quota_is_set() || self.hot_score(r) >= self.quota.min_score)
+        self.pattern_matches(r) && (!self.quota_is_set() || self.score(r) >= self.quota.min_score)
     }
 
     /// `damon_hot_score()` (mm/damon/ops-common.c), which `damon_pa_scheme_score()` uses for
@@ -1178,7 +1210,7 @@ impl Damon {
                 let young = self.is_young(ctx, u, t_ms);
                 // A young page is made old by the filter; an old one stays old.
                 set_last_clear(&mut self.last_clear_ms, u, t_ms);
-                if !young {
+                if young != self.p.young_filter_allow {
                     continue;
                 }
             }
@@ -1255,21 +1287,58 @@ impl Mechanism for Damon {
         }
         self.next_sample_ns = Some(next);
         ctx.charge_promoter(cpu);
+        let sfx = &self.gauge_suffix;
         ctx.acct
             .vmstat
-            .insert("damon_nr_regions".to_string(), self.regions.len() as u64);
+            .insert(format!("damon_nr_regions{sfx}"), self.regions.len() as u64);
         if !self.p.quota_goals.is_empty() {
             // `quotas/effective_bytes`, which the goals tune.
             ctx.acct
                 .vmstat
-                .insert("damos_effective_quota_bytes".to_string(), self.quota.esz);
+                .insert(format!("damos_effective_quota_bytes{sfx}"), self.quota.esz);
         }
         if self.p.intervals_goal.is_some() {
             // The tuned interval, as `monitoring_attrs/intervals/sample_us` shows it after
             // `update_tuned_intervals`.
             ctx.acct
                 .vmstat
-                .insert("damon_sample_us".to_string(), self.p.sample_us);
+                .insert(format!("damon_sample_us{sfx}"), self.p.sample_us);
+        }
+    }
+}
+
+/// Several kdamonds as one mechanism (`kdamonds/nr_kdamonds` > 1), each with its own
+/// context and scheme, stepped in order, kdamond 0 first. Their counters add up (what
+/// `/proc/vmstat` shows for the machine); kdamond N's gauges end in `_kN` (N from 1), the
+/// first's keep their names. Each keeps its own idea of the accessed bits its `young` filter
+/// cleared, which is exact while they watch different nodes, as DAMON's tiering contexts do.
+#[derive(Debug)]
+pub struct Kdamonds(Vec<Damon>);
+
+impl Kdamonds {
+    /// kdamond 0 with `first`, then one per entry of `more`.
+    #[must_use]
+    pub fn new(first: &DamonParams, more: &[DamonParams]) -> Self {
+        let mut all = vec![Damon::new(first)];
+        for (i, p) in more.iter().enumerate() {
+            let mut d = Damon::new(p);
+            d.gauge_suffix = format!("_k{}", i + 1);
+            all.push(d);
+        }
+        Kdamonds(all)
+    }
+
+    /// The kdamonds, kdamond 0 first.
+    #[must_use]
+    pub fn kdamonds(&self) -> &[Damon] {
+        &self.0
+    }
+}
+
+impl Mechanism for Kdamonds {
+    fn step(&mut self, ctx: &mut Ctx<'_>) {
+        for d in &mut self.0 {
+            d.step(ctx);
         }
     }
 }
@@ -1467,6 +1536,21 @@ mod tests {
             threads: u32,
             compute_ns: f64,
         ) -> (RegionId, ClassId) {
+            self.add_process_on(SLOW, units, page_size, hot, policy, threads, compute_ns)
+        }
+
+        /// As [`Sim::add_process_sized`], its units mapped on `node`.
+        #[allow(clippy::too_many_arguments)]
+        fn add_process_on(
+            &mut self,
+            node: NodeId,
+            units: u32,
+            page_size: PageSize,
+            hot: Vec<(u32, u32)>,
+            policy: MemPolicy,
+            threads: u32,
+            compute_ns: f64,
+        ) -> (RegionId, ClassId) {
             let space = SpaceId(u32::try_from(self.procs.len()).unwrap() + 1);
             let rid = self
                 .mem
@@ -1484,7 +1568,7 @@ mod tests {
                         spread: Spread::Uniform,
                     }],
                     7,
-                    |_| vec![SLOW],
+                    |_| vec![node],
                 )
                 .unwrap();
             let hot = self
@@ -1535,6 +1619,27 @@ mod tests {
                 damon.step(&mut ctx);
                 self.now += STEP_NS;
                 check(damon, self);
+            }
+        }
+
+        /// Runs any mechanism for `secs`.
+        fn run_mechanism(&mut self, m: &mut dyn Mechanism, secs: f64) {
+            let steps = (secs * 1e9 / STEP_NS as f64).round() as u64;
+            for _ in 0..steps {
+                let load = Load::compute(&self.procs, &self.mem, &self.lat, &[]);
+                let mut ctx = Ctx {
+                    now: self.now,
+                    dt: STEP_NS,
+                    mem: &mut self.mem,
+                    load: &load,
+                    procs: &self.procs,
+                    rng: &mut self.rng,
+                    acct: &mut self.acct,
+                    kernel: &self.knobs,
+                    memcg: &crate::mechanism::NO_MEMCGS,
+                };
+                m.step(&mut ctx);
+                self.now += STEP_NS;
             }
         }
 
@@ -1831,6 +1936,106 @@ mod tests {
         assert!(acct.get("damos_sz_ops_filter_passed") < acct.get("damos_sz_tried") / 2);
         let (_, cold, _) = run(false);
         assert!(cold > 12288 * 9 / 10);
+    }
+
+    /// `migrate_cold` as DAMON's tiering demotes: regions that went unaccessed for an
+    /// aggregation (`nr_accesses` 0..0), ranked by `damon_cold_score()`, the hot score's
+    /// complement, and a `young` filter that rejects (`allow` N) what was used since: the
+    /// hot pages stay, the cold ones move. With the filter allowing instead, nothing passes
+    /// (no page in a 0-access region is young), which is why mtier.c rejects.
+    #[test]
+    fn migrate_cold_with_a_rejecting_young_filter_moves_only_cold_pages() {
+        let cold = DamonParams {
+            monitor_node: 0,
+            target_nid: 1,
+            action: DamosAction::MigrateCold,
+            nr_accesses_min: 0,
+            nr_accesses_max: 0,
+            young_filter: true,
+            young_filter_allow: false,
+            weight_nr_accesses_permil: 100,
+            weight_age_permil: 100,
+            ..params()
+        };
+        let d = Damon::new(&cold);
+        let r = |nr_accesses, age| DamonRegion {
+            start: 0,
+            end: 1,
+            nr_accesses,
+            last_nr_accesses: 0,
+            age,
+        };
+        for (n, age) in [(0, 0), (0, 50), (5, 3), (20, 0)] {
+            assert_eq!(
+                d.score(&r(n, age)),
+                DAMOS_MAX_SCORE - d.hot_score(&r(n, age))
+            );
+        }
+        assert!(d.score(&r(0, 50)) > d.score(&r(0, 0)), "older is colder");
+        let run = |allow| {
+            let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 15);
+            let (rid, hot) = sim.add_process_on(
+                FAST,
+                16384,
+                PageSize::Base,
+                vec![(0, 4096)],
+                MemPolicy::DEFAULT,
+                1,
+                0.0,
+            );
+            let mut damon = Damon::new(&DamonParams {
+                young_filter_allow: allow,
+                ..cold.clone()
+            });
+            sim.run(&mut damon, 5.0, |_, _| {});
+            (sim.on(hot, SLOW), sim.rest_on(rid, hot, SLOW))
+        };
+        let (hot, cold_moved) = run(false);
+        assert_eq!(hot, 0, "young (hot) pages are rejected");
+        assert!(
+            cold_moved > 12288 * 8 / 10,
+            "{cold_moved} cold units demoted"
+        );
+        assert_eq!(run(true), (0, 0));
+    }
+
+    /// Two kdamonds in one row (`Kdamonds`): each tunes its own intervals (kdamond 0 over an
+    /// empty node 0 slows down, kdamond 1 over a hot quarter of node 1 keeps 5 ms), and the
+    /// second's gauges take `_k1`.
+    #[test]
+    fn kdamonds_keep_their_gauges_apart() {
+        let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 16);
+        sim.add_process(16384, vec![(4096, 4096)], MemPolicy::DEFAULT, 1, 0.0);
+        let goal = IntervalsGoal::default();
+        let mut both = Kdamonds::new(
+            &DamonParams {
+                monitor_node: 0,
+                monitor_whole_node: true,
+                intervals_goal: Some(goal),
+                ..monitor_only()
+            },
+            &[DamonParams {
+                intervals_goal: Some(goal),
+                ..monitor_only()
+            }],
+        );
+        sim.run_mechanism(&mut both, 3.0);
+        let [k0, k1] = both.kdamonds() else {
+            panic!("two kdamonds");
+        };
+        let v = &sim.acct.vmstat;
+        assert_eq!(v.get("damon_sample_us"), Some(&k0.sample_us()));
+        assert_eq!(v.get("damon_sample_us_k1"), Some(&k1.sample_us()));
+        assert_eq!(
+            v.get("damon_nr_regions_k1"),
+            Some(&(k1.regions().len() as u64))
+        );
+        assert!(
+            k0.sample_us() > k1.sample_us(),
+            "node 0 is empty, node 1 accessed: {} against {} us",
+            k0.sample_us(),
+            k1.sample_us()
+        );
     }
 
     #[test]

@@ -726,6 +726,11 @@ pub struct ConfigToml {
     /// DAMON knobs (`mechanism = "damon"`).
     #[serde(default)]
     pub damon: Option<DamonParams>,
+    /// Further kdamonds beside `damon`, one context and scheme each (`nr_kdamonds` > 1, as
+    /// DAMON's self-tuning tiering runs a demoting and a promoting one). Their counters add
+    /// to the first's; their gauges take the suffix `_k<N>` (N from 1).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kdamonds: Vec<DamonParams>,
     /// tierd knobs (`mechanism = "tierd"`).
     #[serde(default)]
     pub tierd: Option<TierdToml>,
@@ -1445,6 +1450,18 @@ impl Scenario {
                     return Err(err(format!("config[{i}].damon.{k}"), k, m));
                 }
             }
+            for (j, d) in c.kdamonds.iter().enumerate() {
+                if let Err((k, m)) = damon_problem(d) {
+                    return Err(err(format!("config[{i}].kdamonds[{j}].{k}"), k, m));
+                }
+            }
+            if !c.kdamonds.is_empty() && c.mechanism != MechanismKind::Damon {
+                return Err(err(
+                    format!("config[{i}].kdamonds"),
+                    "kdamonds",
+                    "further kdamonds need mechanism = \"damon\"".to_string(),
+                ));
+            }
             if let Some(p) = &c.profile {
                 if !self.machine.profile.contains_key(p) {
                     return Err(err(
@@ -1562,7 +1579,7 @@ impl Scenario {
             if let Some(n) = &mut c.numab {
                 n.scale_rates(scale);
             }
-            if let Some(d) = &mut c.damon {
+            for d in c.damon.iter_mut().chain(c.kdamonds.iter_mut()) {
                 d.scale_rates(scale);
             }
             if let Some(t) = &mut c.tierd {
@@ -1663,6 +1680,16 @@ mod range_tests {
                 "min_nr_regions = 10, intervals_goal = { access_bp = 400, aggrs = 0, \
                  min_sample_us = 5000, max_sample_us = 100000 },",
                 "config[2].damon.intervals_goal",
+            ),
+            (
+                "numab = { mode = 2 }",
+                "numab = { mode = 2 }\nkdamonds = [{ sample_us = 5000 }]",
+                "config[1].kdamonds",
+            ),
+            (
+                "weight_nr_accesses_permil = 1000 }",
+                "weight_nr_accesses_permil = 1000 }\nkdamonds = [{ sample_us = 0 }]",
+                "config[2].kdamonds[0].aggr_us",
             ),
             (
                 "min_nr_regions = 10,",

@@ -771,7 +771,13 @@ impl World {
                 &c.numab.clone().unwrap_or_default(),
                 self.procs.len(),
             )),
-            MechanismKind::Damon => Box::new(Damon::new(&c.damon.clone().unwrap_or_default())),
+            MechanismKind::Damon if c.kdamonds.is_empty() => {
+                Box::new(Damon::new(&c.damon.clone().unwrap_or_default()))
+            }
+            MechanismKind::Damon => Box::new(crate::damon::Kdamonds::new(
+                &c.damon.clone().unwrap_or_default(),
+                &c.kdamonds,
+            )),
             MechanismKind::Tierd => {
                 let Some(t) = &c.tierd else {
                     // Scenario::validate refuses this too; a config built in code gets the same

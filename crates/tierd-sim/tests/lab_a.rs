@@ -247,12 +247,23 @@ fn lab_a_dt_ramps_up_as_slowly_as_the_lab_measured() {
     );
     let mib = counter(dt, "damos_sz_applied") as f64 / f64::from(1 << 20);
     assert!(mib <= 33.0, "DT migrated {mib:.1} MiB");
-    // The quota bound in most windows: it is what paces DT, not the regions.
+    // Quotas bound (both kdamonds' windows count): the promoting one's is what paces DT.
     assert!(counter(dt, "damos_qt_exceeds") >= 20);
-    let sample_us = counter(dt, "damon_sample_us");
+    // kdamond 1 promotes (its gauges end in `_k1`).
+    let sample_us = counter(dt, "damon_sample_us_k1");
     assert!(
         (8_000..=70_000).contains(&sample_us),
-        "DT tuned to {sample_us} us"
+        "DT's promoting kdamond tuned to {sample_us} us"
+    );
+    // kdamond 0 demotes nothing: node 0 is far above its 0.5 % free goal, so its quota
+    // stays at the feedback loop's 1 byte (the lab: "the demoting one's 1 byte"); and its
+    // samples, over a node mostly held by what nobody touches, rarely find an access, so
+    // its interval climbs far above the promoting one's (the lab: 1.28 s against 23 ms).
+    assert!(counter(dt, "damos_effective_quota_bytes") <= 1);
+    let demoter_us = counter(dt, "damon_sample_us");
+    assert!(
+        demoter_us >= 10 * sample_us,
+        "demoting kdamond at {demoter_us} us, promoting at {sample_us} us"
     );
 }
 
