@@ -10,7 +10,7 @@
 //! mechanism.
 //!
 //! Layout: [`mechanism`] (how each mechanism is started and stopped in the guest),
-//! [`experiment`] (the experiments), [`run`] (guest script, boot, console parsing),
+//! [`experiment`](mod@experiment) (the experiments), [`run`] (guest script, boot, console parsing),
 //! [`summary`] (the seed-style row, table, CSV). `tierd lab` is the command.
 //!
 //! What the guest cannot show: its nodes do not differ in speed (HMAT only advertises the
@@ -312,7 +312,7 @@ pub fn experiment(id: &str, quick: bool) -> Result<Experiment, LabError> {
     }
 }
 
-/// An experiment (as [`experiment`]) with the guest's THP mode set (see
+/// An experiment (as [`experiment()`]) with the guest's THP mode set (see
 /// [`Experiment::with_thp`]).
 ///
 /// # Errors

@@ -73,7 +73,7 @@ pub enum PlotError {
     },
 }
 
-/// The file formats [`write`] produces.
+/// The file formats [`write()`] produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     /// Scalable vector graphics (`.svg`).

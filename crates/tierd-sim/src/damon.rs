@@ -31,14 +31,19 @@
 //!       updating `age` on the way; while more than `max_nr_regions` remain, double the
 //!       threshold and repeat (`kdamond_merge_regions()`, `damon_merge_regions_of()`). Then
 //!       split any region above that size (`damon_apply_min_nr_regions()`).
-//!    2. **Apply the scheme** (`kdamond_apply_schemes()`): open a new quota window if due,
-//!       rank the matching regions by `damon_hot_score()` and set the minimum score that fits
+//!    2. **Apply the scheme** (`kdamond_apply_schemes()`; with `apply_interval_us`, at the
+//!       first pass after the interval instead, whether or not it ends an aggregation): open
+//!       a new quota window if due (its effective size tuned toward the quota goals, if any),
+//!       rank the matching regions by `damon_hot_score()` (`damon_cold_score()` for
+//!       `migrate_cold`) and set the minimum score that fits
 //!       the quota (`damos_adjust_quota()`), then walk the regions in address order, skip the
 //!       part already charged in the previous window (`damos_skip_charged_region()`), cut a
 //!       region to the quota left (`damos_apply_scheme()`) and migrate every page of it that is
 //!       on `monitor_node` (`damon_pa_migrate()`), hot or not: the source of DAMON's
 //!       over-promotion.
-//!    3. **Reset** `nr_accesses` (`kdamond_reset_aggregated()`) and **split** every region
+//!    3. With an intervals goal, every `aggrs` aggregations, **tune** the sampling interval
+//!       (`kdamond_tune_intervals()`).
+//!    4. **Reset** `nr_accesses` (`kdamond_reset_aggregated()`) and **split** every region
 //!       into two (three when the count did not change) random pieces while at most
 //!       `max_nr_regions / 2` exist (`kdamond_split_regions()`).
 //! 3. The pass's work delays the next one: kdamond sleeps a full sampling interval after
@@ -83,10 +88,12 @@
 //!   `migrate_misplaced_folio()` (NUMA balancing), and vmlab.md 5.4 saw DAMON migrations only
 //!   in `pgmigrate_success` on a 6.12 guest. Promotions still reach
 //!   [`Accounting::promoted_pages`](crate::mechanism::Accounting) through [`Ctx::migrate`].
-//! - `nr_accesses` is read at the end of the aggregation interval, where the kernel's moving
-//!   sum (`nr_accesses_bp`, `damon_moving_sum()`) equals it. No watermarks, quota goals, core
-//!   filters, region size pattern, `fail_charge_*` or `apply_interval_us` other than the
-//!   aggregation interval are modelled.
+//! - The access pattern matches on the kernel's moving sum (`nr_accesses_bp`,
+//!   `damon_moving_sum()`), computed from the last and current counts; at the end of an
+//!   aggregation it equals the count. Quota goals model `node_mem_used_bp` and
+//!   `node_mem_free_bp` only. No watermarks, core filters, region size pattern or
+//!   `fail_charge_*` are modelled. Several kdamonds (`Kdamonds`) each keep their own record
+//!   of the accessed bits their `young` filter cleared.
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -126,7 +133,7 @@ pub const YOUNG_CHECK_NS: f64 = SAMPLE_REGION_NS;
 /// region's whole folio list to `migrate_pages(MIGRATE_ASYNC)` (mm/damon/ops-common.c,
 /// mm/migrate.c). Assumption, bounded by seed A D3: kdamond used 13 s in all while migrating
 /// 24.7 GB (6.0 M base pages), so its cost per page cannot exceed 2.2 us. (The 12 us of
-/// [`cost::MIGRATE_NS_PER_PAGE`](crate::cost::MIGRATE_NS_PER_PAGE), derived from kmigrated,
+/// [`cost::KMIGRATED_NS_PER_PAGE`](crate::cost::KMIGRATED_NS_PER_PAGE), derived from kmigrated,
 /// would alone make D3's kdamond 72 s.)
 pub const MIGRATE_FOLIO_NS: f64 = 1_500.0;
 

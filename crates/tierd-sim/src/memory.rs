@@ -313,7 +313,7 @@ pub struct NodeMem {
     free_slots: Vec<u32>,
 }
 
-/// Slots per [`SlotBlock`].
+/// Slots per `SlotBlock`.
 pub const SLOT_BLOCK: usize = 512;
 
 /// What a block of [`SLOT_BLOCK`] slots holds, kept exact by `take_slot` / `release_slot`.

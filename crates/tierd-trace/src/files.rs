@@ -109,7 +109,7 @@ impl TraceWriter {
     }
 
     /// Records that the engine was reconfigured (a SIGHUP reload) before the next pass: a
-    /// [`Record::Config`](crate::format::Record::Config) in the trace, and the header of every
+    /// [`crate::format::Record::Config`] in the trace, and the header of every
     /// later file carries the new configuration, so a file read after rotation starts from
     /// the configuration in force.
     ///

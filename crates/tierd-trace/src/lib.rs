@@ -4,13 +4,13 @@
 //! be replayed offline through the same deterministic engine, with the recorded configuration
 //! (the same decisions, which the replay checks) or another one (what it would have done).
 //!
-//! - [`format`]: the file format (header, records), encode and decode over byte slices;
+//! - [`format`](mod@format): the file format (header, records), encode and decode over byte slices;
 //!   documented in docs/trace.md.
 //! - [`record`]: [`record::Recorder`], the [`tierd_engine::Backend`] wrapper that writes down
 //!   every engine input at the one place inputs enter the engine.
 //! - [`files`]: `trace.N` files in a directory, bounded in size with rotation, and reading
 //!   them back.
-//! - [`replay`]: [`replay::ReplayBackend`] and [`replay::replay`].
+//! - [`replay`](mod@replay): [`replay::ReplayBackend`] and [`replay::replay`].
 //! - [`heat`]: access heat and working-set size per process, for `tierd report --heatmap`.
 //! - [`synth`]: a small deterministic machine to record without a kernel.
 //!
