@@ -1314,8 +1314,8 @@ impl Mechanism for Damon {
     }
 }
 
-/// Several kdamonds as one mechanism (`kdamonds/nr_kdamonds` > 1), each with its own
-/// context and scheme, stepped in order, kdamond 0 first. Their counters add up (what
+/// The kdamonds of a DAMON row (one, or more with `kdamonds/nr_kdamonds` > 1), each with its
+/// own context and scheme, stepped in order, kdamond 0 first. Their counters add up (what
 /// `/proc/vmstat` shows for the machine); kdamond N's gauges end in `_kN` (N from 1), the
 /// first's keep their names. Each keeps its own idea of the accessed bits its `young` filter
 /// cleared, which is exact while they watch different nodes, as DAMON's tiering contexts do.
@@ -1607,8 +1607,9 @@ mod tests {
             (rid, hot)
         }
 
-        /// Runs `damon` for `secs`, calling `check` after every step.
-        fn run(&mut self, damon: &mut Damon, secs: f64, mut check: impl FnMut(&Damon, &Sim)) {
+        /// Runs `damon` (a kdamond, or several as [`Kdamonds`]) for `secs`, calling `check`
+        /// after every step.
+        fn run<M: Mechanism>(&mut self, damon: &mut M, secs: f64, mut check: impl FnMut(&M, &Sim)) {
             let steps = (secs * 1e9 / STEP_NS as f64).round() as u64;
             for _ in 0..steps {
                 let load = Load::compute(&self.procs, &self.mem, &self.lat, &[]);
@@ -1626,27 +1627,6 @@ mod tests {
                 damon.step(&mut ctx);
                 self.now += STEP_NS;
                 check(damon, self);
-            }
-        }
-
-        /// Runs any mechanism for `secs`.
-        fn run_mechanism(&mut self, m: &mut dyn Mechanism, secs: f64) {
-            let steps = (secs * 1e9 / STEP_NS as f64).round() as u64;
-            for _ in 0..steps {
-                let load = Load::compute(&self.procs, &self.mem, &self.lat, &[]);
-                let mut ctx = Ctx {
-                    now: self.now,
-                    dt: STEP_NS,
-                    mem: &mut self.mem,
-                    load: &load,
-                    procs: &self.procs,
-                    rng: &mut self.rng,
-                    acct: &mut self.acct,
-                    kernel: &self.knobs,
-                    memcg: &crate::mechanism::NO_MEMCGS,
-                };
-                m.step(&mut ctx);
-                self.now += STEP_NS;
             }
         }
 
@@ -2026,7 +2006,7 @@ mod tests {
                 ..monitor_only()
             }],
         );
-        sim.run_mechanism(&mut both, 3.0);
+        sim.run(&mut both, 3.0, |_, _| {});
         let [k0, k1] = both.kdamonds() else {
             panic!("two kdamonds");
         };

@@ -627,35 +627,19 @@ impl DamonSourceToml {
     }
 
     fn problem(&self) -> Result<(), (&'static str, String)> {
-        if self.intervals_goal_bp > 10_000 {
-            return Err((
-                "intervals_goal_bp",
-                format!("{} is above 10000 (100 %)", self.intervals_goal_bp),
-            ));
+        let monitor = self.monitor();
+        if let Some(g) = &monitor.intervals_goal {
+            // The same rule as a DAMOS row's goal, named by this table's keys.
+            intervals_goal_problem(g).map_err(|(part, m)| {
+                let key = match part {
+                    GoalPart::AccessBp => "intervals_goal_bp",
+                    GoalPart::Aggrs => "intervals_goal_aggrs",
+                    GoalPart::Range => "min_sample_us",
+                };
+                (key, m)
+            })?;
         }
-        if self.intervals_goal_bp > 0 {
-            if self.intervals_goal_aggrs == 0 {
-                return Err((
-                    "intervals_goal_aggrs",
-                    "must be positive with a goal".into(),
-                ));
-            }
-            if self.min_sample_us == 0
-                || self.max_sample_us < self.min_sample_us
-                || self.max_sample_us > MAX_MS * 1000
-            {
-                return Err((
-                    "min_sample_us",
-                    format!(
-                        "need 0 < min_sample_us ({}) <= max_sample_us ({}) <= {} us",
-                        self.min_sample_us,
-                        self.max_sample_us,
-                        MAX_MS * 1000
-                    ),
-                ));
-            }
-        }
-        damon_problem(&self.monitor())?;
+        damon_problem(&monitor)?;
         if !(10..=60_000).contains(&self.read_interval_ms) {
             return Err((
                 "read_interval_ms",
@@ -963,26 +947,43 @@ fn damon_problem(d: &DamonParams) -> Result<(), (&'static str, String)> {
             format!("intervals are limited to {MAX_MS} ms"),
         ));
     }
-    if let Some(g) = d.intervals_goal {
-        if g.access_bp > 10_000
-            || g.aggrs == 0
-            || g.min_sample_us == 0
-            || g.max_sample_us < g.min_sample_us
-            || g.max_sample_us > MAX_MS * 1000
-        {
-            return Err((
-                "intervals_goal",
-                format!(
-                    "need access_bp ({}) <= 10000, aggrs ({}) > 0 and 0 < min_sample_us ({}) <= \
-                     max_sample_us ({}) <= {} us",
-                    g.access_bp,
-                    g.aggrs,
-                    g.min_sample_us,
-                    g.max_sample_us,
-                    MAX_MS * 1000
-                ),
-            ));
-        }
+    if let Some(g) = &d.intervals_goal {
+        intervals_goal_problem(g).map_err(|(_, m)| ("intervals_goal", m))?;
+    }
+    Ok(())
+}
+
+/// Which part of an intervals goal is wrong.
+enum GoalPart {
+    AccessBp,
+    Aggrs,
+    Range,
+}
+
+/// The intervals goal's rule (`damon_valid_intervals_goal()` asks for a positive `aggrs` and
+/// `min_sample_us <= max_sample_us`; the share is a share and the interval one the simulator
+/// can run), for a DAMOS row's `intervals_goal` and tierd's DAMON source alike.
+fn intervals_goal_problem(g: &IntervalsGoal) -> Result<(), (GoalPart, String)> {
+    if g.access_bp > 10_000 {
+        return Err((
+            GoalPart::AccessBp,
+            format!("access_bp {} is above 10000 (100 %)", g.access_bp),
+        ));
+    }
+    if g.aggrs == 0 {
+        return Err((GoalPart::Aggrs, "aggrs must be positive with a goal".into()));
+    }
+    if g.min_sample_us == 0 || g.max_sample_us < g.min_sample_us || g.max_sample_us > MAX_MS * 1000
+    {
+        return Err((
+            GoalPart::Range,
+            format!(
+                "need 0 < min_sample_us ({}) <= max_sample_us ({}) <= {} us",
+                g.min_sample_us,
+                g.max_sample_us,
+                MAX_MS * 1000
+            ),
+        ));
     }
     Ok(())
 }

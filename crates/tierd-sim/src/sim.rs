@@ -20,7 +20,7 @@ use tierd_engine::policy::{MemPolicy, PolicyMode};
 use tierd_engine::topology::{NodePerf, NodeSpec, Topology};
 use tierd_engine::types::{Bytes, CgroupId, NodeId, NodeMask, PageSize, SpaceId, Vpn};
 
-use crate::damon::Damon;
+use crate::damon::Kdamonds;
 use crate::mechanism::{
     cgroup_usage, demote_coldest, kswapd, toptier_share, Accounting, Baseline, Ctx, KernelKnobs,
     Mechanism, Memcgs, SimRng, Watermarks,
@@ -771,10 +771,7 @@ impl World {
                 &c.numab.clone().unwrap_or_default(),
                 self.procs.len(),
             )),
-            MechanismKind::Damon if c.kdamonds.is_empty() => {
-                Box::new(Damon::new(&c.damon.clone().unwrap_or_default()))
-            }
-            MechanismKind::Damon => Box::new(crate::damon::Kdamonds::new(
+            MechanismKind::Damon => Box::new(Kdamonds::new(
                 &c.damon.clone().unwrap_or_default(),
                 &c.kdamonds,
             )),
