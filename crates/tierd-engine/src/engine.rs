@@ -225,10 +225,44 @@ impl Claimed {
 }
 
 /// When a page last moved, for ping-pong counting.
-#[derive(Clone, Copy, Debug, Default)]
+///
+/// The map holds an entry for every page moved within the ping-pong window, in chunks of 512
+/// entries whether or not the other 511 are in use ([`SizedPageMap`]): pages demoted at
+/// random over a large buffer leave the chunks sparse, and with 256 GB of fast memory this
+/// was the engine's largest table (2-4 GB in the simulator's scenario D). So each time is a
+/// [`MoveStamp`], whose zero niche keeps the map's `Option<MoveHistory>` at 16 bytes where two
+/// `Option<Nanos>` took 32.
+#[derive(Clone, Copy, Debug)]
 struct MoveHistory {
-    promoted_at: Option<Nanos>,
-    demoted_at: Option<Nanos>,
+    promoted_at: MoveStamp,
+    demoted_at: MoveStamp,
+}
+
+impl Default for MoveHistory {
+    fn default() -> Self {
+        MoveHistory {
+            promoted_at: MoveStamp::NEVER,
+            demoted_at: MoveStamp::NEVER,
+        }
+    }
+}
+
+/// A time a page moved, or never: `t + 1`, with `u64::MAX` for never (no clock reaches
+/// 584 years of nanoseconds; a later time saturates just below it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct MoveStamp(std::num::NonZeroU64);
+
+impl MoveStamp {
+    const NEVER: MoveStamp = MoveStamp(std::num::NonZeroU64::MAX);
+
+    fn at(t: Nanos) -> MoveStamp {
+        let v = t.0.saturating_add(1).min(u64::MAX - 1);
+        MoveStamp(std::num::NonZeroU64::new(v).unwrap_or(std::num::NonZeroU64::MIN))
+    }
+
+    fn get(self) -> Option<Nanos> {
+        (self != Self::NEVER).then(|| Nanos(self.0.get() - 1))
+    }
 }
 
 /// A page that failed to move for a reason of its own (pinned or busy: `EBUSY`; shared
@@ -1437,7 +1471,7 @@ impl Engine {
             }
             let recent = |t: Option<Nanos>| t.is_some_and(|t| now.saturating_sub(t) <= window);
             self.history
-                .retain(|_, h| recent(h.promoted_at) || recent(h.demoted_at));
+                .retain(|_, h| recent(h.promoted_at.get()) || recent(h.demoted_at.get()));
             // Credits of cgroups that own nothing any more (removed, or their processes
             // exited) go: cgroup ids come and go on a busy host.
             let live: std::collections::BTreeSet<CgroupId> = self.owners.cgroups().collect();
@@ -1554,10 +1588,10 @@ impl Engine {
                             MoveHistory::default,
                             |_, _, _| {},
                         );
-                        if within(h.demoted_at) {
+                        if within(h.demoted_at.get()) {
                             e.pingpong_promoted += nr;
                         }
-                        h.promoted_at = Some(now);
+                        h.promoted_at = MoveStamp::at(now);
                     }
                     if self.topo.is_toptier(node) {
                         self.heat.set_tier(key, Tier::Fast);
@@ -1587,10 +1621,10 @@ impl Engine {
                             MoveHistory::default,
                             |_, _, _| {},
                         );
-                        if within(h.promoted_at) {
+                        if within(h.promoted_at.get()) {
                             e.pingpong_demoted += nr;
                         }
-                        h.demoted_at = Some(now);
+                        h.demoted_at = MoveStamp::at(now);
                     }
                 }
                 (_, MoveOutcome::Failed(MoveError::Split)) => {

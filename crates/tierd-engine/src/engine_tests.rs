@@ -1807,3 +1807,22 @@ proptest! {
         }
     }
 }
+
+/// A move's time survives the compact stamp, time 0 included, "never" stays apart from every
+/// time, and the history entry is 16 bytes as the map stores it (an `Option`): the size the
+/// D scenario's 256 GB of fast memory needs (see [`MoveHistory`]).
+#[test]
+fn move_stamps_keep_their_time_in_sixteen_bytes() {
+    for t in [0, 1, 999, 1 << 40, u64::MAX - 2] {
+        assert_eq!(MoveStamp::at(Nanos(t)).get(), Some(Nanos(t)), "{t}");
+    }
+    assert_eq!(MoveStamp::NEVER.get(), None);
+    // Times past the stamp's range saturate instead of reading as never.
+    assert_eq!(
+        MoveStamp::at(Nanos(u64::MAX)).get(),
+        Some(Nanos(u64::MAX - 2))
+    );
+    let h = MoveHistory::default();
+    assert_eq!((h.promoted_at.get(), h.demoted_at.get()), (None, None));
+    assert_eq!(std::mem::size_of::<Option<MoveHistory>>(), 16);
+}
