@@ -1364,6 +1364,27 @@ mod tests {
         assert!((c.total_weight - h).abs() < 1e-9);
     }
 
+    /// The table behind [`Class::weight`] holds `(rank + 1)^-s` of every unit, bit for bit
+    /// (outputs must not move by a rounding), and the machine's copies share it.
+    #[test]
+    fn zipf_weights_come_from_a_shared_table_of_the_exact_powers() {
+        let mut m = machine();
+        region(&mut m, 1000, MemPolicy::DEFAULT, Spread::Zipf { s: 0.6 });
+        let c = &m.classes()[0];
+        assert_eq!(c.weights.len(), c.len as usize);
+        for i in 0..c.len {
+            let exact = ((c.rank(i) + 1) as f64).powf(-0.6);
+            assert_eq!(c.weight(i).to_bits(), exact.to_bits(), "{i}");
+        }
+        let copy = m.clone();
+        assert!(Arc::ptr_eq(&copy.classes()[0].weights, &c.weights));
+        // A uniform class needs no table.
+        let mut u = machine();
+        region(&mut u, 1000, MemPolicy::DEFAULT, Spread::Uniform);
+        assert!(u.classes()[0].weights.is_empty());
+        assert_eq!(u.classes()[0].weight(7), 1.0);
+    }
+
     #[test]
     fn cold_positions_invert_the_coldest_order() {
         for (units, spread) in [
