@@ -50,6 +50,9 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# Rustdoc with warnings as errors: a doc link to a renamed or private item, or an unescaped
+# `<tag>`, fails here instead of leaving a broken link in `cargo doc` (about 2 minutes).
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 ./scripts/check-engine-deps.sh
 cargo test --workspace --locked
 # Every fuzz target for a few seconds (TIERD_FUZZ_SECONDS, default 8): CONTRIBUTING.md "Fuzzing".

@@ -296,6 +296,9 @@ enum ConfigCmd {
     /// Print the effective configuration as TOML: every key with its default filled in, its
     /// unit, and whether a reload (SIGHUP) applies it. Without FILE: the built-in defaults
     /// (whose empty [scope] a file must fill in; the daemon reads no file unless given one).
+    // The comment is clap's --help text, where [scope] names the TOML table; it is not a
+    // rustdoc link.
+    #[allow(rustdoc::broken_intra_doc_links)]
     Show {
         /// The configuration file (e.g. /etc/tierd/tierd.toml).
         file: Option<PathBuf>,

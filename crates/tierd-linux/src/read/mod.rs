@@ -296,7 +296,7 @@ pub fn unescape_octal(s: &str) -> String {
 /// is the file name's own (a name holding a literal `\040` is printed the same as one holding
 /// a space, and reads back as the space: the kernel's output cannot tell them apart).
 ///
-/// `/proc` text reaches the parsers as UTF-8 decoded lossily ([`read_text`]): a name's bytes
+/// `/proc` text reaches the parsers as UTF-8 decoded lossily (`read_text`): a name's bytes
 /// that are not UTF-8 read as U+FFFD; the escaped bytes are all ASCII, so decoding first loses
 /// nothing they carry.
 #[must_use]

@@ -187,7 +187,7 @@ pub enum DamonError {
     /// A sysfs read or write failed.
     #[error("{op} {path}: {source}")]
     Io {
-        /// "reading" or "writing <value> to".
+        /// "reading" or "writing `<value>` to".
         op: String,
         /// The file.
         path: PathBuf,

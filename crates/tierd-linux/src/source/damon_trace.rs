@@ -31,7 +31,7 @@
 //! moment a TCG guest's vCPUs were most likely to run into QEMU's cross-modifying code bug:
 //! crates/tierd-vm/src/guest.rs `emulator_int3_oops`). The filter is evaluated when the event
 //! fires, in kdamond, once per region. For the same reason the instance records no task names
-//! when nobody else traces ([`quiet_comm_recording`]). Its buffer is
+//! when nobody else traces (`quiet_comm_recording`). Its buffer is
 //! [`BUFFER_KIB`] per CPU, in overwrite mode (the default), so if tierd reads late the oldest
 //! aggregations are the ones lost, and only the newest complete aggregation of each target
 //! is used.
