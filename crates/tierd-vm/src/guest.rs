@@ -84,20 +84,13 @@ impl Guest {
         let mut res = loop {
             let res = run(spec, &self.kernel.vmlinux, &path, append_extra, timeout);
             // Boot again when the guest died of QEMU's, not the kernel's or the test's, fault.
-            let died = match &res {
-                Ok(out) => emulator_int3_oops(out),
-                Err(Error::Timeout { tail, .. }) => tcg_int3_oops(detect_accel(), tail),
-                Err(_) => false,
+            let Some(why) = emulator_fault(detect_accel(), &res) else {
+                break res;
             };
-            if !died || boots >= MAX_BOOTS {
+            if boots >= MAX_BOOTS {
                 break res;
             }
-            eprintln!(
-                "tierd-vm: the guest died of an `Oops: int3` under TCG (a breakpoint the \
-                 kernel's live patching had already removed, executed by another vCPU); \
-                 boot {} of at most {MAX_BOOTS}",
-                boots + 1
-            );
+            eprintln!("tierd-vm: {why}; boot {} of at most {MAX_BOOTS}", boots + 1);
             boots += 1;
         };
         if let Ok(o) = &mut res {
@@ -129,6 +122,38 @@ fn tcg_int3_oops(accel: Accel, console: &str) -> bool {
     accel == Accel::Tcg && console.contains("Oops: int3")
 }
 
+/// What `/init` prints first ([`crate::initramfs::INIT_SCRIPT`]), once the kernel has booted.
+const INIT_STARTED: &str = "TIERD-VM: START";
+
+/// Why a run under `accel` died of the emulator rather than of the kernel or the test, if it
+/// did: a TCG guest that met an int3 the kernel had already patched away
+/// ([`emulator_int3_oops`]), or a TCG guest that timed out without its `/init` ever saying it
+/// started. The second was seen once in the test command (2026-12-04, a 7.3 guest of
+/// experiment A, two guests running on the 2-core host): nothing at all on the console in
+/// 390 s, where a boot takes well under a minute there, so the kernel hung before it reached
+/// `/init` and printed nothing (`quiet`), as a vCPU spinning on emulated code would. A boot
+/// that never started the test says nothing about the test, so it is booted again, as after
+/// the int3 Oops; never with KVM, and a hang after `/init` started stays the test's failure.
+fn emulator_fault(accel: Accel, res: &Result<GuestOutput, Error>) -> Option<&'static str> {
+    match res {
+        Ok(out) if emulator_int3_oops(out) => Some(
+            "the guest died of an `Oops: int3` under TCG (a breakpoint the kernel's live \
+             patching had already removed, executed by another vCPU)",
+        ),
+        Err(Error::Timeout { tail, .. }) if tcg_int3_oops(accel, tail) => Some(
+            "the guest died of an `Oops: int3` under TCG (a breakpoint the kernel's live \
+             patching had already removed, executed by another vCPU)",
+        ),
+        Err(Error::Timeout {
+            reached_init: false,
+            ..
+        }) if accel == Accel::Tcg => Some(
+            "the guest's kernel never reached /init under TCG before the timeout (a hung boot)",
+        ),
+        _ => None,
+    }
+}
+
 /// What a finished guest run produced.
 #[derive(Debug, Clone)]
 pub struct GuestOutput {
@@ -149,7 +174,7 @@ pub struct GuestOutput {
     /// Files the guest exported with `tierd_export`/`tierd_export_tree`.
     pub files: Vec<ExportedFile>,
     /// Boots repeated because the one before died of the emulator's fault
-    /// ([`emulator_int3_oops`]).
+    /// ([`emulator_int3_oops`], or a TCG boot that never reached `/init`).
     pub reboots: u32,
 }
 
@@ -323,9 +348,16 @@ pub fn run(
                 .lock()
                 .map(|c| String::from_utf8_lossy(&c).into_owned())
                 .unwrap_or_default();
+            let reached_init = text.contains(INIT_STARTED);
             return Err(Error::Timeout {
                 timeout,
                 tail: tail(&strip_exports(&text), 40),
+                reached_init,
+                boot: if reached_init {
+                    ""
+                } else {
+                    " (the kernel never reached /init)"
+                },
             });
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -380,6 +412,41 @@ mod tests {
             "Oops: general protection fault"
         )));
         assert!(!emulator_int3_oops(&out(Accel::Kvm, None, oops)));
+    }
+
+    #[test]
+    fn a_tcg_boot_that_never_reached_init_is_booted_again() {
+        let timeout = |console: &str| -> Result<GuestOutput, Error> {
+            let reached_init = console.contains(INIT_STARTED);
+            Err(Error::Timeout {
+                timeout: Duration::from_secs(390),
+                tail: console.into(),
+                reached_init,
+                boot: if reached_init {
+                    ""
+                } else {
+                    " (the kernel never reached /init)"
+                },
+            })
+        };
+        // Nothing on the console: the kernel hung before /init.
+        assert!(emulator_fault(Accel::Tcg, &timeout("")).is_some());
+        let e = timeout("").unwrap_err().to_string();
+        assert!(e.contains("never reached /init"), "{e}");
+        // /init started: the hang is the run's, and so is the failure.
+        let started = "TIERD-VM: START kernel=7.3.4 uptime=21.5\nLAB T1 start\n";
+        assert!(emulator_fault(Accel::Tcg, &timeout(started)).is_none());
+        assert!(!timeout(started)
+            .unwrap_err()
+            .to_string()
+            .contains("never reached"));
+        // KVM runs the guest's code itself: no emulator to blame.
+        assert!(emulator_fault(Accel::Kvm, &timeout("")).is_none());
+        // The int3 Oops of a timed-out run, after /init started, is still the emulator's.
+        let oops = "TIERD-VM: START kernel=7.3.4\n[ 40.1] Oops: int3: 0000 [#1] SMP NOPTI\n";
+        assert!(emulator_fault(Accel::Tcg, &timeout(oops)).is_some());
+        // Other errors are not retried.
+        assert!(emulator_fault(Accel::Tcg, &Err(Error::Spec("x".into()))).is_none());
     }
 
     #[test]
