@@ -276,6 +276,23 @@ pub struct NumabParams {
     /// set, so scenarios without it serialize as they did.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub memcg_tiering: bool,
+    /// How long a hint fault (with the migration it makes, when NUMA balancing migrates on
+    /// the faulting thread) keeps the faulting thread from its next access, as a multiple of
+    /// the cost the model charges for it ([`hint_fault_cost_ns`], [`migrate_cost_ns`]); the
+    /// process's threads share the work. With it, a pass that arms many pages a thread
+    /// touches makes a fault storm: the thread takes the faults one after another, and those
+    /// late in the storm come more than the hot threshold after their scan, are not promoted,
+    /// and are armed again by the next pass (docs/lab.md, "Why NUMA balancing takes 1.5-1.7
+    /// faults a page here"). 0, the default: faults are drawn from the access rate alone, as
+    /// before this knob; on hardware a storm of a 256 MB pass takes a quarter of a second at
+    /// the model's costs, under the threshold. Lab A's twin sets TCG's measured cost.
+    /// Written back only when set.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub fault_time_scale: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// Where NUMA balancing's faults come from.
@@ -304,6 +321,7 @@ impl Default for NumabParams {
             source: NumabSource::HintFaults,
             sample_period: 10_000,
             memcg_tiering: false,
+            fault_time_scale: 0.0,
         }
     }
 }
@@ -441,6 +459,18 @@ pub struct Scanner {
     queue: FaultQueue,
     /// Counters of this step's faults.
     tally: Tally,
+    /// Per process: until when its threads are busy with the hint faults they took, ns
+    /// (`fault_time_scale`; empty when that is 0).
+    busy_ns: Vec<u64>,
+}
+
+/// A process's threads, which share its fault work (at least 1).
+fn nthreads(p: &Process) -> f64 {
+    p.groups
+        .iter()
+        .map(|g| f64::from(g.threads))
+        .sum::<f64>()
+        .max(1.0)
 }
 
 /// Per-fault counters, summed during a step and added to `Accounting` at its end: a
@@ -775,6 +805,7 @@ impl Scanner {
             summarize: true,
             queue: FaultQueue::default(),
             tally: Tally::default(),
+            busy_ns: Vec::new(),
         }
     }
 
@@ -1139,6 +1170,22 @@ impl Scanner {
         pages
     }
 
+    /// Adds `cost_ns` of work on process `p`'s threads to its fault backlog, scaled by
+    /// `fault_time_scale` (nothing when that is 0).
+    fn add_busy(&mut self, ctx: &Ctx<'_>, p: usize, cost_ns: f64) {
+        let scale = self.params.fault_time_scale;
+        if scale <= 0.0 {
+            return;
+        }
+        let th = ctx.procs.get(p).map_or(1.0, nthreads);
+        if let Some(b) = self.busy_ns.get_mut(p) {
+            // Non-negative and far below 2^64 ns (see `emit_next`).
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let busy = (cost_ns * scale / th) as u64;
+            *b += busy;
+        }
+    }
+
     /// Forgets the summary of `u`'s block: its state is about to change.
     #[inline]
     fn unquiet(&mut self, u: UnitId) {
@@ -1257,6 +1304,26 @@ impl Scanner {
             self.state[u.idx()] = (st & TIME_MASK) | IDLE;
             return;
         };
+        // The threads of the faulting process that touch the page fault on it together.
+        let sharers = ctx.load.sharing_threads(process, class);
+        let scale = self.params.fault_time_scale;
+        if scale > 0.0 {
+            // The process's threads are still busy with earlier faults: this access, and so
+            // its fault, waits for them (the entry stays queued, armed as it was).
+            if self.busy_ns.len() <= process {
+                self.busy_ns.resize(process + 1, 0);
+            }
+            let free = self.busy_ns[process];
+            if free > tf {
+                self.queue.push((free, raw, scan_ms));
+                return;
+            }
+            let th = ctx.procs.get(process).map_or(1.0, nthreads);
+            // Non-negative and far below 2^64 ns: a cost of microseconds times a bounded scale.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let busy = (hint_fault_cost_ns(sharers) * scale / th) as u64;
+            self.busy_ns[process] = tf + busy;
+        }
         let latency = ms_of(tf).wrapping_sub(st & TIME_MASK) & TIME_MASK;
         self.unquiet(u);
         self.state[u.idx()] = NOT_ARMED;
@@ -1265,8 +1332,6 @@ impl Scanner {
         if ctx.mem.node_of(u) == node {
             self.tally.add(T_NUMA_HINT_FAULTS_LOCAL, 1);
         }
-        // The threads of the faulting process that touch the page fault on it together.
-        let sharers = ctx.load.sharing_threads(process, class);
         ctx.charge_app(process, hint_fault_cost_ns(sharers));
         out.push(HintFault {
             unit: u,
@@ -1680,6 +1745,13 @@ impl Numab {
                 let folio = ctx.mem.folio_pages(u);
                 let sharers = ctx.load.sharing_threads(f.process, ctx.mem.class_of(u));
                 ctx.charge_app(
+                    f.process,
+                    (nr / folio) as f64 * migrate_cost_ns(folio, sharers),
+                );
+                // do_numa_page() migrates on the faulting thread: its next fault waits for
+                // the copy too (`fault_time_scale`).
+                self.scanner.add_busy(
+                    ctx,
                     f.process,
                     (nr / folio) as f64 * migrate_cost_ns(folio, sharers),
                 );

@@ -899,6 +899,14 @@ fn numab_problem(n: &NumabParams) -> Result<(), (&'static str, String)> {
     if n.mode > 3 {
         return Err(("mode", format!("{} is not 0, 1, 2 or 3", n.mode)));
     }
+    // A multiple of the model's fault cost; TCG's is ~17 (docs/lab.md). 1000 bounds the
+    // backlog arithmetic far from overflow and is past any emulator.
+    if !(0.0..=1000.0).contains(&n.fault_time_scale) {
+        return Err((
+            "fault_time_scale",
+            format!("{} is not a number in 0..=1000", n.fault_time_scale),
+        ));
+    }
     Ok(())
 }
 
@@ -1668,6 +1676,16 @@ mod range_tests {
                 "numab = { mode = 2 }",
                 "numab = { mode = 2, promote_rate_limit_mbps = 0 }",
                 "config[1].numab.promote_rate_limit_mbps",
+            ),
+            (
+                "numab = { mode = 2 }",
+                "numab = { mode = 2, fault_time_scale = nan }",
+                "config[1].numab.fault_time_scale",
+            ),
+            (
+                "numab = { mode = 2 }",
+                "numab = { mode = 2, fault_time_scale = -1.0 }",
+                "config[1].numab.fault_time_scale",
             ),
             (
                 "numab = { mode = 2 }",
