@@ -285,23 +285,20 @@ impl Class {
     pub fn weight(&self, idx: u32) -> f64 {
         match self.spread {
             Spread::Uniform => 1.0,
-            Spread::Zipf { .. } => self
+            Spread::Zipf { s } => self
                 .weights
                 .get(idx as usize)
                 .copied()
-                .unwrap_or_else(|| self.zipf_weight(idx)),
+                .unwrap_or_else(|| self.zipf_weight(idx, s)),
         }
     }
 
-    /// `(rank + 1)^-s` of the class's `idx`-th unit (1 for a uniform class): what
-    /// [`Class::weight`] reads from its table.
-    fn zipf_weight(&self, idx: u32) -> f64 {
-        match self.spread {
-            Spread::Uniform => 1.0,
-            // Ranks fit f64 exactly below 2^53.
-            #[allow(clippy::cast_precision_loss)]
-            Spread::Zipf { s } => ((self.rank(idx) + 1) as f64).powf(-s),
-        }
+    /// `(rank + 1)^-s` of the class's `idx`-th unit: what [`Class::weight`] reads from its
+    /// table.
+    fn zipf_weight(&self, idx: u32, s: f64) -> f64 {
+        // Ranks fit f64 exactly below 2^53.
+        #[allow(clippy::cast_precision_loss)]
+        ((self.rank(idx) + 1) as f64).powf(-s)
     }
 
     /// The fraction of the class's accesses that land on `node`.
@@ -961,8 +958,8 @@ impl Memory {
                 weights: Arc::from([]),
             };
             class.order = class.compute_coldest_order();
-            if let Spread::Zipf { .. } = class.spread {
-                class.weights = (0..len).map(|i| class.zipf_weight(i)).collect();
+            if let Spread::Zipf { s } = class.spread {
+                class.weights = (0..len).map(|i| class.zipf_weight(i, s)).collect();
             }
             class.total_weight = (0..len).map(|i| class.weight(i)).sum();
             self.classes.push(class);

@@ -1179,7 +1179,8 @@ impl Scanner {
         }
         let th = ctx.procs.get(p).map_or(1.0, nthreads);
         if let Some(b) = self.busy_ns.get_mut(p) {
-            // Non-negative and far below 2^64 ns (see `emit_next`).
+            // Non-negative and far below 2^64 ns: a cost of microseconds times a scale of at
+            // most 1000 (scenario validation).
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let busy = (cost_ns * scale / th) as u64;
             *b += busy;
@@ -1318,11 +1319,8 @@ impl Scanner {
                 self.queue.push((free, raw, scan_ms));
                 return;
             }
-            let th = ctx.procs.get(process).map_or(1.0, nthreads);
-            // Non-negative and far below 2^64 ns: a cost of microseconds times a bounded scale.
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let busy = (hint_fault_cost_ns(sharers) * scale / th) as u64;
-            self.busy_ns[process] = tf + busy;
+            self.busy_ns[process] = tf;
+            self.add_busy(ctx, process, hint_fault_cost_ns(sharers));
         }
         let latency = ms_of(tf).wrapping_sub(st & TIME_MASK) & TIME_MASK;
         self.unquiet(u);
@@ -1744,17 +1742,11 @@ impl Numab {
                 }
                 let folio = ctx.mem.folio_pages(u);
                 let sharers = ctx.load.sharing_threads(f.process, ctx.mem.class_of(u));
-                ctx.charge_app(
-                    f.process,
-                    (nr / folio) as f64 * migrate_cost_ns(folio, sharers),
-                );
+                let cost = (nr / folio) as f64 * migrate_cost_ns(folio, sharers);
+                ctx.charge_app(f.process, cost);
                 // do_numa_page() migrates on the faulting thread: its next fault waits for
                 // the copy too (`fault_time_scale`).
-                self.scanner.add_busy(
-                    ctx,
-                    f.process,
-                    (nr / folio) as f64 * migrate_cost_ns(folio, sharers),
-                );
+                self.scanner.add_busy(ctx, f.process, cost);
                 // folio_migrate_flags(): crossing tiers in tiering mode resets last_cpupid.
                 if tiering && cur_top != this_top {
                     self.set_last_cpupid(u, None, ctx.mem.units() as usize);

@@ -135,15 +135,11 @@ const INIT_STARTED: &str = "TIERD-VM: START";
 /// that never started the test says nothing about the test, so it is booted again, as after
 /// the int3 Oops; never with KVM, and a hang after `/init` started stays the test's failure.
 fn emulator_fault(accel: Accel, res: &Result<GuestOutput, Error>) -> Option<&'static str> {
+    const INT3: &str = "the guest died of an `Oops: int3` under TCG (a breakpoint the kernel's \
+                        live patching had already removed, executed by another vCPU)";
     match res {
-        Ok(out) if emulator_int3_oops(out) => Some(
-            "the guest died of an `Oops: int3` under TCG (a breakpoint the kernel's live \
-             patching had already removed, executed by another vCPU)",
-        ),
-        Err(Error::Timeout { tail, .. }) if tcg_int3_oops(accel, tail) => Some(
-            "the guest died of an `Oops: int3` under TCG (a breakpoint the kernel's live \
-             patching had already removed, executed by another vCPU)",
-        ),
+        Ok(out) if emulator_int3_oops(out) => Some(INT3),
+        Err(Error::Timeout { tail, .. }) if tcg_int3_oops(accel, tail) => Some(INT3),
         Err(Error::Timeout {
             reached_init: false,
             ..
@@ -348,16 +344,10 @@ pub fn run(
                 .lock()
                 .map(|c| String::from_utf8_lossy(&c).into_owned())
                 .unwrap_or_default();
-            let reached_init = text.contains(INIT_STARTED);
             return Err(Error::Timeout {
                 timeout,
                 tail: tail(&strip_exports(&text), 40),
-                reached_init,
-                boot: if reached_init {
-                    ""
-                } else {
-                    " (the kernel never reached /init)"
-                },
+                reached_init: text.contains(INIT_STARTED),
             });
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -417,16 +407,10 @@ mod tests {
     #[test]
     fn a_tcg_boot_that_never_reached_init_is_booted_again() {
         let timeout = |console: &str| -> Result<GuestOutput, Error> {
-            let reached_init = console.contains(INIT_STARTED);
             Err(Error::Timeout {
                 timeout: Duration::from_secs(390),
                 tail: console.into(),
-                reached_init,
-                boot: if reached_init {
-                    ""
-                } else {
-                    " (the kernel never reached /init)"
-                },
+                reached_init: console.contains(INIT_STARTED),
             })
         };
         // Nothing on the console: the kernel hung before /init.

@@ -95,7 +95,10 @@ pub enum Error {
     #[error("guest spec: {0}")]
     Spec(String),
     /// The guest did not finish in time; qemu was killed.
-    #[error("guest did not finish within {timeout:?}{boot}; last console lines:\n{tail}")]
+    #[error(
+        "guest did not finish within {timeout:?}{}; last console lines:\n{tail}",
+        if *.reached_init { "" } else { " (the kernel never reached /init)" }
+    )]
     Timeout {
         /// The limit.
         timeout: Duration,
@@ -104,8 +107,6 @@ pub enum Error {
         /// Whether the guest's `/init` said it started (`TIERD-VM: START`): when not, the
         /// kernel never got that far, and nothing of the run was tried.
         reached_init: bool,
-        /// " (the kernel never reached /init)" when `reached_init` is false, else empty.
-        boot: &'static str,
     },
     /// The guest ran but did not do what was asked (no end marker, non-zero rc, a file
     /// missing).
