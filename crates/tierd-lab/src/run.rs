@@ -90,11 +90,11 @@ echo $$ > /sys/fs/cgroup/work/cgroup.procs
 exec /bin/tierd-workload {workload}
 EOS
 sh /tmp/w.sh > /tmp/w.log 2>&1 &
+PID_launch=$!
 i=0; while [ $(grep -c ' ready' /tmp/w.log) -lt {procs} ]; do sleep 0.2; i=$((i+1)); [ $i -gt 900 ] && break; done
 READY=$(grep ' ready' /tmp/w.log | head -n1)
 echo "LAB READY $READY"
-PID_workload=$(echo "$READY" | sed -n 's/^[a-z]* pid=\([0-9]*\) .*/\1/p')
-{proc_setup}{app_prepare}lab_sample
+{ready_pid}{proc_setup}{app_prepare}lab_sample
 lab_huge start
 DURATION={duration}
 T_START=$(lab_t)
@@ -108,7 +108,7 @@ echo "LAB START $T_START"
 {stop}lab_sample
 lab_huge end
 echo "LAB END $(lab_t)"
-{app_finish}kill $PID_workload 2>/dev/null; wait $PID_workload 2>/dev/null
+{app_finish}{stop_workload}
 [ -n "$PID_eater" ] && kill $PID_eater 2>/dev/null
 sed 's/^/LAB W /' /tmp/w.log
 "#,
@@ -134,8 +134,28 @@ sed 's/^/LAB W /' /tmp/w.log
             "  sed \"s/^/LAB NM t=$T /\" /proc/$PID_workload/numa_maps\n"
         },
         proc_setup = if exp.procs > 1 { PROC_SETUP } else { "" },
+        ready_pid = READY_PID,
+        stop_workload = STOP_WORKLOAD,
     )
 }
+
+/// Shell that takes the workload's pid from its ready line (`READY`), or, when there is none
+/// (the workload did not say it was ready within the wait), says so on the console and takes
+/// the pid `sh /tmp/w.sh &` left in `PID_launch`: `w.sh` execs the workload, so that is the
+/// workload (the spawner, for several processes). Without a pid the samples read
+/// `/proc//numa_maps` and the end's `wait` waited for every background job, the eater among
+/// them, until the guest's timeout: a run whose workload was slow to start under a busy host
+/// failed as "guest did not finish", with the cause off the console.
+const READY_PID: &str = r#"PID_workload=$(echo "$READY" | sed -n 's/^[a-z]* pid=\([0-9]*\) .*/\1/p')
+if [ -z "$PID_workload" ]; then
+  echo "LAB WARN no ready line from the workload after $((i / 5)) s (w.log: $(tail -n 2 /tmp/w.log | tr '\n' ' ')); its pid is the launcher's, $PID_launch"
+  PID_workload=$PID_launch
+fi
+"#;
+
+/// Shell that stops the workload at the end of the run. `wait` with no pid waits for every
+/// background job (the eater runs until it is killed): only a known pid is waited for.
+const STOP_WORKLOAD: &str = r#"[ -n "$PID_workload" ] && { kill $PID_workload 2>/dev/null; wait $PID_workload 2>/dev/null; }"#;
 
 /// Shell for a workload of several processes: one `LAB PROC` line per ready line, with the
 /// process's index, pid, CPU, and the node of that CPU (its home node: the
@@ -626,6 +646,59 @@ LAB NMP t=6.0 proc=1 200000000 default anon=49152 N1=52 N2=49100 kernelpagesize_
         let w = row.wrong_node_pct.expect("per-process wrong node");
         assert!((w - 100.0 * 100.0 / 32100.0).abs() < 1e-9, "{w}");
         assert!((row.hot_on_fast_pct - 100.0 * 32100.0 / 32768.0).abs() < 1e-9);
+    }
+
+    /// Runs `script` in the host's `sh`, failing if it is not done within 30 s.
+    fn run_sh(script: &str) -> String {
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("sh");
+        let start = std::time::Instant::now();
+        while child.try_wait().expect("wait").is_none() {
+            if start.elapsed() > std::time::Duration::from_secs(30) {
+                let _ = child.kill();
+                panic!("the script still runs after 30 s:\n{script}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().expect("output");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[test]
+    fn a_workload_that_never_said_ready_is_named_and_the_end_waits_for_it_alone() {
+        // No ready line: the pid is the launcher's, and the console says why. The eater runs
+        // until it is killed; the end must not wait for it.
+        let out = run_sh(&format!(
+            "sleep 1000 & PID_eater=$!\nsleep 1000 & PID_launch=$!\nREADY=; i=900\n{READY_PID}\
+             echo \"pid=$PID_workload launch=$PID_launch\"\n{STOP_WORKLOAD}\n\
+             kill $PID_eater; echo done\n"
+        ));
+        assert!(
+            out.contains("LAB WARN no ready line from the workload after 180 s"),
+            "{out}"
+        );
+        let pids = out.lines().find(|l| l.starts_with("pid=")).expect("pids");
+        let (w, l) = pids.split_once(' ').expect("two");
+        assert_eq!(
+            w.trim_start_matches("pid="),
+            l.trim_start_matches("launch=")
+        );
+        assert!(out.ends_with("done\n"), "{out}");
+        // A ready line gives its own pid, silently.
+        let out = run_sh(&format!(
+            "PID_launch=1; READY='chase pid=4242 addr=0x1 ready'; i=3\n{READY_PID}echo \"pid=$PID_workload\"\n"
+        ));
+        assert_eq!(out, "pid=4242\n");
+        // And with no pid at all the end still returns.
+        let out = run_sh(&format!(
+            "sleep 1000 & PID_eater=$!\nPID_workload=\n{STOP_WORKLOAD}\nkill $PID_eater; echo done\n"
+        ));
+        assert_eq!(out, "done\n");
     }
 
     #[test]
