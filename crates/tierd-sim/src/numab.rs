@@ -543,6 +543,11 @@ impl Tally {
 /// A queued fault: (time ns, unit, scan time of the arming it belongs to).
 type QueuedFault = (u64, u32, u32);
 
+/// Set in a queued fault's scan time (which is under [`IDLE`]) when the entry stands for a
+/// process's waiting faults (`Scanner::waiting_head`): a popped entry is told from the others
+/// by one bit test instead of a search of every process's head.
+const WAITING_HEAD: u32 = 1 << 31;
+
 /// log2 of the width in ns of a [`FaultQueue`] bucket (~8 ms).
 const FAULT_BUCKET_SHIFT: u32 = 23;
 
@@ -1353,12 +1358,16 @@ impl Scanner {
         // comes at an exponential time, the first of several alike is any of them with equal
         // chance (exact for pages of equal rate, as a hot set's are; an approximation for a
         // skewed one). The fault is taken now.
-        let head_of = self.waiting_head.iter().position(|h| *h == Some(entry));
+        let head_of = if entry.2 & WAITING_HEAD == 0 {
+            None
+        } else {
+            self.waiting_head.iter().position(|h| *h == Some(entry))
+        };
         let entry = match head_of {
             Some(p) => {
                 self.waiting_head[p] = None;
                 let w = &mut self.waiting[p];
-                w.push(entry);
+                w.push((entry.0, entry.1, entry.2 & !WAITING_HEAD));
                 let (_, raw, scan_ms) = w.swap_remove(ctx.rng.gen_range(0..w.len()));
                 (entry.0, raw, scan_ms)
             }
@@ -1374,7 +1383,7 @@ impl Scanner {
     /// threads are free.
     fn wait_next(&mut self, p: usize) {
         if let Some((_, raw, scan_ms)) = self.waiting.get_mut(p).and_then(Vec::pop) {
-            let head = (self.busy_ns[p], raw, scan_ms);
+            let head = (self.busy_ns[p], raw, scan_ms | WAITING_HEAD);
             self.waiting_head[p] = Some(head);
             self.queue.push(head);
         }
@@ -1432,7 +1441,7 @@ impl Scanner {
                 if self.waiting_head[process].is_some() {
                     self.waiting[process].push((tf, raw, scan_ms));
                 } else {
-                    let head = (free, raw, scan_ms);
+                    let head = (free, raw, scan_ms | WAITING_HEAD);
                     self.waiting_head[process] = Some(head);
                     self.queue.push(head);
                 }
