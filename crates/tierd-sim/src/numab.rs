@@ -1098,10 +1098,9 @@ impl Scanner {
         // Non-negative and far below 2^64 ns: microseconds of PTE updates.
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let ready = t + task.period_ms * NS_PER_MS + (32.0 * pass_ns.max(0.0)) as u64;
-        let ready_now = |r: &u64| *r <= t;
         // The thread that ran it: one not throttled (a listed one whose time came, or one
         // not listed yet).
-        if let Some(slot) = task.thread_ready_ns.iter_mut().find(|r| ready_now(r)) {
+        if let Some(slot) = task.thread_ready_ns.iter_mut().find(|r| **r <= t) {
             *slot = ready;
         } else if task.thread_ready_ns.len() < threads {
             task.thread_ready_ns.push(ready);
@@ -1382,11 +1381,17 @@ impl Scanner {
     /// Queues an entry that stands for process `p`'s waiting faults, if any, at the time its
     /// threads are free.
     fn wait_next(&mut self, p: usize) {
-        if let Some((_, raw, scan_ms)) = self.waiting.get_mut(p).and_then(Vec::pop) {
-            let head = (self.busy_ns[p], raw, scan_ms | WAITING_HEAD);
-            self.waiting_head[p] = Some(head);
-            self.queue.push(head);
+        if let Some(f) = self.waiting.get_mut(p).and_then(Vec::pop) {
+            self.stand_in(p, f);
         }
+    }
+
+    /// Queues waiting fault `(_, raw, scan_ms)` of process `p` as the entry that stands for
+    /// all of its waiting faults, at the time its threads are free.
+    fn stand_in(&mut self, p: usize, (_, raw, scan_ms): QueuedFault) {
+        let head = (self.busy_ns[p], raw, scan_ms | WAITING_HEAD);
+        self.waiting_head[p] = Some(head);
+        self.queue.push(head);
     }
 
     /// Takes queued fault `(tf, raw, scan_ms)` if it still applies; `head_of` names the
@@ -1441,9 +1446,7 @@ impl Scanner {
                 if self.waiting_head[process].is_some() {
                     self.waiting[process].push((tf, raw, scan_ms));
                 } else {
-                    let head = (free, raw, scan_ms | WAITING_HEAD);
-                    self.waiting_head[process] = Some(head);
-                    self.queue.push(head);
+                    self.stand_in(process, (tf, raw, scan_ms));
                 }
                 return;
             }
@@ -2199,6 +2202,21 @@ mod tests {
         (0..count).map(|i| (i * stride * block, block)).collect()
     }
 
+    /// DRAM node 0 and CXL node 1 (8 GiB each) and one buffer of `mib` MiB of base pages on
+    /// node 1, accessed uniformly by one process of `threads` threads on node 0. Returns the
+    /// bench and the buffer's class.
+    fn cxl_buffer(mib: u64, threads: u32, seed: u64) -> (Bench, ClassId) {
+        let mut b = Bench::new(
+            topo(&[(0, true, 8192), (1, false, 8192)]),
+            &[(0, 0, 100.0), (0, 1, 320.0)],
+            seed,
+        );
+        let (rid, _, all) = b.region("buf", 1, mib, PageSize::Base, MemPolicy::DEFAULT, vec![], 1);
+        let all = all.unwrap();
+        b.process(1, &[(0, threads)], &[(all, 1.0)], &[rid]);
+        (b, all)
+    }
+
     /// DRAM node 0 (8 GiB, 2 threads) and CXL node 1 (8 GiB) holding a 256 MiB buffer whose
     /// hot quarter (4 blocks of 16 MiB) gets every access.
     fn two_tier_bench(seed: u64, policy: MemPolicy) -> (Bench, ClassId, ClassId) {
@@ -2590,14 +2608,7 @@ mod tests {
     #[test]
     fn a_page_migrated_while_armed_loses_its_hint_fault() {
         // 64 MiB on CXL touched about once a second per page (1 thread, 60 us per access).
-        let mut b = Bench::new(
-            topo(&[(0, true, 8192), (1, false, 8192)]),
-            &[(0, 0, 100.0), (0, 1, 320.0)],
-            10,
-        );
-        let (rid, _, all) = b.region("buf", 1, 64, PageSize::Base, MemPolicy::DEFAULT, vec![], 1);
-        let all = all.unwrap();
-        b.process(1, &[(0, 1)], &[(all, 1.0)], &[rid]);
+        let (mut b, all) = cxl_buffer(64, 1, 10);
         b.procs[0].compute_ns = 60_000.0;
         let mut m = Numab::new(&params(2), 1);
         b.run(&mut m, 1.02);
@@ -2627,14 +2638,7 @@ mod tests {
         // 64 MiB on CXL, all hot, one thread touching each page ~190 times a second: the
         // first pass arms every page, their faults come due within milliseconds, and at 50
         // times the model's cost the thread takes ~5,000 a second, so most wait.
-        let mut b = Bench::new(
-            topo(&[(0, true, 8192), (1, false, 8192)]),
-            &[(0, 0, 100.0), (0, 1, 320.0)],
-            11,
-        );
-        let (rid, _, all) = b.region("buf", 1, 64, PageSize::Base, MemPolicy::DEFAULT, vec![], 1);
-        let all = all.unwrap();
-        b.process(1, &[(0, 1)], &[(all, 1.0)], &[rid]);
+        let (mut b, all) = cxl_buffer(64, 1, 11);
         let mut m = Numab::new(
             &NumabParams {
                 fault_time_scale: 50.0,
@@ -2674,21 +2678,7 @@ mod tests {
         // 4 GiB on CXL touched about never: every pass arms a fresh 256 MB (65,536 PTEs,
         // 3.3 ms at 50 ns), nothing faults, and the period stays at task_scan_min(), 100 ms.
         let passes = |threads: u32| {
-            let mut b = Bench::new(
-                topo(&[(0, true, 8192), (1, false, 8192)]),
-                &[(0, 0, 100.0), (0, 1, 320.0)],
-                12,
-            );
-            let (rid, _, all) = b.region(
-                "buf",
-                1,
-                4096,
-                PageSize::Base,
-                MemPolicy::DEFAULT,
-                vec![],
-                1,
-            );
-            b.process(1, &[(0, threads)], &[(all.unwrap(), 1.0)], &[rid]);
+            let (mut b, _) = cxl_buffer(4096, threads, 12);
             b.procs[0].compute_ns = 1e9;
             let mut m = Numab::new(&params(2), 1);
             b.run(&mut m, 2.0);
