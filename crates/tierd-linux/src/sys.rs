@@ -162,6 +162,19 @@ pub enum SysError {
         #[source]
         source: io::Error,
     },
+    /// `mprotect(2)` failed.
+    #[error("mprotect({addr:#x}, {len} bytes, prot {prot:#x}) failed: {source}")]
+    Mprotect {
+        /// Range start.
+        addr: usize,
+        /// Range length.
+        len: usize,
+        /// The protection asked for.
+        prot: i32,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
     /// `sched_setaffinity(2)` failed.
     #[error("sched_setaffinity(pid {pid}, cpu {cpu}) failed: {source}")]
     Affinity {
@@ -196,6 +209,7 @@ impl SysError {
             | SysError::MmapFile { source, .. }
             | SysError::Madvise { source, .. }
             | SysError::Munmap { source, .. }
+            | SysError::Mprotect { source, .. }
             | SysError::Affinity { source, .. } => source.raw_os_error(),
             SysError::Invalid { .. } => None,
         }
@@ -736,6 +750,57 @@ impl AnonMapping {
         Ok(())
     }
 
+    /// Times one `mprotect(2)` round trip over the whole mapping: `PROT_NONE`, then read and
+    /// write again. Returns the two calls' wall times. On present pages the first is the
+    /// kernel's PTE walk that NUMA balancing's scanner makes (mm/mprotect.c
+    /// `change_protection()`, which `change_prot_numa()` calls with `MM_CP_PROT_NUMA`): every
+    /// present PTE rewritten, then one TLB flush of the range. `tierd-workload pte-cost`
+    /// divides it by the pages to measure what a PTE update costs on a machine (a TCG guest's
+    /// against the host's).
+    ///
+    /// The mapping is inaccessible only between the two calls, while `&mut self` rules out
+    /// any other reference into it. Should access fail to come back, the process aborts: a
+    /// mapping the safe accessors cannot read must not outlive this call.
+    ///
+    /// # Errors
+    /// [`SysError::Mprotect`] when the kernel refuses `PROT_NONE` (nothing changed then).
+    pub fn time_protect_round_trip(
+        &mut self,
+    ) -> Result<(std::time::Duration, std::time::Duration), SysError> {
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let t0 = std::time::Instant::now();
+        self.mprotect(libc::PROT_NONE)?;
+        let none = t0.elapsed();
+        let t1 = std::time::Instant::now();
+        let back = self.mprotect(rw);
+        let restore = t1.elapsed();
+        if let Err(e) = back {
+            // Retried once; the range is our whole VMA, so no split can fail for want of
+            // memory.
+            if self.mprotect(rw).is_err() {
+                eprintln!("fatal: {e}: the mapping stays inaccessible");
+                std::process::abort();
+            }
+        }
+        Ok((none, restore))
+    }
+
+    fn mprotect(&mut self, prot: libc::c_int) -> Result<(), SysError> {
+        // SAFETY: the range is exactly our own live mapping. `&mut self` means no reference
+        // into it exists while it may be PROT_NONE, and `time_protect_round_trip` restores
+        // read/write access (or aborts) before it returns.
+        let r = unsafe { libc::mprotect(self.ptr.as_ptr().cast::<libc::c_void>(), self.len, prot) };
+        if r != 0 {
+            return Err(SysError::Mprotect {
+                addr: self.addr(),
+                len: self.len,
+                prot,
+                source: io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
+
     /// The start address of every page, in order (for `move_pages`).
     #[must_use]
     pub fn page_addrs(&self) -> Vec<usize> {
@@ -1129,6 +1194,25 @@ mod tests {
             FileMapping::new(&f, 0),
             Err(SysError::Invalid { .. })
         ));
+    }
+
+    /// A round trip of `mprotect(2)` leaves the contents readable and writable as they were.
+    #[test]
+    fn a_protect_round_trip_restores_access_and_keeps_the_contents() {
+        let pages = 64;
+        let mut m = AnonMapping::new(pages * page_size()).unwrap();
+        for (i, w) in m.as_mut_u64_slice().iter_mut().enumerate() {
+            *w = i as u64 ^ 0x5a5a;
+        }
+        let (none, restore) = m.time_protect_round_trip().unwrap();
+        assert!(none > std::time::Duration::ZERO && restore > std::time::Duration::ZERO);
+        assert!(m
+            .as_u64_slice()
+            .iter()
+            .enumerate()
+            .all(|(i, w)| *w == i as u64 ^ 0x5a5a));
+        m.as_mut_u64_slice()[7] = 1;
+        assert_eq!(m.as_u64_slice()[7], 1);
     }
 
     #[test]

@@ -31,6 +31,11 @@
 //! - `move --mib N --from A --to B [--chunk-pages 512]`: place N MiB on A, reset the policy, move
 //!   it to B with [`tierd_linux::mover::Mover`] and report the `move_pages` throughput
 //!   ([`report::MoveLine`]).
+//! - `pte-cost [--mib 256] [--rounds 11]`: time `mprotect(2)` round trips over N MiB of
+//!   written base pages, the PTE walk NUMA balancing's scanner makes, and print ns per page
+//!   (one `pte-cost round=..` line per round, then `pte-cost pages=.. none_ns_median=..`):
+//!   what a PTE update costs on this machine, or in a TCG guest (scripts/pte-cost.sh; the
+//!   simulator's lab A twin takes its `pte_time_scale` from it).
 //! - `--thp` (chase and integrity): `off` (the default) marks the hot part / the buffer
 //!   `MADV_NOHUGEPAGE`, so it stays in 4 KiB pages whatever the system's THP mode; `follow`
 //!   gives no THP advice (the system's mode decides) and marks it `MADV_DONTFORK` instead.

@@ -25,6 +25,7 @@ mod chaos_cmd;
 mod kv_cmd;
 mod launch;
 mod migrate_cmd;
+mod pte_cost_cmd;
 
 use tierd_workload::report::{
     ChaseDone, ChaseLine, ChasePolicy, ChaseReady, ChaseSample, HoldLine, IntegrityLine,
@@ -227,6 +228,9 @@ enum Cmd {
     /// Move another process's buffer between nodes with tierd's mover or the kernel's
     /// migrate_pages(2) and time it (`tierd lab scale`).
     Migrate(migrate_cmd::MigrateArgs),
+    /// Time mprotect(2) round trips over a buffer of base pages: what a PTE update of NUMA
+    /// balancing's scanner costs here (scripts/pte-cost.sh, lab A's twin).
+    PteCost(pte_cost_cmd::PteCostArgs),
     /// The chaos lab's actors (`tierd lab chaos`).
     #[command(flatten)]
     Chaos(chaos_cmd::ChaosCmd),
@@ -363,6 +367,7 @@ fn main() -> Result<()> {
         Cmd::Ticker { us, cpu, parent } => run_ticker(us, cpu, parent),
         Cmd::Chaos(c) => chaos_cmd::run(c),
         Cmd::Migrate(m) => migrate_cmd::run(&m),
+        Cmd::PteCost(a) => pte_cost_cmd::run(&a),
         Cmd::Kv(c) => kv_cmd::run(c),
         Cmd::Exec(a) => launch::run(a),
     }

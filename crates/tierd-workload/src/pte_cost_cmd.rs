@@ -1,0 +1,103 @@
+//! `tierd-workload pte-cost`: what one PTE update costs on this machine, the way NUMA
+//! balancing's scanner pays it.
+//!
+//! `task_numa_work()` makes the PTEs of the next 256 MB of a process's memory `PROT_NONE`
+//! through `change_prot_numa()` -> `change_protection()` (mm/mprotect.c), the same walk as
+//! `mprotect(2)`: every present PTE rewritten, one TLB flush of the range. The scanner's cost
+//! matters beyond CPU time, because the kernel throttles a thread's next pass by 32 times the
+//! last one's runtime (kernel/sched/fair.c `task_numa_work()`, `node_stamp`). The simulator's
+//! twin of lab A runs its guest's kernel under QEMU's TCG, where that walk is emulated, so the
+//! twin needs the guest's cost, not the hardware's: this command measures it, in the guest and
+//! on the host alike (scripts/pte-cost.sh runs both).
+//!
+//! It maps `--mib` of base pages (`MADV_NOHUGEPAGE`), writes every page so that each PTE is
+//! present, then times `--rounds` `mprotect(2)` round trips over the whole mapping:
+//! `PROT_NONE` (the scanner's walk) and back to read/write. One line per round and a summary,
+//! `pte-cost pages=N rounds=R none_ns_median=.. none_ns_min=.. restore_ns_median=..`, in
+//! nanoseconds per page.
+
+use anyhow::{ensure, Context, Result};
+use tierd_linux::sys::{self, AnonMapping};
+
+/// The arguments of `pte-cost`.
+#[derive(clap::Args, Debug)]
+pub struct PteCostArgs {
+    /// MiB of base pages to walk (the scanner's pass is 256 MB).
+    #[arg(long, default_value_t = 256)]
+    mib: usize,
+    /// Round trips to time.
+    #[arg(long, default_value_t = 11)]
+    rounds: u32,
+}
+
+/// The median of `v` (sorted in place; 0 for none).
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Runs `pte-cost` and prints its lines.
+///
+/// # Errors
+/// A zero size or round count, or a failed `mmap`, `madvise` or `mprotect`.
+pub fn run(a: &PteCostArgs) -> Result<()> {
+    ensure!(a.mib > 0, "--mib must be at least 1");
+    ensure!(a.rounds > 0, "--rounds must be at least 1");
+    let ps = sys::page_size();
+    let len = a
+        .mib
+        .checked_mul(1 << 20)
+        .context("--mib is too large for this machine's addresses")?;
+    let mut m = AnonMapping::new(len).with_context(|| format!("mapping {} MiB", a.mib))?;
+    // Base pages: one PTE per 4 KiB, as the lab's chase buffer has (THP `never`).
+    m.advise_nohugepage()
+        .context("madvise(MADV_NOHUGEPAGE) on the buffer")?;
+    let words = ps / 8;
+    for (i, w) in m.as_mut_u64_slice().iter_mut().step_by(words).enumerate() {
+        *w = i as u64;
+    }
+    let pages = m.len() / ps;
+    // Page counts stay far below 2^52, where f64 is exact.
+    #[allow(clippy::cast_precision_loss)]
+    let per_page = |d: std::time::Duration| d.as_nanos() as f64 / pages as f64;
+    let (mut none, mut restore) = (Vec::new(), Vec::new());
+    for round in 0..a.rounds {
+        let (n, r) = m
+            .time_protect_round_trip()
+            .context("mprotect round trip over the buffer")?;
+        let (n, r) = (per_page(n), per_page(r));
+        println!("pte-cost round={round} pages={pages} none_ns={n:.1} restore_ns={r:.1}");
+        none.push(n);
+        restore.push(r);
+    }
+    let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let (none_min, restore_min) = (min(&none), min(&restore));
+    println!(
+        "pte-cost pages={pages} rounds={} none_ns_median={:.1} none_ns_min={none_min:.1} \
+         restore_ns_median={:.1} restore_ns_min={restore_min:.1}",
+        a.rounds,
+        median(&mut none),
+        median(&mut restore),
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert!((median(&mut [3.0, 1.0, 2.0]) - 2.0).abs() < f64::EPSILON);
+        assert!((median(&mut [4.0, 1.0, 3.0, 2.0]) - 2.5).abs() < f64::EPSILON);
+        assert!(median(&mut []).abs() < f64::EPSILON);
+    }
+}
