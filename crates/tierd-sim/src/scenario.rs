@@ -907,6 +907,12 @@ fn numab_problem(n: &NumabParams) -> Result<(), (&'static str, String)> {
             format!("{} is not a number in 0..=1000", n.fault_time_scale),
         ));
     }
+    if !(0.0..=1000.0).contains(&n.migrate_time_scale) {
+        return Err((
+            "migrate_time_scale",
+            format!("{} is not a number in 0..=1000", n.migrate_time_scale),
+        ));
+    }
     // A multiple of the model's PTE-update cost (lab A's guests measure 1.2 and 4.2); the
     // same bound keeps the throttle's arithmetic far from overflow.
     if !(0.0..=1000.0).contains(&n.pte_time_scale) {
@@ -1699,6 +1705,11 @@ mod range_tests {
                 "numab = { mode = 2 }",
                 "numab = { mode = 2, pte_time_scale = inf }",
                 "config[1].numab.pte_time_scale",
+            ),
+            (
+                "numab = { mode = 2 }",
+                "numab = { mode = 2, migrate_time_scale = -3.0 }",
+                "config[1].numab.migrate_time_scale",
             ),
             (
                 "numab = { mode = 2 }",
