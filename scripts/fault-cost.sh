@@ -28,13 +28,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KERNELS=${*:-newest 6.12}
-env -u CARGO_TARGET_DIR RUSTFLAGS="-C target-feature=+crt-static" CARGO_PROFILE_RELEASE_DEBUG=false \
-    cargo build --release --locked --target x86_64-unknown-linux-gnu --target-dir target/guest \
-    -p tierd-workload >&2
-BIN=target/guest/x86_64-unknown-linux-gnu/release/tierd-workload
-cargo build --release --locked -p tierd-vm >&2
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
+. scripts/guest-tools.sh
 cat > "$W/run.sh" <<'SH'
 #!/bin/sh
 mount -t debugfs none /sys/kernel/debug 2>/dev/null

@@ -17,13 +17,7 @@ MIB=${1:-256}
 ROUNDS=${2:-11}
 shift $(( $# > 2 ? 2 : $# ))
 KERNELS=${*:-6.12 newest}
-env -u CARGO_TARGET_DIR RUSTFLAGS="-C target-feature=+crt-static" CARGO_PROFILE_RELEASE_DEBUG=false \
-    cargo build --release --locked --target x86_64-unknown-linux-gnu --target-dir target/guest \
-    -p tierd-workload >&2
-BIN=target/guest/x86_64-unknown-linux-gnu/release/tierd-workload
-cargo build --release --locked -p tierd-vm >&2
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
+. scripts/guest-tools.sh
 echo "host: $(uname -r), $(nproc) CPUs"
 "$BIN" pte-cost --mib "$MIB" --rounds "$ROUNDS" | tail -1
 cat > "$W/run.sh" <<SH
