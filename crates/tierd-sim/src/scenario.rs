@@ -378,6 +378,24 @@ pub struct ProcessToml {
     /// is one operation, as a pointer chase).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op: Option<OpToml>,
+    /// How many copies of this process run, each a process of its own: its own address
+    /// space, page tables and NUMA-balancing scan (with its own runtime throttle), with the
+    /// threads and regions written here (SPEC CPU rate's copies of one benchmark, seed D's
+    /// 64 omnetpp). They keep the process's name, so the report (`process`, `hot`,
+    /// `regions`), events and a configuration's `skip` take every copy; another process's
+    /// stream may not name a class of a copied process (which copy would it be?).
+    /// `--scale` shrinks the number of copies instead of their threads and sizes. Default
+    /// 1; written back only when not 1.
+    #[serde(default = "one_copy", skip_serializing_if = "is_one_copy")]
+    pub copies: u32,
+}
+
+fn one_copy() -> u32 {
+    1
+}
+
+fn is_one_copy(n: &u32) -> bool {
+    *n == 1
 }
 
 /// One operation of a process: `accesses` memory accesses (spread over its streams), plus
@@ -1310,6 +1328,13 @@ impl Scenario {
                     format!("shares add up to {total}, not 1"),
                 ));
             }
+            if !(1..=4096).contains(&p.copies) {
+                return Err(err(
+                    format!("process[{pi}].copies"),
+                    &p.name,
+                    format!("{} is not in 1..=4096", p.copies),
+                ));
+            }
             for (ai, a) in p.access.iter().enumerate() {
                 let full = if a.class.matches('.').count() >= 2
                     || (a.class.contains('.')
@@ -1324,6 +1349,20 @@ impl Scenario {
                         format!("process[{pi}].access[{ai}].class"),
                         &a.class,
                         format!("no class {:?}; known: {}", a.class, classes.join(", ")),
+                    ));
+                }
+                let owner = self
+                    .process
+                    .iter()
+                    .find(|q| full.starts_with(&format!("{}.", q.name)));
+                if let Some(q) = owner.filter(|q| q.name != p.name && q.copies > 1) {
+                    return Err(err(
+                        format!("process[{pi}].access[{ai}].class"),
+                        &a.class,
+                        format!(
+                            "{:?} has {} copies: a stream of another process cannot name one",
+                            q.name, q.copies
+                        ),
                     ));
                 }
             }
@@ -1565,6 +1604,15 @@ impl Scenario {
         }
         s.machine.reclaim.scale = Some(s.machine.reclaim.scale.unwrap_or(1.0) * scale);
         for p in &mut s.process {
+            if p.copies > 1 {
+                // Fewer copies, each whole: a copy's heap and threads are what the program
+                // needs. At least one.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                {
+                    p.copies = ((f64::from(p.copies) * scale).round() as u32).max(1);
+                }
+                continue;
+            }
             for t in &mut p.threads {
                 // Thread counts round to at least one.
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]

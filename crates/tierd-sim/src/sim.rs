@@ -335,7 +335,7 @@ impl World {
             lat,
             mem,
             procs: Vec::new(),
-            proc_specs: sc.process.clone(),
+            proc_specs: expand_copies(&sc.process),
             cgroups,
             memcg: Memcgs {
                 low: lows,
@@ -347,7 +347,7 @@ impl World {
             fast_node,
             next_vpn: BTreeMap::new(),
         };
-        for (i, p) in sc.process.iter().enumerate() {
+        for (i, p) in w.proc_specs.clone().iter().enumerate() {
             let cgroup = p
                 .cgroup
                 .as_ref()
@@ -385,8 +385,8 @@ impl World {
                 }),
             });
         }
-        for i in 0..sc.process.len() {
-            if sc.process[i].start_s <= 0.0 {
+        for i in 0..w.proc_specs.len() {
+            if w.proc_specs[i].start_s <= 0.0 {
                 w.start_process(i, None)?;
             }
         }
@@ -402,14 +402,26 @@ impl World {
             .map(|i| ClassId(i as u16))
     }
 
+    /// The class named `name` among the regions of address space `space`: a process's own
+    /// class, whichever of several copies of the process it is (`copies`).
+    fn class_in_space(&self, name: &str, space: SpaceId) -> Option<ClassId> {
+        let regions = self.mem.regions();
+        self.mem
+            .classes()
+            .iter()
+            .position(|c| c.name == name && regions[c.region.0 as usize].space == space)
+            .map(|i| ClassId(i as u16))
+    }
+
     /// Class `c` and, if its region is partly THP, the same class of the base-page part.
     fn class_group(&self, c: ClassId) -> Vec<ClassId> {
         let class = self.mem.class(c);
         let region = &self.mem.regions()[class.region.0 as usize].name;
         let rest = class.name.strip_prefix(region.as_str()).unwrap_or("");
         let twin = format!("{}{rest}", twin_name(region));
+        let space = self.mem.regions()[class.region.0 as usize].space;
         let mut out = vec![c];
-        out.extend(self.class_by_name(&twin));
+        out.extend(self.class_in_space(&twin, space));
         out
     }
 
@@ -420,8 +432,13 @@ impl World {
     }
 
     fn resolve_report(&mut self) {
-        if let Some(c) = self.class_by_name(&self.scenario.report.hot) {
-            self.hot_classes = self.class_group(c);
+        // Every class of that name: one per copy of a process with `copies`.
+        let hot: Vec<ClassId> = (0..self.mem.classes().len())
+            .filter(|&i| self.mem.classes()[i].name == self.scenario.report.hot)
+            .map(|i| ClassId(i as u16))
+            .collect();
+        if !hot.is_empty() {
+            self.hot_classes = hot.into_iter().flat_map(|c| self.class_group(c)).collect();
         }
         self.report_regions = self
             .mem
@@ -618,7 +635,7 @@ impl World {
         for a in &spec.access {
             let own = format!("{}.{}", spec.name, a.class);
             if let Some(c) = self
-                .class_by_name(&own)
+                .class_in_space(&own, space)
                 .or_else(|| self.class_by_name(&a.class))
             {
                 // A region partly in THP is two regions (see `thp_parts`): the stream goes to
@@ -912,7 +929,11 @@ impl World {
             }
         }
         for name in &c.skip {
-            if let Some(pi) = w.procs.iter().position(|p| &p.name == name) {
+            // Every copy of the process (`copies`) has its name.
+            let copies: Vec<usize> = (0..w.procs.len())
+                .filter(|&i| &w.procs[i].name == name)
+                .collect();
+            for pi in copies {
                 w.procs[pi].running = false;
                 w.procs[pi].streams.clear();
                 for r in w.procs[pi].regions.clone() {
@@ -953,8 +974,8 @@ impl World {
             .collect();
         events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let mut next_event = 0;
-        let mut started: Vec<bool> = sc
-            .process
+        let mut started: Vec<bool> = w
+            .proc_specs
             .iter()
             .map(|p| p.start_s <= 0.0 || c.skip.contains(&p.name))
             .collect();
@@ -980,9 +1001,9 @@ impl World {
             let now = step * dt;
             let t_s = now as f64 / 1e9;
             // Process starts and events due in this step.
-            for (pi, p) in sc.process.iter().enumerate() {
-                if !started[pi] && p.start_s <= t_s {
-                    started[pi] = true;
+            for (pi, done) in started.iter_mut().enumerate() {
+                if !*done && w.proc_specs[pi].start_s <= t_s {
+                    *done = true;
                     let load = Load::compute(&w.procs, &w.mem, &w.lat, &tax);
                     w.start_process(pi, Some((&load, &mut rng, &mut acct)))?;
                 }
@@ -993,25 +1014,28 @@ impl World {
                 if c.skip.contains(&e.process) {
                     continue;
                 }
-                let Some(pi) = w.procs.iter().position(|p| p.name == e.process) else {
-                    continue;
-                };
-                match e.action {
-                    EventAction::Pause => w.procs[pi].running = false,
-                    EventAction::Resume => w.procs[pi].running = true,
-                    EventAction::Exit => {
-                        w.procs[pi].running = false;
-                        for r in w.procs[pi].regions.clone() {
-                            w.mem.unmap_region(r);
-                        }
-                    }
-                    EventAction::Migratepages => {
-                        if let Some(to) = e.to {
+                // Every copy of the process (`copies`) has its name.
+                let copies: Vec<usize> = (0..w.procs.len())
+                    .filter(|&i| w.procs[i].name == e.process)
+                    .collect();
+                for pi in copies {
+                    match e.action {
+                        EventAction::Pause => w.procs[pi].running = false,
+                        EventAction::Resume => w.procs[pi].running = true,
+                        EventAction::Exit => {
+                            w.procs[pi].running = false;
                             for r in w.procs[pi].regions.clone() {
-                                let reg = w.mem.regions()[r.0 as usize].clone();
-                                for u in reg.first_unit..reg.first_unit + reg.units {
-                                    // Pages that do not fit stay where they are, as with migratepages(8).
-                                    let _ = w.mem.migrate(crate::memory::UnitId(u), NodeId(to));
+                                w.mem.unmap_region(r);
+                            }
+                        }
+                        EventAction::Migratepages => {
+                            if let Some(to) = e.to {
+                                for r in w.procs[pi].regions.clone() {
+                                    let reg = w.mem.regions()[r.0 as usize].clone();
+                                    for u in reg.first_unit..reg.first_unit + reg.units {
+                                        // Pages that do not fit stay where they are, as with migratepages(8).
+                                        let _ = w.mem.migrate(crate::memory::UnitId(u), NodeId(to));
+                                    }
                                 }
                             }
                         }
@@ -1233,14 +1257,29 @@ pub fn high_delay_ns(usage: u64, high: u64, nr_pages: u64) -> f64 {
     }
 }
 
+/// The processes of a scenario with every `copies = N` process written out as N processes of
+/// the same name (each then gets its own address space, regions and scan at build).
+fn expand_copies(procs: &[ProcessToml]) -> Vec<ProcessToml> {
+    procs
+        .iter()
+        .flat_map(|p| {
+            let mut one = p.clone();
+            one.copies = 1;
+            std::iter::repeat_n(one, p.copies.max(1) as usize)
+        })
+        .collect()
+}
+
 /// The scenario's THP share over all its regions' bytes, in words: `never`, `always`, or
 /// e.g. `37 % of bytes`.
 #[must_use]
 pub fn thp_label(sc: &Scenario) -> String {
     let (mut huge, mut all) = (0.0, 0.0);
-    for r in sc.process.iter().flat_map(|p| &p.region) {
-        huge += r.thp_share() * r.size_gib;
-        all += r.size_gib;
+    for p in &sc.process {
+        for r in &p.region {
+            huge += r.thp_share() * r.size_gib * f64::from(p.copies);
+            all += r.size_gib * f64::from(p.copies);
+        }
     }
     if huge <= 0.0 {
         "never".into()

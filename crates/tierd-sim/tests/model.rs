@@ -398,3 +398,84 @@ fn private_threads_pay_no_contention() {
     // Written back only where set: B's file has no such key.
     assert!(!toml::to_string(&sc).unwrap().contains("private_threads"));
 }
+
+/// `copies`: N copies of a process are N processes (SPEC rate's copies, seed D's omnetpp),
+/// each with its own heap and its own NUMA-balancing scan. A process scans at most
+/// `MAX_SCAN_WINDOW` (2,560 MB/s, kernel/sched/fair.c `task_scan_min()`), so one process's
+/// scan over one 8 GiB heap arms it in over 3 s; eight copies of 1 GiB each scan their own,
+/// and NUMA balancing promotes their 8 GiB sooner. Every copy's heap is its own (the
+/// report's hot class covers all eight, and all eight get promoted).
+#[test]
+fn copies_are_processes_of_their_own() {
+    let text = |procs: &str| {
+        format!(
+            r#"
+name = "copies"
+description = "copies against one process"
+seed = 1
+duration_s = 12
+step_ms = 10
+sample_ms = 500
+
+[machine]
+distance = [[10, 20], [20, 10]]
+node = [
+  {{ id = 0, cpus = 8, capacity_gib = 16, latency_ns = {{ "0" = 100 }}, bandwidth_gbps = 100 }},
+  {{ id = 1, cpus = 0, capacity_gib = 16, latency_ns = {{ "0" = 300 }}, bandwidth_gbps = 50 }},
+]
+
+[[process]]
+name = "p"
+{procs}
+access = [{{ class = "heap", share = 1.0 }}]
+
+[report]
+hot = "p.heap"
+regions = ["p.heap"]
+fast_node = 0
+
+[[config]]
+id = "N2"
+label = "NUMAB2"
+mechanism = "numab"
+numab = {{ mode = 2 }}
+"#
+        )
+    };
+    let copies = text(
+        "copies = 8\nthreads = [{ node = 0, count = 1 }]\nregion = [{ name = \"heap\", size_gib = 1, place = 1 }]",
+    );
+    let one = text(
+        "threads = [{ node = 0, count = 8 }]\nprivate_threads = true\nregion = [{ name = \"heap\", size_gib = 8, place = 1 }]",
+    );
+    let parse = |t: &str| Scenario::parse(t, std::path::Path::new("copies.toml")).unwrap();
+    let (copies, one) = (parse(&copies), parse(&one));
+    let t90 = |sc: &Scenario| {
+        let r = compare(sc, 1.0, &[], |_, _, _| {}).unwrap();
+        let c = &r.configs[0];
+        assert!(c.hot_on_fast > 0.9, "{}: {}", sc.name, c.hot_on_fast);
+        c.time_to_hot
+            .get("90")
+            .copied()
+            .flatten()
+            .expect("reaches 90 %")
+    };
+    let (t_copies, t_one) = (t90(&copies), t90(&one));
+    assert!(
+        t_copies * 1.5 < t_one,
+        "t90 {t_copies} s with eight scans, {t_one} s with one"
+    );
+    // --scale shrinks the number of copies, not a copy; one copy is not written back.
+    let half = copies.scaled(0.5);
+    assert_eq!(half.process[0].copies, 4);
+    assert!((half.process[0].region[0].size_gib - 1.0).abs() < 1e-12);
+    assert!(!toml::to_string(&one).unwrap().contains("copies ="));
+    // Another process's stream cannot name a copied process's class.
+    let cross = copies.clone();
+    let mut t = toml::to_string(&cross).unwrap();
+    t.push_str(
+        "\n[[process]]\nname = \"q\"\nthreads = [{ node = 0, count = 1 }]\nregion = [{ name = \"own\", size_gib = 0.1 }]\naccess = [{ class = \"p.heap\", share = 1.0 }]\n",
+    );
+    let e = Scenario::parse(&t, std::path::Path::new("cross.toml")).unwrap_err();
+    assert!(e.to_string().contains("copies"), "{e}");
+}
