@@ -26,6 +26,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tierd_vm::initramfs::DEFAULT_BUSYBOX;
 use tierd_vm::{Guest, GuestSpec, Initramfs};
+use tierd_workload::report::median;
 
 use crate::experiment::tierd_damon_config;
 use crate::mechanism::{DamonTieringParams, DamosParams, Mechanism};
@@ -278,20 +279,6 @@ fn kv(rest: &str) -> impl Iterator<Item = (&str, &str)> {
 
 fn get<T: std::str::FromStr>(rest: &str, key: &str) -> Option<T> {
     kv(rest).find(|(k, _)| *k == key)?.1.parse().ok()
-}
-
-/// The median of `v` (None when empty).
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    Some(if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        f64::midpoint(v[m - 1], v[m])
-    })
 }
 
 impl ScaleReport {

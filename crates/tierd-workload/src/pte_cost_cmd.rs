@@ -18,6 +18,7 @@
 
 use anyhow::{ensure, Context, Result};
 use tierd_linux::sys::{self, AnonMapping};
+use tierd_workload::report::median;
 
 /// The arguments of `pte-cost`.
 #[derive(clap::Args, Debug)]
@@ -28,20 +29,6 @@ pub struct PteCostArgs {
     /// Round trips to time.
     #[arg(long, default_value_t = 11)]
     rounds: u32,
-}
-
-/// The median of `v` (sorted in place; 0 for none).
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// Runs `pte-cost` and prints its lines.
@@ -84,20 +71,8 @@ pub fn run(a: &PteCostArgs) -> Result<()> {
         "pte-cost pages={pages} rounds={} none_ns_median={:.1} none_ns_min={none_min:.1} \
          restore_ns_median={:.1} restore_ns_min={restore_min:.1}",
         a.rounds,
-        median(&mut none),
-        median(&mut restore),
+        median(none).unwrap_or(0.0),
+        median(restore).unwrap_or(0.0),
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn median_of_odd_and_even_counts() {
-        assert!((median(&mut [3.0, 1.0, 2.0]) - 2.0).abs() < f64::EPSILON);
-        assert!((median(&mut [4.0, 1.0, 3.0, 2.0]) - 2.5).abs() < f64::EPSILON);
-        assert!(median(&mut []).abs() < f64::EPSILON);
-    }
 }

@@ -768,8 +768,32 @@ impl fmt::Display for MoveLine {
     }
 }
 
+/// The median of repeated figures a harness reads from these lines (`pte-cost` rounds, `tierd
+/// lab scale`'s moves); `None` when there are none. An even count takes the mean of the middle
+/// two.
+#[must_use]
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        f64::midpoint(v[m - 1], v[m])
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(Vec::new()), None);
+    }
+
     use super::*;
 
     /// ENOENT, the status of a page that is not present.
