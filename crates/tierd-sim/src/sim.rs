@@ -402,6 +402,14 @@ impl World {
             .map(|i| ClassId(i as u16))
     }
 
+    /// The indexes of the processes named `name`: one, or every copy of a process with
+    /// `copies` (they keep its name), so that events and `skip` take them all.
+    fn procs_named(&self, name: &str) -> Vec<usize> {
+        (0..self.procs.len())
+            .filter(|&i| self.procs[i].name == name)
+            .collect()
+    }
+
     /// The class named `name` among the regions of address space `space`: a process's own
     /// class, whichever of several copies of the process it is (`copies`).
     fn class_in_space(&self, name: &str, space: SpaceId) -> Option<ClassId> {
@@ -929,11 +937,7 @@ impl World {
             }
         }
         for name in &c.skip {
-            // Every copy of the process (`copies`) has its name.
-            let copies: Vec<usize> = (0..w.procs.len())
-                .filter(|&i| &w.procs[i].name == name)
-                .collect();
-            for pi in copies {
+            for pi in w.procs_named(name) {
                 w.procs[pi].running = false;
                 w.procs[pi].streams.clear();
                 for r in w.procs[pi].regions.clone() {
@@ -1014,11 +1018,7 @@ impl World {
                 if c.skip.contains(&e.process) {
                     continue;
                 }
-                // Every copy of the process (`copies`) has its name.
-                let copies: Vec<usize> = (0..w.procs.len())
-                    .filter(|&i| w.procs[i].name == e.process)
-                    .collect();
-                for pi in copies {
+                for pi in w.procs_named(&e.process) {
                     match e.action {
                         EventAction::Pause => w.procs[pi].running = false,
                         EventAction::Resume => w.procs[pi].running = true,
