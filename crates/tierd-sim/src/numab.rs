@@ -286,8 +286,9 @@ pub struct NumabParams {
     pub memcg_tiering: bool,
     /// How long a hint fault keeps the faulting thread from its next access, as a multiple
     /// of the cost the model charges for it ([`hint_fault_cost_ns`]); the process's threads
-    /// share the work (the migration a fault makes: `migrate_time_scale`). The kernel takes the fault, and in NUMA balancing
-    /// the migration, on the thread that touched the page (mm/memory.c `do_numa_page()`), so
+    /// share the work (the migration a fault makes: `migrate_time_scale`). The kernel takes
+    /// the fault, and in NUMA balancing the migration, on the thread that touched the page
+    /// (mm/memory.c `do_numa_page()`), so
     /// 1, the default, is the hardware: a thread in a fault touches nothing else. With it, a
     /// pass that arms many pages a thread touches makes a fault storm: the thread takes the
     /// faults one after another, and those late in the storm come more than the hot

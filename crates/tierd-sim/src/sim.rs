@@ -1033,7 +1033,8 @@ impl World {
                                 for r in w.procs[pi].regions.clone() {
                                     let reg = w.mem.regions()[r.0 as usize].clone();
                                     for u in reg.first_unit..reg.first_unit + reg.units {
-                                        // Pages that do not fit stay where they are, as with migratepages(8).
+                                        // Pages that do not fit stay where they are, as
+                                        // with migratepages(8).
                                         let _ = w.mem.migrate(crate::memory::UnitId(u), NodeId(to));
                                     }
                                 }
