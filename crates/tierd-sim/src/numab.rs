@@ -104,7 +104,7 @@
 //! as continuous.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 use rand::Rng;
 use rand_distr::Exp1;
@@ -569,6 +569,9 @@ const WAITING_HEAD: u32 = 1 << 31;
 /// log2 of the width in ns of a [`FaultQueue`] bucket (~8 ms).
 const FAULT_BUCKET_SHIFT: u32 = 23;
 
+/// The most buckets [`FaultQueue`]'s ring spans (~137 s); later ones wait in an ordered map.
+const FAULT_RING_BUCKETS: u64 = 1 << 14;
+
 /// Queued faults read ahead at a time: the scattered per-unit entries of the next this many
 /// are read in one go, so that their cache misses overlap ([`Scanner::warm_faults`]).
 const FAULT_WARM_BLOCK: usize = 32;
@@ -590,8 +593,17 @@ struct FaultQueue {
     near: BinaryHeap<Reverse<QueuedFault>>,
     /// End (exclusive) of the time `sorted` and `near` cover; a multiple of the bucket width.
     near_end: u64,
-    /// Entries at or after `near_end`, by bucket (time >> `FAULT_BUCKET_SHIFT`).
-    far: BTreeMap<u64, Vec<QueuedFault>>,
+    /// Entries at or after `near_end`, by bucket (time >> `FAULT_BUCKET_SHIFT`): `far[i]`
+    /// holds bucket `far_base + i`, empty ones included. A ring indexed by bucket rather
+    /// than an ordered map: a push is one index, not a tree search (every armed page pushes
+    /// its fault, hundreds of millions in C's churning rows), and faults wait at most the
+    /// scan's horizon, so the ring spans seconds of ~8 ms buckets.
+    far: VecDeque<Vec<QueuedFault>>,
+    /// The bucket `far[0]` holds.
+    far_base: u64,
+    /// Buckets pushed [`FAULT_RING_BUCKETS`] or more past `far_base` (a horizon of minutes,
+    /// from a large `hot_threshold_ms`), so that the ring never grows past that many.
+    beyond: BTreeMap<u64, Vec<QueuedFault>>,
     /// Emptied bucket vectors, reused.
     spare: Vec<Vec<QueuedFault>>,
     /// Entries in all.
@@ -608,11 +620,22 @@ impl FaultQueue {
         if e.0 < self.near_end {
             self.near.push(Reverse(e));
         } else {
-            let spare = &mut self.spare;
-            self.far
-                .entry(e.0 >> FAULT_BUCKET_SHIFT)
-                .or_insert_with(|| spare.pop().unwrap_or_default())
-                .push(e);
+            // At or after `near_end`, so at or after `far_base` (see `refill`).
+            let bucket = e.0 >> FAULT_BUCKET_SHIFT;
+            let i = bucket - self.far_base;
+            if i >= FAULT_RING_BUCKETS {
+                self.beyond.entry(bucket).or_default().push(e);
+                return;
+            }
+            let i = i as usize;
+            while self.far.len() <= i {
+                self.far.push_back(Vec::new());
+            }
+            let b = &mut self.far[i];
+            if b.capacity() == 0 {
+                *b = self.spare.pop().unwrap_or_default();
+            }
+            b.push(e);
         }
     }
 
@@ -621,12 +644,35 @@ impl FaultQueue {
         if !self.sorted.is_empty() || !self.near.is_empty() {
             return;
         }
-        if let Some((b, v)) = self.far.pop_first() {
+        loop {
+            if self.far.is_empty() {
+                // Nothing within the ring: go on from the first bucket beyond it, if any.
+                match self.beyond.first_key_value() {
+                    Some((&b, _)) => self.far_base = self.far_base.max(b),
+                    None => return,
+                }
+            }
+            let mut v = self.far.pop_front().unwrap_or_default();
+            let b = self.far_base;
+            self.far_base += 1;
+            if !self.beyond.is_empty() {
+                // Pushed beyond the ring while the ring started earlier.
+                if let Some(mut o) = self.beyond.remove(&b) {
+                    v.append(&mut o);
+                }
+            }
+            if v.is_empty() {
+                if v.capacity() > 0 {
+                    self.spare.push(v);
+                }
+                continue;
+            }
             self.near_end = (b + 1) << FAULT_BUCKET_SHIFT;
             let empty = std::mem::replace(&mut self.sorted, v);
             self.spare.push(empty);
             self.sorted.sort_unstable_by(|x, y| y.cmp(x));
             self.warm_mark = self.sorted.len();
+            return;
         }
     }
 
@@ -1990,16 +2036,18 @@ mod tests {
         /// pops and read-aheads; and a read-ahead only names entries still queued.
         #[test]
         fn the_fault_queue_pops_what_a_heap_pops(
-            ops in proptest::collection::vec((0u8..4, 0u64..(40 << FAULT_BUCKET_SHIFT), 0u32..64), 0..600),
+            ops in proptest::collection::vec((0u8..5, 0u64..(40 << FAULT_BUCKET_SHIFT), 0u32..64), 0..600),
         ) {
             let mut q = FaultQueue::default();
             let mut heap: BinaryHeap<Reverse<QueuedFault>> = BinaryHeap::new();
             let mut now = 0u64;
             for (op, dt, unit) in ops {
                 match op {
-                    0 | 1 => {
-                        // Faults are queued at or after the time reached.
-                        let e = (now + dt / (1 + u64::from(op) * 64), unit, unit / 2);
+                    0 | 1 | 4 => {
+                        // Faults are queued at or after the time reached; op 4 up to 40 k
+                        // buckets ahead, past the ring's span.
+                        let ahead = if op == 4 { dt * 1024 } else { dt / (1 + u64::from(op) * 64) };
+                        let e = (now + ahead, unit, unit / 2);
                         q.push(e);
                         heap.push(Reverse(e));
                     }
