@@ -1054,6 +1054,24 @@ impl Engine {
             } else if !pressure {
                 continue;
             }
+            // Every page the pass places takes its bytes from the room of one of the lower
+            // tiers' nodes, so it can place no more than their room in all: asking for more
+            // ranked a head of millions of candidates every tick that no page could leave by
+            // (D: a full CXL node, the whole of a 1.7 GB need asked for at each 100 ms tick,
+            // a few MB placed). The pages placed are the same: once the placed bytes reach
+            // the room below, no node has room left for another page, and the loop below would
+            // only have gone on counting the later candidates it skips for their policy or an
+            // overlap.
+            let room_below: i128 = self
+                .topo
+                .lower_tier_mask(node)
+                .iter()
+                .map(|n| free.get(&n).copied().unwrap_or(0).max(0))
+                .sum();
+            need = need.min(room_below);
+            if need <= 0 {
+                continue;
+            }
             // Coldest first, cgroups above their fast-tier share before the others: the
             // candidates in the order (not over share, last access, page), which is total.
             // Only the first few that can cover `need` are wanted: twice the base pages it
