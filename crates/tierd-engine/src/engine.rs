@@ -1055,10 +1055,10 @@ impl Engine {
                 continue;
             }
             // Every page the pass places takes its bytes from the room of one of the lower
-            // tiers' nodes, so it can place no more than their room in all: asking for more
-            // ranked a head of millions of candidates every tick that no page could leave by
-            // (D: a full CXL node, the whole of a 1.7 GB need asked for at each 100 ms tick,
-            // a few MB placed). The pages placed are the same: once the placed bytes reach
+            // tiers' nodes, so it can place no more than their room in all. Asking for more
+            // made the pass rank a head of millions of candidates every tick for pages that
+            // had nowhere to go (D: a full CXL node, the whole of a 1.7 GB need asked for at
+            // each 100 ms tick, a few MB placed). The pages placed are the same: once the placed bytes reach
             // the room below, no node has room left for another page, and the loop below would
             // only have gone on counting the later candidates it skips for their policy or an
             // overlap.
