@@ -1225,6 +1225,46 @@ fn promotion_stops_at_the_high_watermark_and_room_is_made_from_idle_pages_only()
     assert!(planned(&plan, MigrationKind::Demote) > 0);
 }
 
+/// The room-making walk passes over a chunk whose pages were all seen within the ping-pong
+/// window, and reads it again once they are older: the pass finds the one idle page among
+/// chunks of recent ones, and a later pass finds the pages that have gone idle since.
+#[test]
+fn room_is_made_from_idle_pages_among_chunks_of_recent_ones() {
+    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+    let cap = Bytes::gib(1).0;
+    let cfg = EngineConfig {
+        pingpong_window_ms: 10_000,
+        ..kcfg()
+    };
+    let mut e = Engine::new(cfg, topo.clone()).unwrap();
+    // Chunk 0 (vpns 0..512): all seen at 25 s. Chunk 1 (512..1024): seen at 25 s but 700,
+    // seen at 0 ms. Chunk 2 (1024..1536): seen at 25 s.
+    let mut v: Vec<Observation> = (0..1536)
+        .filter(|&i| i != 700)
+        .map(|i| obs(3, i, N0, Some(N0), 25_000))
+        .collect();
+    v.push(obs(3, 700, N0, Some(N0), 0));
+    e.observe(&v);
+    let high = cap * 50 / 1000;
+    let u = usage(&topo, Bytes(high + 10 * 4096));
+    heat(&mut e, 1, 0..50, N1, 29_900);
+    e.tick(Nanos::from_millis(30_000), &u);
+    // Room for 40 refused pages: only vpn 700 is idle for the 10 s window.
+    let plan = e.tick(Nanos::from_millis(30_100), &u);
+    assert_eq!(
+        planned_vpns(&plan, MigrationKind::Demote),
+        std::collections::BTreeSet::from([700])
+    );
+    // 20 s later the pages seen at 25 s are idle too: the chunks passed over are read again
+    // (nothing was applied, so 700 is still there, the coldest).
+    heat(&mut e, 2, 0..50, N1, 45_000);
+    e.tick(Nanos::from_millis(45_100), &u);
+    let plan = e.tick(Nanos::from_millis(46_200), &u);
+    let demoted = planned_vpns(&plan, MigrationKind::Demote);
+    assert!(demoted.contains(&700), "{demoted:?}");
+    assert!(demoted.iter().any(|&v| v < 512), "{demoted:?}");
+}
+
 #[test]
 fn no_room_is_made_on_no_evidence_when_sources_cannot_see_the_fast_tier() {
     let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
