@@ -65,6 +65,25 @@ fn bit(i: usize) -> (usize, u64) {
     (i / 64, 1 << (i % 64))
 }
 
+/// The positions of the set bits of `word`, lowest first.
+fn set_bits(mut word: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (word != 0).then(|| {
+            let b = word.trailing_zeros() as usize;
+            word &= word - 1;
+            b
+        })
+    })
+}
+
+/// The key of the page at `off` in chunk `ck`.
+fn chunk_key(ck: ChunkKey, off: usize) -> PageKey {
+    PageKey {
+        space: ck.space,
+        vpn: Vpn((ck.index << CHUNK_SHIFT) | off as u64),
+    }
+}
+
 /// A map from [`PageKey`] to `V` (see the module docs).
 #[derive(Clone, Debug)]
 pub(crate) struct PageMap<V: Copy> {
@@ -245,18 +264,11 @@ impl<V: Copy> PageMap<V> {
         };
         let s = slot_idx(slot);
         for w in s * WORDS..(s + 1) * WORDS {
-            let mut word = std::mem::take(&mut self.bits[w]);
-            while word != 0 {
-                let b = word.trailing_zeros() as usize;
-                word &= word - 1;
+            for b in set_bits(std::mem::take(&mut self.bits[w])) {
                 let i = w * 64 + b;
                 if let Some(v) = self.vals[i].take() {
                     self.len -= 1;
-                    let key = PageKey {
-                        space: ck.space,
-                        vpn: Vpn((ck.index << CHUNK_SHIFT) | (i - s * CHUNK_PAGES) as u64),
-                    };
-                    f(key, v);
+                    f(chunk_key(ck, i - s * CHUNK_PAGES), v);
                 }
             }
         }
@@ -320,18 +332,10 @@ impl<V: Copy> PageMap<V> {
             // Only the entries present: the bitmap says where they are, so a sparse chunk
             // costs a few cache lines, not the whole 512 entries.
             for w in s * WORDS..(s + 1) * WORDS {
-                let mut word = self.bits[w];
-                while word != 0 {
-                    let b = word.trailing_zeros() as usize;
-                    word &= word - 1;
+                for b in set_bits(self.bits[w]) {
                     let i = w * 64 + b;
-                    let off = i - s * CHUNK_PAGES;
                     let Some(x) = &mut self.vals[i] else { continue };
-                    let key = PageKey {
-                        space: ck.space,
-                        vpn: Vpn((ck.index << CHUNK_SHIFT) | off as u64),
-                    };
-                    if !f(key, x) {
+                    if !f(chunk_key(ck, i - s * CHUNK_PAGES), x) {
                         self.vals[i] = None;
                         self.bits[w] &= !(1u64 << b);
                         removed += 1;
@@ -412,10 +416,7 @@ pub(crate) struct ChunkMut<'a, V> {
 impl<V> ChunkMut<'_, V> {
     /// The first key the chunk can hold: every entry's key is at or above it.
     pub(crate) fn first(&self) -> PageKey {
-        PageKey {
-            space: self.key.space,
-            vpn: Vpn(self.key.index << CHUNK_SHIFT),
-        }
+        chunk_key(self.key, 0)
     }
 
     /// The chunk's entries, in address order.
@@ -434,26 +435,12 @@ fn chunk_entries<'a, V>(
     vals: &'a [Option<V>],
     bits: &'a [u64],
 ) -> impl Iterator<Item = (PageKey, &'a V)> + 'a {
-    bits.iter().enumerate().flat_map(move |(w, &word)| {
-        let mut word = word;
-        std::iter::from_fn(move || {
-            while word != 0 {
-                let b = word.trailing_zeros() as usize;
-                word &= word - 1;
-                let off = w * 64 + b;
-                // A set bit means the entry is present (the map's invariant); an absent one
-                // is skipped rather than trusted.
-                if let Some(v) = vals.get(off).and_then(Option::as_ref) {
-                    let key = PageKey {
-                        space: ck.space,
-                        vpn: Vpn((ck.index << CHUNK_SHIFT) | off as u64),
-                    };
-                    return Some((key, v));
-                }
-            }
-            None
-        })
-    })
+    bits.iter()
+        .enumerate()
+        .flat_map(|(w, &word)| set_bits(word).map(move |b| w * 64 + b))
+        // A set bit means the entry is present (the map's invariant); an absent one is
+        // skipped rather than trusted.
+        .filter_map(move |off| Some((chunk_key(ck, off), vals.get(off)?.as_ref()?)))
 }
 
 /// One map keyed by folio: base pages in a [`PageMap`], 2 MiB folios in a second
