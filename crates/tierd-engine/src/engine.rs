@@ -394,18 +394,26 @@ impl DemotionFilter {
         (kept, cut)
     }
 
-    /// The latest last access a page the pass admits can have, when the pass admits only
-    /// pages idle for some time (`admits`: idle is `now - last access`, 0 for an access after
+    /// How long a page must have gone unseen for the pass to take it: `idle_after` in the
+    /// idle pass, nothing below the low watermark (anything cold goes), else (making room
+    /// for refused promotions) the ping-pong window, so that a page is not demoted to come
+    /// straight back.
+    fn min_idle(&self) -> Option<Nanos> {
+        if self.idle_pass {
+            Some(self.idle_after)
+        } else if self.below_low {
+            None
+        } else {
+            Some(self.idle_for)
+        }
+    }
+
+    /// The latest last access a page the pass admits can have, when [`Self::min_idle`] asks
+    /// for some idleness (`admits`: idle is `now - last access`, 0 for an access after
     /// `now`); below 0 when it admits none. `None`: no bound.
     fn latest_admitted(&self) -> Option<i128> {
-        let idle = if self.idle_pass {
-            self.idle_after
-        } else if self.below_low {
-            return None;
-        } else {
-            self.idle_for
-        };
-        (idle.0 > 0).then(|| i128::from(self.now.0) - i128::from(idle.0))
+        let idle = self.min_idle().filter(|i| i.0 > 0)?;
+        Some(i128::from(self.now.0) - i128::from(idle.0))
     }
 
     /// Whether the pass may take `c` (the lookups change no state but the maps' caches).
@@ -418,18 +426,13 @@ impl DemotionFilter {
         if !backoff.is_empty() && backoff.get(c.2).is_some_and(|b| self.now < b.until) {
             return false;
         }
-        let idle = self.now.saturating_sub(c.1);
-        if self.idle_pass {
-            idle >= self.idle_after
-        } else if self.below_low {
-            true
-        } else {
-            // Room for hotter pages: only pages idle for longer than the ping-pong window,
-            // so that a page is not demoted to come straight back, and in relative mode only
-            // pages colder than the promotion threshold (Memtis demotes below its hot
-            // threshold).
-            idle >= self.idle_for && self.heat_threshold.is_none_or(|t| heat.bin(c.2) < t)
-        }
+        let Some(min_idle) = self.min_idle() else {
+            return true;
+        };
+        // Room for hotter pages, in relative mode: also only pages colder than the promotion
+        // threshold (Memtis demotes below its hot threshold).
+        self.now.saturating_sub(c.1) >= min_idle
+            && (self.idle_pass || self.heat_threshold.is_none_or(|t| heat.bin(c.2) < t))
     }
 }
 
@@ -1080,13 +1083,11 @@ impl Engine {
                 continue;
             }
             // Every page the pass places takes its bytes from the room of one of the lower
-            // tiers' nodes, so it can place no more than their room in all. Asking for more
-            // made the pass rank a head of millions of candidates every tick for pages that
-            // had nowhere to go (D: a full CXL node, the whole of a 1.7 GB need asked for at
-            // each 100 ms tick, a few MB placed). The pages placed are the same: once the placed bytes reach
-            // the room below, no node has room left for another page, and the loop below would
-            // only have gone on counting the later candidates it skips for their policy or an
-            // overlap.
+            // tiers' nodes, so it can place no more than their room in all; with a full slow
+            // tier, asking for more ranks a head of candidates that have nowhere to go. The
+            // pages placed are the same: once the placed bytes reach the room below, no node
+            // has room left for another page, and the loop below would only have gone on
+            // counting the later candidates it skips for their policy or an overlap.
             let room_below: i128 = self
                 .topo
                 .lower_tier_mask(node)
