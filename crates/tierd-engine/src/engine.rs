@@ -355,7 +355,7 @@ impl DemotionFilter {
             // accessed too recently: its bound is above the latest last access the pass
             // admits. Exact, as above. A pass making room finds none of the pages it just
             // promoted idle, and read them all, every second, entry by entry (D's tierd rows:
-            // 100-700 k entries a pass at 1/8, a fifth of the run, for no candidate).
+            // 100-700 k entries a pass at 1/8, for no candidate).
             if let (Some(latest), Some(low)) = (latest, chunk.low()) {
                 if i128::from(*low) > latest {
                     continue;

@@ -849,15 +849,25 @@ fn demotion_takes_from_cgroups_over_their_share_first() {
     assert!(pages.iter().all(|m| m.page.space == SpaceId(1)));
 }
 
-#[test]
-fn pingpong_is_counted_within_the_window_only() {
+/// A 1 GiB fast node over 4 GiB of slow memory, and an engine with a 10 s ping-pong window:
+/// the machine and engine of the window and room tests. Returns the fast node's capacity in
+/// bytes too.
+fn one_gib_fast_tier_with_a_10s_window() -> (Engine, Topology, u64) {
     let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
-    let cap = Bytes::gib(1).0;
     let cfg = EngineConfig {
         pingpong_window_ms: 10_000,
         ..kcfg()
     };
-    let mut e = Engine::new(cfg, topo.clone()).unwrap();
+    (
+        Engine::new(cfg, topo.clone()).unwrap(),
+        topo,
+        Bytes::gib(1).0,
+    )
+}
+
+#[test]
+fn pingpong_is_counted_within_the_window_only() {
+    let (mut e, topo, cap) = one_gib_fast_tier_with_a_10s_window();
     let roomy = usage(&topo, Bytes(cap / 2));
     let tight = usage(&topo, Bytes(cap / 100));
     // Promote 10 pages at t = 100 ms.
@@ -1183,13 +1193,7 @@ proptest! {
 
 #[test]
 fn promotion_stops_at_the_high_watermark_and_room_is_made_from_idle_pages_only() {
-    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
-    let cap = Bytes::gib(1).0;
-    let cfg = EngineConfig {
-        pingpong_window_ms: 10_000,
-        ..kcfg()
-    };
-    let mut e = Engine::new(cfg, topo.clone()).unwrap();
+    let (mut e, topo, cap) = one_gib_fast_tier_with_a_10s_window();
     // 300 fast pages: 0..100 last seen at 0 ms (idle), 100..300 at 25 s (recent).
     let mut v: Vec<Observation> = (0..100).map(|i| obs(3, i, N0, Some(N0), 0)).collect();
     v.extend((100..300).map(|i| obs(3, i, N0, Some(N0), 25_000)));
@@ -1230,13 +1234,7 @@ fn promotion_stops_at_the_high_watermark_and_room_is_made_from_idle_pages_only()
 /// chunks of recent ones, and a later pass finds the pages that have gone idle since.
 #[test]
 fn room_is_made_from_idle_pages_among_chunks_of_recent_ones() {
-    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
-    let cap = Bytes::gib(1).0;
-    let cfg = EngineConfig {
-        pingpong_window_ms: 10_000,
-        ..kcfg()
-    };
-    let mut e = Engine::new(cfg, topo.clone()).unwrap();
+    let (mut e, topo, cap) = one_gib_fast_tier_with_a_10s_window();
     // Chunk 0 (vpns 0..512): all seen at 25 s. Chunk 1 (512..1024): seen at 25 s but 700,
     // seen at 0 ms. Chunk 2 (1024..1536): seen at 25 s.
     let mut v: Vec<Observation> = (0..1536)
