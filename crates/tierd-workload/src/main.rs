@@ -144,7 +144,8 @@ enum Cmd {
         thp: ThpAdvice,
         /// Processes (each started as a copy of this binary), each with its own buffer of
         /// --total-mib/N and --hot-mib/N (in pages) on --node, process i pinned to
-        /// --cpus[i % len]; each prints its own lines, its ready line with `proc=<i> cpu=<c>`.
+        /// --cpus[i % len]; each prints its own lines, each with `proc=<i>` (the ready line
+        /// also `cpu=<c>`).
         /// SIGTERM to this process is passed on to them.
         #[arg(long, default_value_t = 1)]
         procs: usize,
@@ -846,19 +847,24 @@ fn chase_threads(
         policy: a.policy,
         policy_nodes: a.policy_nodes,
     });
-    match a.proc_index {
-        None => emit(&ready)?,
-        // A started process: `proc=<i> cpu=<c>` after the pid (`-`: not pinned). The line
-        // parser reads keys by name, so the extra keys keep it a valid ready line.
-        Some(i) => {
-            let cpu = pins.first().map_or_else(|| "-".to_string(), u32::to_string);
-            let line =
-                ready
-                    .to_string()
-                    .replacen(" addr=", &format!(" proc={i} cpu={cpu} addr="), 1);
-            emit(&line)?;
-        }
-    }
+    // A started process says which it is on every line, so that a reader of the processes'
+    // shared stdout can tell their lines apart: `proc=<i> cpu=<c>` after the pid of its ready
+    // line (`-`: not pinned), `proc=<i>` before the `t=` of its samples and done line. The
+    // line parser reads keys by name, so the extra keys keep them valid lines.
+    let emit_chase = |line: &ChaseLine| -> Result<()> {
+        let Some(i) = a.proc_index else {
+            return emit(line);
+        };
+        let (at, key) = match line {
+            ChaseLine::Ready(_) => {
+                let cpu = pins.first().map_or_else(|| "-".to_string(), u32::to_string);
+                (" addr=", format!(" proc={i} cpu={cpu} addr="))
+            }
+            ChaseLine::Sample(_) | ChaseLine::Done(_) => (" t=", format!(" proc={i} t=")),
+        };
+        emit(&line.to_string().replacen(at, &key, 1))
+    };
+    emit_chase(&ready)?;
     // A later start: the buffer is placed (and reported) now, touched only after the wait.
     let idle_until = Instant::now() + a.idle_first;
     while Instant::now() < idle_until && !terminated() {
@@ -929,7 +935,7 @@ fn chase_threads(
                     ns_per_step,
                     threads,
                 });
-                if let Err(e) = emit(&sample) {
+                if let Err(e) = emit_chase(&sample) {
                     break Err(e);
                 }
                 (last_t, last) = (now, counts);
@@ -961,7 +967,7 @@ fn chase_threads(
     let (hot, cold, per_thread) = where_(&mut mover)?;
     let steps = counts.iter().sum();
     let (steps_per_s, ns_per_step) = rate(steps, t);
-    emit(&ChaseLine::Done(ChaseDone {
+    emit_chase(&ChaseLine::Done(ChaseDone {
         t: t.as_secs_f64(),
         steps,
         hot,

@@ -19,6 +19,8 @@
 //! on nodes 0 .. 3, `other` pages on a higher node or not located (not present, error). Lines
 //! of the earlier format (`n0`, `n1`, `other` only, node 2 counted as `other`) still parse,
 //! with `n2 = n3 = 0`; so do chase lines without the `threads`/`cpus`/`policy` keys.
+//! With `--procs N` each started process adds `proc=<i>` to its lines (the ready line also
+//! `cpu=<c>`), so that their shared stdout can be told apart.
 //! Unknown keys are ignored by the parsers so that fields can be added; missing keys are an
 //! error. The [`std::fmt::Display`] impls are the writers, so a parsed line prints back the same.
 

@@ -61,7 +61,7 @@ fn procs_split_the_buffer_and_pass_sigterm_on() {
         "--node",
         "-1",
         "--interval-ms",
-        "100000",
+        "50",
         "--procs",
         "3",
         "--cpus",
@@ -93,22 +93,38 @@ fn procs_split_the_buffer_and_pass_sigterm_on() {
     pids.sort_unstable();
     pids.dedup();
     assert_eq!(pids.len(), 3, "three processes");
+    // SIGTERM only once every process has stepped, as its samples say: all three share CPU 0,
+    // and on a busy host one may not have run yet when the last ready line comes. No fixed
+    // window: the run's 120 s bound ends a process that never steps, and the test then fails.
+    let mut stepped = [false; 3];
+    while !stepped.iter().all(|&s| s) {
+        let mut l = String::new();
+        assert!(out.read_line(&mut l).expect("read") > 0, "stdout ended");
+        let proc: usize = field(&l, "proc")
+            .expect("proc= on every line")
+            .parse()
+            .expect("index");
+        match ChaseLine::parse(&l).expect("a chase line") {
+            ChaseLine::Sample(s) => stepped[proc] |= s.steps_per_s > 0.0,
+            other => panic!("a sample before the SIGTERM, got {other:?}"),
+        }
+    }
     tierd_linux::sys::sigterm(parent.id()).expect("SIGTERM the parent");
     let mut rest = String::new();
     out.read_to_string(&mut rest).expect("rest");
     let st = parent.wait().expect("wait");
     assert!(st.success(), "{st}");
-    let done: Vec<&str> = rest
-        .lines()
-        .filter(|l| l.starts_with("chase done"))
-        .collect();
-    assert_eq!(done.len(), 3, "one done line per process:\n{rest}");
-    for l in done {
+    let mut done: Vec<usize> = Vec::new();
+    for l in rest.lines().filter(|l| l.starts_with("chase done")) {
         let ChaseLine::Done(d) = ChaseLine::parse(l).expect("done") else {
             panic!("{l}")
         };
+        // Steps only grow, and each process's sample showed some.
         assert!(d.steps > 0, "{l}");
+        done.push(field(l, "proc").expect("proc=").parse().expect("index"));
     }
+    done.sort_unstable();
+    assert_eq!(done, [0, 1, 2], "one done line per process:\n{rest}");
     for pid in pids {
         assert!(gone(u32::try_from(pid).expect("pid")), "process {pid} left");
     }
