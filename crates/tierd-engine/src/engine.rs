@@ -76,14 +76,70 @@ struct FastPage {
 /// The demoter's index of top-tier pages, with its size in base pages kept as entries come
 /// and go (summing the map on every pass was the engine's hottest loop in the simulator's
 /// profile). Chunked by PMD ([`SizedPageMap`]): one lookup per observation, and an accessed-bit
-/// scan's observations, which come in address order, walk it sequentially. Each chunk keeps
-/// a lower bound of its entries' last access (lowered here for every entry put in; a touch
-/// only raises an entry's), so that the demoter's walk for the coldest pages passes over a
-/// chunk that cannot hold one ([`DemotionFilter::coldest`]).
+/// scan's observations, which come in address order, walk it sequentially. The demoter's
+/// walk for the coldest pages reads it by age ([`AgeIndex`], [`DemotionFilter::coldest`]).
 #[derive(Debug, Default)]
 struct FastIndex {
     map: SizedPageMap<FastPage>,
     pages: u64,
+    /// The same folios by age, for the demoter's walk (off until its first walk).
+    ages: AgeIndex,
+}
+
+/// Entries the age lists may hold beyond twice the index's before they are rebuilt (small in
+/// tests, so that their histories rebuild).
+const AGE_REBUILD_SLACK: usize = if cfg!(test) { 16 } else { 4096 };
+
+/// log2 of an age generation's span, ns (~1.07 s).
+const AGE_GEN_SHIFT: u32 = 30;
+
+/// The age generation of a last access.
+#[inline]
+fn age_gen(t: Nanos) -> u64 {
+    t.0 >> AGE_GEN_SHIFT
+}
+
+/// The fast index's folios by age generation (the last access's second, roughly), so that a
+/// demotion pass reads the oldest generations first and stops once the rest cannot hold a
+/// page it would take: a pass costs about what it takes, not the whole index (the walk in
+/// chunk order read 100-700 k entries a second in D's tierd rows for a few hundred idle
+/// pages, and ranked a daemon's whole index once a second in the lab's idle run). MGLRU keeps
+/// pages in generations for the same reason (mm/vmscan.c, `lru_gen_folio`).
+///
+/// A generation's list is an append-only log: a folio is added to a generation's list when
+/// it enters it (put in, or a touch moves its last access into a later generation) and is
+/// never taken out on a touch or a removal, which keeps a touch to one comparison and, once
+/// a generation, a push. An entry is current while the index holds its folio at that size
+/// with its last access in that generation; the walk drops the stale ones it reads, and the
+/// lists are rebuilt from the index when they hold over twice its entries.
+#[derive(Debug, Default)]
+struct AgeIndex {
+    /// Maintained (the first demotion walk turns it on; engines that never demote pay only a
+    /// branch per touch).
+    on: bool,
+    gens: BTreeMap<u64, Vec<(PageKey, PageSize)>>,
+    /// Entries in all lists, stale ones included.
+    entries: usize,
+}
+
+impl AgeIndex {
+    #[inline]
+    fn push(&mut self, key: PageKey, size: PageSize, last_access: Nanos) {
+        self.gens
+            .entry(age_gen(last_access))
+            .or_default()
+            .push((key, size));
+        self.entries += 1;
+    }
+
+    /// The lists from the index's entries alone.
+    fn rebuild(&mut self, map: &SizedPageMap<FastPage>) {
+        self.gens.clear();
+        self.entries = 0;
+        for (key, size, f) in map.iter() {
+            self.push(key, size, f.last_access);
+        }
+    }
 }
 
 impl FastIndex {
@@ -96,7 +152,26 @@ impl FastIndex {
         if let Some(old) = self.map.insert(key, page.size, page, gone) {
             self.pages -= old.size.nr_pages().0;
         }
-        self.map.lower(key, page.size, page.last_access.0);
+        if self.ages.on {
+            self.aged(key, page.size, page.last_access);
+        }
+    }
+
+    /// The folio `(key, size)` entered the generation of `last_access`.
+    #[inline]
+    fn aged(&mut self, key: PageKey, size: PageSize, last_access: Nanos) {
+        self.ages.push(key, size, last_access);
+        if self.ages.entries > 2 * self.map.len() + AGE_REBUILD_SLACK {
+            self.ages.rebuild(&self.map);
+        }
+    }
+
+    /// Turns the age lists on (built from the index) if they are off.
+    fn ages_on(&mut self) {
+        if !self.ages.on {
+            self.ages.on = true;
+            self.ages.rebuild(&self.map);
+        }
     }
 
     /// Records an access to a fast folio: one lookup (this runs per observation), plus the
@@ -118,12 +193,17 @@ impl FastIndex {
             },
             |_, s, _| *pages -= s.nr_pages().0,
         );
-        if fresh {
+        let entered = if fresh {
             *pages += size.nr_pages().0;
-            self.map.lower(key, size, time.0);
+            Some(time)
         } else {
             f.node = node;
-            f.last_access = f.last_access.max(time);
+            let old = f.last_access;
+            f.last_access = old.max(time);
+            (age_gen(f.last_access) != age_gen(old)).then_some(f.last_access)
+        };
+        if let (true, Some(t)) = (self.ages.on, entered) {
+            self.aged(key, size, t);
         }
     }
 
@@ -308,90 +388,108 @@ impl DemotionFilter {
     /// The head is counted in base pages, not candidates, because the pass needs pages: on a
     /// fast tier of 2 MiB folios a head counted in candidates kept and sorted 512 times
     /// more than the pass can take.
+    ///
+    /// The fast index is read by age ([`AgeIndex`]), from the oldest generation on. Within a
+    /// generation candidates come in no order: each is kept, or passed over at or above the
+    /// bound; once the kept ones cover twice `head` pages (inside a generation) or `head`
+    /// pages (at its end) they are cut to the fewest smallest that do (a linear selection),
+    /// the largest kept becoming the bound. The walk stops
+    /// - at a generation that starts after the latest last access the pass admits;
+    /// - once a bound is set that no later generation can pass: every later entry was
+    ///   accessed later than the bound, and, unless the bound is itself over its cgroup's
+    ///   share, a later entry of a cgroup over its share would rank before it, so that case
+    ///   stops only when no cgroup is over its share.
     fn coldest(
         &self,
-        fast: &mut SizedPageMap<FastPage>,
+        fast: &mut FastIndex,
         owners: &OwnerMap,
         backoff: &mut SizedPageMap<Backoff>,
         heat: &mut HeatMap,
         head: u64,
         after: Option<DemotionCandidate>,
     ) -> (Vec<DemotionCandidate>, bool) {
-        // Candidates gather in `kept`; whenever they cover twice `head` pages, they are cut to
-        // the fewest smallest that cover `head` (a linear selection), and the largest kept
-        // becomes a bound no later candidate at or above can pass: the selection is linear in
-        // the candidates, and most pages are passed over after one comparison, before their
-        // filters' lookups.
+        fast.ages_on();
         let latest = self.latest_admitted();
+        let any_over = self.over.values().any(|&o| o);
+        let FastIndex { map, ages, .. } = fast;
         let mut kept: Vec<DemotionCandidate> = Vec::new();
         let mut kept_pages: u64 = 0;
-        // A cut is tried again only once `kept` has doubled since the last try: a try can
-        // find nothing to cut (a folio late in the order covers most of the pages, so every
-        // kept one is still needed), and trying at every push would then be quadratic.
+        // A cut inside a generation is tried again only once `kept` has doubled since the
+        // last try: a try can find nothing to cut (a folio late in the order covers most of
+        // the pages, so every kept one is still needed), and trying at every push would then
+        // be quadratic.
         let mut next_try = 0usize;
         let mut bound: Option<DemotionCandidate> = None;
-        // The fast index iterates chunk by chunk, so spaces come in runs.
+        // Cuts `kept` to the fewest smallest covering `head` and returns the largest kept, or
+        // `None` when all are needed. Duplicates go first: a folio listed twice in one
+        // generation (put in again after it left) would count its pages twice.
+        let cut = |kept: &mut Vec<DemotionCandidate>, kept_pages: &mut u64| {
+            kept.sort_unstable();
+            kept.dedup();
+            let b = cut_to_pages(kept, head);
+            *kept_pages = kept.iter().map(|c| c.3.nr_pages().0).sum();
+            b
+        };
         let mut last: Option<(crate::types::SpaceId, bool)> = None;
-        for mut chunk in fast.chunks_mut() {
-            let first = chunk.first();
-            let not_over = match last {
-                Some((space, v)) if space == first.space => v,
-                _ => {
-                    let cg = owners.owner(first.space).cgroup;
-                    let v = !self.over.get(&cg).copied().unwrap_or(false);
-                    last = Some((first.space, v));
-                    v
-                }
-            };
-            // Every candidate of the chunk is at or above (not over, its bound, its first
-            // key): past the bound, none can be kept, and the chunk is passed over whole.
-            // Exact: the candidates kept are those the entry-by-entry test keeps.
-            if let (Some(b), Some(low)) = (bound, chunk.low()) {
-                if (not_over, Nanos(*low), first) > (b.0, b.1, b.2) {
-                    continue;
-                }
+        let mut stale = 0usize;
+        for (&g, list) in &mut ages.gens {
+            if latest.is_some_and(|l| i128::from(g << AGE_GEN_SHIFT) > l)
+                || bound.is_some_and(|b| !any_over || !b.0)
+            {
+                break;
             }
-            // A pass that takes only idle pages passes over a chunk whose every entry was
-            // accessed too recently: its bound is above the latest last access the pass
-            // admits. Exact, as above. A pass making room finds none of the pages it just
-            // promoted idle, and read them all, every second, entry by entry (D's tierd rows:
-            // 100-700 k entries a pass at 1/8, for no candidate).
-            if let (Some(latest), Some(low)) = (latest, chunk.low()) {
-                if i128::from(*low) > latest {
-                    continue;
+            let before = list.len();
+            list.retain(|&(key, size)| {
+                let Some(f) = map.get(key) else {
+                    return false;
+                };
+                if f.size != size || age_gen(f.last_access) != g {
+                    return false;
                 }
-            }
-            // The chunk is read whole: its bound becomes its entries' least last access.
-            let mut least = u64::MAX;
-            chunk.for_each(|key, size, f| {
-                least = least.min(f.last_access.0);
                 if f.node != self.node {
-                    return;
+                    return true;
                 }
+                let not_over = !any_over
+                    || match last {
+                        Some((space, v)) if space == key.space => v,
+                        _ => {
+                            let cg = owners.owner(key.space).cgroup;
+                            let v = !self.over.get(&cg).copied().unwrap_or(false);
+                            last = Some((key.space, v));
+                            v
+                        }
+                    };
                 let c = (not_over, f.last_access, key, size);
                 if after.is_some_and(|a| c <= a)
                     || bound.is_some_and(|b| c >= b)
                     || !self.admits(c, backoff, heat)
                 {
-                    return;
+                    return true;
                 }
                 kept.push(c);
                 kept_pages += size.nr_pages().0;
                 if kept_pages >= head.saturating_mul(2) && kept.len() >= next_try {
-                    if let Some(b) = cut_to_pages(&mut kept, head) {
+                    if let Some(b) = cut(&mut kept, &mut kept_pages) {
                         bound = Some(b);
-                        kept_pages = kept.iter().map(|c| c.3.nr_pages().0).sum();
                     }
                     next_try = kept.len().saturating_mul(2);
                 }
+                true
             });
-            if let Some(low) = chunk.low() {
-                *low = least;
+            stale += before - list.len();
+            // At the generation's end, a bound as soon as the kept ones cover the head: it is
+            // what lets the walk stop.
+            if kept_pages >= head {
+                if let Some(b) = cut(&mut kept, &mut kept_pages) {
+                    bound = Some(b);
+                }
             }
         }
-        let cut = cut_to_pages(&mut kept, head).is_some() || bound.is_some();
+        ages.entries -= stale;
+        ages.gens.retain(|_, l| !l.is_empty());
+        let left_out = cut(&mut kept, &mut kept_pages).is_some() || bound.is_some();
         kept.sort_unstable();
-        (kept, cut)
+        (kept, left_out)
     }
 
     /// How long a page must have gone unseen for the pass to take it: `idle_after` in the
@@ -1102,12 +1200,12 @@ impl Engine {
             // candidates in the order (not over share, last access, page), which is total.
             // Only the first few that can cover `need` are wanted: twice the base pages it
             // asks for, plus some, leaves slack for pages their policy keeps. They are
-            // selected during one walk of the fast index (`DemotionFilter::coldest`): a page
-            // that cannot be among them is passed over after one comparison, before its
-            // filters' lookups (back-off, heat), and nothing of the size of the fast tier is
-            // allocated (this walk ran every pass under pressure, over every fast page, and
-            // was most of a large machine's engine time). The rest, in order, only if those
-            // run out.
+            // selected during one walk of the fast index by age, oldest first
+            // (`DemotionFilter::coldest`): it stops once no later page can be among them, a
+            // page that cannot be is passed over after one comparison, before its filters'
+            // lookups (back-off, heat), and nothing of the size of the fast tier is allocated
+            // (a walk over every fast page ran every pass under pressure and was most of a
+            // large machine's engine time). The rest, in order, only if those run out.
             let head = u64::try_from(need.max(0) >> crate::types::PAGE_SHIFT)
                 .unwrap_or(u64::MAX)
                 .saturating_mul(2)
@@ -1123,7 +1221,7 @@ impl Engine {
                 over: self.over_share_flags(usage),
             };
             let (cands, cut) = filter.coldest(
-                &mut self.fast.map,
+                &mut self.fast,
                 &self.owners,
                 &mut self.backoff,
                 &mut self.heat,
@@ -1133,7 +1231,7 @@ impl Engine {
             let mut groups: BTreeMap<(NodeId, CgroupId), Vec<PlannedMove>> = BTreeMap::new();
             let after = cands.last().copied().filter(|_| cut);
             let mut tail: Option<std::vec::IntoIter<DemotionCandidate>> = None;
-            let fast = &mut self.fast.map;
+            let fast = &mut self.fast;
             let owners = &self.owners;
             let mut cands = cands.into_iter();
             let mut next = || -> Option<DemotionCandidate> {

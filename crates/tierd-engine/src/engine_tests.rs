@@ -1864,3 +1864,134 @@ fn move_stamps_keep_their_time_in_sixteen_bytes() {
     assert_eq!((h.promoted_at.get(), h.demoted_at.get()), (None, None));
     assert_eq!(std::mem::size_of::<Option<MoveHistory>>(), 16);
 }
+
+/// The demoter's answer by brute force: every admitted page of the index, ranked, and the
+/// fewest smallest that cover `head` pages (all if they cover fewer), with whether any were
+/// left out.
+fn coldest_by_ranking_all(
+    f: &DemotionFilter,
+    fast: &FastIndex,
+    owners: &OwnerMap,
+    backoff: &mut SizedPageMap<Backoff>,
+    heat: &mut HeatMap,
+    head: u64,
+    after: Option<DemotionCandidate>,
+) -> (Vec<DemotionCandidate>, bool) {
+    let mut all: Vec<DemotionCandidate> = fast
+        .map
+        .iter()
+        .filter(|(_, _, p)| p.node == f.node)
+        .map(|(key, size, p)| {
+            let cg = owners.owner(key.space).cgroup;
+            let not_over = !f.over.get(&cg).copied().unwrap_or(false);
+            (not_over, p.last_access, key, size)
+        })
+        .filter(|c| after.is_none_or(|a| *c > a) && f.admits(*c, backoff, heat))
+        .collect();
+    all.sort_unstable();
+    let mut pages = 0u64;
+    let n = all
+        .iter()
+        .position(|c| {
+            pages += c.3.nr_pages().0;
+            pages >= head
+        })
+        .map_or(all.len(), |i| i + 1);
+    let left_out = n < all.len();
+    all.truncate(n);
+    (all, left_out)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// The walk by age gives the brute-force answer on any history of the fast index: folios
+    /// of every size put in, touched (into later generations, or with an older time, as idle
+    /// facts are), removed, covered by others, the age lists turned on at any point and
+    /// walked many times (each walk drops stale entries), the lists rebuilt when they
+    /// overgrow; passes of every kind (idle, room, below low), two fast nodes, cgroups over
+    /// their share or not, heads from one page to all (a pass asks for 64 at least), with
+    /// and without `after`.
+    #[test]
+    fn the_walk_by_age_finds_what_ranking_every_page_finds(
+        ops in proptest::collection::vec(
+            (0u8..6, 0u32..3, 0u64..2048, 0u8..3, 0u64..40_000, 0u16..2),
+            1..300,
+        ),
+        passes in proptest::collection::vec(
+            (0u8..3, 1u64..3000, any::<bool>(), 0u16..2, 0u64..40_000, 0u8..4),
+            1..6,
+        ),
+        over in proptest::collection::vec(any::<bool>(), 3),
+    ) {
+        let mut fast = FastIndex::default();
+        let mut owners = OwnerMap::default();
+        for space in 0..3u32 {
+            owners.set_owner(SpaceId(space), Owner { pid: space, cgroup: CgroupId(space) });
+        }
+        let mut backoff: SizedPageMap<Backoff> = SizedPageMap::default();
+        let mut heat = HeatMap::new(1000);
+        let ms = Nanos::from_millis;
+        let run_passes = |fast: &mut FastIndex, backoff: &mut SizedPageMap<Backoff>,
+                          heat: &mut HeatMap, at: u64| -> Result<(), TestCaseError> {
+            for &(kind, head, use_over, node, now_ms, after_k) in &passes {
+                let filter = DemotionFilter {
+                    node: NodeId(node),
+                    now: ms(now_ms.max(at)),
+                    idle_pass: kind == 0,
+                    idle_after: ms(5_000),
+                    below_low: kind == 2,
+                    idle_for: ms(10_000),
+                    heat_threshold: None,
+                    over: (0..3u32)
+                        .map(|c| (CgroupId(c), use_over && over[c as usize]))
+                        .collect(),
+                };
+                let (want_all, _) =
+                    coldest_by_ranking_all(&filter, fast, &owners, backoff, heat, u64::MAX, None);
+                // `after`: one of the ranked candidates, or none.
+                let after = (after_k > 0 && !want_all.is_empty())
+                    .then(|| want_all[(after_k as usize * 7) % want_all.len()]);
+                let want =
+                    coldest_by_ranking_all(&filter, fast, &owners, backoff, heat, head, after);
+                let got = filter.coldest(fast, &owners, backoff, heat, head, after);
+                prop_assert_eq!(got, want);
+            }
+            Ok(())
+        };
+        for (i, &(op, space, vpn, size, t, node)) in ops.iter().enumerate() {
+            let size = [PageSize::Base, PageSize::Huge2M, PageSize::Base][size as usize];
+            let key = PageKey { space: SpaceId(space), vpn: size.head(Vpn(vpn)) };
+            let node = NodeId(node);
+            match op {
+                0 | 1 => fast.touch(key, node, size, ms(t)),
+                2 => fast.insert(key, FastPage { node, size, last_access: ms(t) }),
+                3 => fast.remove(key),
+                4 => fast.remove_overlapping(key, size),
+                _ => {
+                    // A walk now and then: turns the lists on, drops stale entries.
+                    run_passes(&mut fast, &mut backoff, &mut heat, 0)?;
+                }
+            }
+            if i % 97 == 96 {
+                fast.retain_spaces_except(SpaceId(2));
+            }
+        }
+        run_passes(&mut fast, &mut backoff, &mut heat, 0)?;
+        // The lists' invariant: every folio of the index is listed in its generation, and
+        // the count of entries is the lists' (the rebuild trigger reads it).
+        if fast.ages.on {
+            prop_assert_eq!(
+                fast.ages.entries,
+                fast.ages.gens.values().map(Vec::len).sum::<usize>()
+            );
+            for (key, size, p) in fast.map.iter() {
+                prop_assert!(fast
+                    .ages
+                    .gens
+                    .get(&age_gen(p.last_access))
+                    .is_some_and(|l| l.contains(&(key, size))));
+            }
+        }
+    }
+}

@@ -11,7 +11,6 @@
 //!  vals:  [Option<V>; n * 512]                   slot s owns vals[s*512 .. s*512+512]
 //!  bits:  [u64; n * 8]                            which of a chunk's pages are present
 //!  live:  [u16; n]                                entries present per slot (0: free slot)
-//!  lows:  [u64; n]                                per slot, a lower bound its owner keeps
 //!  free:  [slot]                                  freed slots, reused before the arena grows
 //! ```
 //!
@@ -24,13 +23,6 @@
 //! 512 of them, 1 GiB) and 1 GiB folios in a plain hash map, beside the chunks of base
 //! pages, and behaves as one map keyed by folio in which no two folios overlap: putting in a
 //! folio evicts the entries it covers or that cover it (a split, a collapse, a remap).
-//!
-//! **Chunk lows.** A map may keep, per chunk, a lower bound of some key of its entries (the
-//! demoter's fast index: their last access), so that a walk looking for the smallest keys
-//! passes over a whole chunk after one comparison ([`PageMap::chunks_mut`]). The map does not
-//! know the key: its owner lowers the bound for every value it puts in
-//! ([`PageMap::lower`]) and a walk sets it exactly for the chunks it reads. A fresh chunk's
-//! bound is 0, which excludes nothing, so a map whose owner never lowers it is never skipped.
 //!
 //! A chunk is freed when its last entry goes; when more than half the arena is free after a
 //! [`PageMap::retain`], live chunks are moved down and the arena shrunk. Iteration order is
@@ -92,8 +84,6 @@ pub(crate) struct PageMap<V: Copy> {
     vals: Vec<Option<V>>,
     bits: Vec<u64>,
     live: Vec<u16>,
-    /// Per slot, a lower bound the owner keeps (see the module docs).
-    lows: Vec<u64>,
     free: Vec<u32>,
     /// The last chunk looked up and its slot ([`ABSENT`] when it has none).
     cache: Option<(ChunkKey, u32)>,
@@ -108,7 +98,6 @@ impl<V: Copy> Default for PageMap<V> {
             vals: Vec::new(),
             bits: Vec::new(),
             live: Vec::new(),
-            lows: Vec::new(),
             free: Vec::new(),
             cache: None,
             len: 0,
@@ -117,7 +106,6 @@ impl<V: Copy> Default for PageMap<V> {
 }
 
 impl<V: Copy> PageMap<V> {
-    #[cfg(test)]
     /// Entries in the map.
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -153,14 +141,12 @@ impl<V: Copy> PageMap<V> {
     fn alloc(&mut self, ck: ChunkKey) -> u32 {
         let slot = if let Some(s) = self.free.pop() {
             self.keys[slot_idx(s)] = ck;
-            self.lows[slot_idx(s)] = 0;
             s
         } else {
             self.vals.resize(self.vals.len() + CHUNK_PAGES, None);
             self.bits.resize(self.bits.len() + WORDS, 0);
             self.keys.push(ck);
             self.live.push(0);
-            self.lows.push(0);
             // Fewer than 2^32 chunks: the arena would be 2^41 entries.
             u32::try_from(self.keys.len() - 1).unwrap_or(ABSENT)
         };
@@ -291,36 +277,6 @@ impl<V: Copy> PageMap<V> {
             })
     }
 
-    /// Lowers the bound of `key`'s chunk to `low` if it is above (see the module docs). The
-    /// owner calls it for every value it puts in whose key may be below the chunk's bound; a
-    /// value's key may grow in place (the bound stays a lower bound), never shrink. A key
-    /// without a chunk is left alone.
-    #[inline]
-    pub(crate) fn lower(&mut self, key: PageKey, low: u64) {
-        if let Some(slot) = self.find(ChunkKey::of(key)) {
-            let l = &mut self.lows[slot_idx(slot)];
-            *l = (*l).min(low);
-        }
-    }
-
-    /// Every chunk holding entries, in the order of [`PageMap::iter`], with its bound to read
-    /// and, once the caller has read every entry, to set exactly.
-    pub(crate) fn chunks_mut(&mut self) -> impl Iterator<Item = ChunkMut<'_, V>> + '_ {
-        self.keys
-            .iter()
-            .zip(self.live.iter())
-            .zip(self.lows.iter_mut())
-            .zip(self.vals.chunks(CHUNK_PAGES))
-            .zip(self.bits.chunks(WORDS))
-            .filter(|((((_, n), _), _), _)| **n > 0)
-            .map(|((((ck, _), low), vals), bits)| ChunkMut {
-                key: *ck,
-                low,
-                vals,
-                bits,
-            })
-    }
-
     /// Keeps the entries for which `f` is true.
     pub(crate) fn retain(&mut self, mut f: impl FnMut(PageKey, &mut V) -> bool) {
         for s in 0..self.live.len() {
@@ -370,7 +326,6 @@ impl<V: Copy> PageMap<V> {
                     .copy_within(from * WORDS..(from + 1) * WORDS, to * WORDS);
                 self.keys[to] = self.keys[from];
                 self.live[to] = self.live[from];
-                self.lows[to] = self.lows[from];
             }
             to += 1;
         }
@@ -382,8 +337,6 @@ impl<V: Copy> PageMap<V> {
         self.keys.shrink_to_fit();
         self.live.truncate(to);
         self.live.shrink_to_fit();
-        self.lows.truncate(to);
-        self.lows.shrink_to_fit();
         self.free.clear();
         self.free.shrink_to_fit();
         self.index.clear();
@@ -403,33 +356,10 @@ impl<V: Copy> PageMap<V> {
     }
 }
 
-/// One chunk of a [`PageMap`] ([`PageMap::chunks_mut`]).
-pub(crate) struct ChunkMut<'a, V> {
-    key: ChunkKey,
-    /// The chunk's bound (see the module docs).
-    pub(crate) low: &'a mut u64,
-    vals: &'a [Option<V>],
-    /// The chunk's words of the presence bitmap.
-    bits: &'a [u64],
-}
-
-impl<V> ChunkMut<'_, V> {
-    /// The first key the chunk can hold: every entry's key is at or above it.
-    pub(crate) fn first(&self) -> PageKey {
-        chunk_key(self.key, 0)
-    }
-
-    /// The chunk's entries, in address order.
-    pub(crate) fn entries(&self) -> impl Iterator<Item = (PageKey, &V)> + '_ {
-        chunk_entries(self.key, self.vals, self.bits)
-    }
-}
-
 /// The entries of chunk `ck`, whose 512 values are `vals` and presence words `bits`, in
 /// address order. Only the entries present are read: the bitmap says where they are, so a
-/// sparse chunk costs its eight words and the lines of its entries, not all 512 (the
-/// demoter's walk reads every chunk it cannot pass over, and pages promoted and demoted at
-/// random leave chunks of the fast index sparse: D's tierd rows, ~5 % of a run).
+/// sparse chunk costs its eight words and the lines of its entries, not all 512 (pages
+/// promoted and demoted at random leave chunks of the fast index sparse).
 fn chunk_entries<'a, V>(
     ck: ChunkKey,
     vals: &'a [Option<V>],
@@ -513,7 +443,6 @@ fn pmd_head(k: PageKey) -> PageKey {
 
 impl<V: Copy> SizedPageMap<V> {
     /// Entries in the map.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.base.len() + self.pmd.len() + self.pud.len()
     }
@@ -754,74 +683,11 @@ impl<V: Copy> SizedPageMap<V> {
             .chain(self.pud.iter().map(|(k, v)| (*k, PageSize::Huge1G, v)))
     }
 
-    /// Lowers the bound of the chunk holding the folio `(key, size)` ([`PageMap::lower`]).
-    /// 1 GiB folios have no bound: each is a chunk of its own to [`Self::chunks_mut`].
-    #[inline]
-    pub(crate) fn lower(&mut self, key: PageKey, size: PageSize, low: u64) {
-        match size {
-            PageSize::Base => self.base.lower(key, low),
-            PageSize::Huge2M => self.pmd.lower(pmd_index(key), low),
-            PageSize::Huge1G => {}
-        }
-    }
-
-    /// Every chunk holding entries, in the order of [`Self::iter`]: the chunks of base pages,
-    /// those of 2 MiB folios, then each 1 GiB folio as a chunk of its own, without a bound.
-    pub(crate) fn chunks_mut(&mut self) -> impl Iterator<Item = SizedChunk<'_, V>> + '_ {
-        self.base
-            .chunks_mut()
-            .map(|c| SizedChunk::Dense(PageSize::Base, c))
-            .chain(
-                self.pmd
-                    .chunks_mut()
-                    .map(|c| SizedChunk::Dense(PageSize::Huge2M, c)),
-            )
-            .chain(self.pud.iter().map(|(k, v)| SizedChunk::One(*k, v)))
-    }
-
     /// Keeps the entries for which `f` is true.
     pub(crate) fn retain(&mut self, mut f: impl FnMut(PageKey, &mut V) -> bool) {
         self.base.retain(&mut f);
         self.pmd.retain(|k, v| f(pmd_head(k), v));
         self.pud.retain(|k, v| f(*k, v));
-    }
-}
-
-/// One chunk of a [`SizedPageMap`] ([`SizedPageMap::chunks_mut`]).
-pub(crate) enum SizedChunk<'a, V> {
-    /// A chunk of base pages or of 2 MiB folios, with its bound.
-    Dense(PageSize, ChunkMut<'a, V>),
-    /// A 1 GiB folio: its head and value.
-    One(PageKey, &'a V),
-}
-
-impl<V> SizedChunk<'_, V> {
-    /// The first folio head the chunk can hold: every entry's head is at or above it.
-    pub(crate) fn first(&self) -> PageKey {
-        match self {
-            SizedChunk::Dense(PageSize::Base, c) => c.first(),
-            SizedChunk::Dense(_, c) => pmd_head(c.first()),
-            SizedChunk::One(k, _) => *k,
-        }
-    }
-
-    /// The chunk's bound, if it has one (see [`PageMap::chunks_mut`]).
-    pub(crate) fn low(&mut self) -> Option<&mut u64> {
-        match self {
-            SizedChunk::Dense(_, c) => Some(&mut *c.low),
-            SizedChunk::One(..) => None,
-        }
-    }
-
-    /// Calls `f` with each entry's folio head, size and value, in address order.
-    pub(crate) fn for_each(&self, mut f: impl FnMut(PageKey, PageSize, &V)) {
-        match self {
-            SizedChunk::Dense(PageSize::Base, c) => {
-                c.entries().for_each(|(k, v)| f(k, PageSize::Base, v));
-            }
-            SizedChunk::Dense(size, c) => c.entries().for_each(|(k, v)| f(pmd_head(k), *size, v)),
-            SizedChunk::One(k, v) => f(*k, PageSize::Huge1G, v),
-        }
     }
 }
 
@@ -913,56 +779,6 @@ mod tests {
         let mut keys: Vec<PageKey> = m.iter().map(|(k, _)| k).collect();
         keys.sort_unstable();
         assert_eq!(keys, vec![k(1, 63 * CHUNK_PAGES as u64), k(2, 5)]);
-    }
-
-    #[test]
-    fn chunk_bounds_follow_their_chunks() {
-        // Bounds start at 0 (no bound), are set by a walk and lowered by their owner, and
-        // stay with their chunk when it is compacted or its slot reused.
-        let mut m: PageMap<u32> = PageMap::default();
-        let chunk = |c: u64| k(1, c * CHUNK_PAGES as u64);
-        for c in 0..8 {
-            m.insert(chunk(c), 1);
-            m.insert(k(1, c * CHUNK_PAGES as u64 + 7), 1);
-        }
-        let bounds = |m: &mut PageMap<u32>| {
-            let mut b: Vec<(PageKey, u64)> = m.chunks_mut().map(|c| (c.first(), *c.low)).collect();
-            b.sort_unstable();
-            b
-        };
-        assert!(
-            bounds(&mut m).iter().all(|&(_, l)| l == 0),
-            "fresh chunks bound nothing"
-        );
-        for c in m.chunks_mut() {
-            let entries: Vec<PageKey> = c.entries().map(|(key, _)| key).collect();
-            assert_eq!(entries, vec![c.first(), k(1, c.first().vpn.0 + 7)]);
-            *c.low = 100 + c.first().vpn.0 / CHUNK_PAGES as u64;
-        }
-        m.lower(chunk(3), 50);
-        m.lower(chunk(4), 1000);
-        m.lower(k(9, 0), 1); // no such chunk: nothing happens
-        let b = bounds(&mut m);
-        assert_eq!(b.len(), 8);
-        assert_eq!(
-            (b[3], b[4]),
-            ((chunk(3), 50), (chunk(4), 104)),
-            "lowered, never raised"
-        );
-        // Only chunks 5..8 survive; compaction moves them down over the freed slots.
-        m.retain(|key, _| key.vpn.0 >= 5 * CHUNK_PAGES as u64);
-        assert_eq!(
-            bounds(&mut m),
-            vec![(chunk(5), 105), (chunk(6), 106), (chunk(7), 107)]
-        );
-        // A freed slot reused by another chunk starts unbounded again.
-        m.remove(chunk(6));
-        m.remove(k(1, 6 * CHUNK_PAGES as u64 + 7));
-        m.insert(k(2, 3), 1);
-        assert_eq!(
-            bounds(&mut m),
-            vec![(chunk(5), 105), (chunk(7), 107), (k(2, 0), 0)]
-        );
     }
 
     #[test]
