@@ -1229,9 +1229,10 @@ fn promotion_stops_at_the_high_watermark_and_room_is_made_from_idle_pages_only()
     assert!(planned(&plan, MigrationKind::Demote) > 0);
 }
 
-/// The room-making walk passes over a chunk whose pages were all seen within the ping-pong
-/// window, and reads it again once they are older: the pass finds the one idle page among
-/// chunks of recent ones, and a later pass finds the pages that have gone idle since.
+/// The room-making walk stops at the generations seen within the ping-pong window and reads
+/// them once they are older: the pass finds the one idle page among chunks of recent ones
+/// (its generation is the only old one), and a later pass finds the pages that have gone
+/// idle since.
 #[test]
 fn room_is_made_from_idle_pages_among_chunks_of_recent_ones() {
     let (mut e, topo, cap) = one_gib_fast_tier_with_a_10s_window();
