@@ -58,6 +58,8 @@ use crate::types::{Nanos, NodeId, PageKey, PageSize, SpaceId, Vpn, HPAGE_PMD_NR,
 pub const CHUNK_SHIFT: u32 = 9;
 /// Virtual pages per chunk: one PMD ([`HPAGE_PMD_NR`]), so a 2 MiB page is one chunk.
 pub const CHUNK_PAGES: usize = 1 << CHUNK_SHIFT;
+/// [`CHUNK_PAGES`] as a chunk offset (512 fits).
+const CHUNK_PAGES_U16: u16 = 1 << CHUNK_SHIFT;
 const CHUNK_MASK: u64 = (1 << CHUNK_SHIFT) - 1;
 const _: () = assert!(CHUNK_PAGES as u64 == HPAGE_PMD_NR);
 
@@ -241,6 +243,11 @@ struct ChunkMeta {
     last_touch_ms: u64,
     /// Records with the ready bit.
     ready: u16,
+    /// No ready record sits below this offset ([`CHUNK_PAGES`]: none is ready): a drain
+    /// starts its walk there. Lowered as records turn ready, reset when a drain or a reset
+    /// leaves none; a removal leaves it (a lower bound still). Samples make a record ready
+    /// at a random offset, and the walk from 0 read half a chunk for it: most of a drain.
+    first_ready: u16,
     /// Records that are not zero.
     nonzero: u16,
     /// Flagged for the next drain (`PGHOT_SECTION_HOT_BIT`); set when an update returns
@@ -261,6 +268,7 @@ impl ChunkMeta {
         },
         last_touch_ms: 0,
         ready: 0,
+        first_ready: CHUNK_PAGES_U16,
         nonzero: 0,
         hot: false,
         size: PageSize::Base,
@@ -407,6 +415,7 @@ impl<R: Record> Table<R> {
         let m = &mut self.metas[slot];
         m.nonzero = 0;
         m.ready = 0;
+        m.first_ready = CHUNK_PAGES_U16;
     }
 
     /// Sets the folio size a live chunk tracks (its records must be zero).
@@ -547,6 +556,10 @@ impl<R: Record> Table<R> {
         }
         if ready && !was_ready {
             m.ready += 1;
+            // `off` < CHUNK_PAGES, which fits u16.
+            #[allow(clippy::cast_possible_truncation)]
+            let at = off as u16;
+            m.first_ready = m.first_ready.min(at);
             self.ready += 1;
             self.ready_base += nr;
         }
@@ -588,7 +601,8 @@ impl<R: Record> Table<R> {
             let base_vpn = m.key.index << CHUNK_SHIFT;
             let size = m.size;
             let recs = &mut self.records[slot * CHUNK_PAGES..(slot + 1) * CHUNK_PAGES];
-            for (i, r) in recs.iter_mut().enumerate() {
+            let from = usize::from(m.first_ready);
+            for (i, r) in recs.iter_mut().enumerate().skip(from) {
                 if left == 0 {
                     break;
                 }
@@ -608,6 +622,8 @@ impl<R: Record> Table<R> {
                 }
             }
             let mm = &mut self.metas[slot];
+            // The walk consumed every ready record.
+            mm.first_ready = CHUNK_PAGES_U16;
             mm.ready -= taken;
             mm.nonzero -= taken;
             self.ready -= u64::from(taken);
