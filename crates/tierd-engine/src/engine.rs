@@ -109,26 +109,26 @@ fn age_gen(t: Nanos) -> u64 {
 /// A generation's list is an append-only log: a folio is added to a generation's list when
 /// it enters it (put in, or a touch moves its last access into a later generation) and is
 /// never taken out on a touch or a removal, which keeps a touch to one comparison and, once
-/// a generation, a push. An entry is current while the index holds its folio at that size
-/// with its last access in that generation; the walk drops the stale ones it reads, and the
-/// lists are rebuilt from the index when they hold over twice its entries.
+/// a generation, a push. An entry is the folio's head alone (16 bytes: with its size it
+/// would take 24): it is current while the index holds a folio with that head and its last
+/// access in that generation, whatever its size, since that folio was listed there itself
+/// when it entered (a head listed for a folio of another size reads as a second listing of
+/// it, which the walk takes once). The walk drops the stale entries it reads, and the lists
+/// are rebuilt from the index when they hold over twice its entries.
 #[derive(Debug, Default)]
 struct AgeIndex {
     /// Maintained (the first demotion walk turns it on; engines that never demote pay only a
     /// branch per touch).
     on: bool,
-    gens: BTreeMap<u64, Vec<(PageKey, PageSize)>>,
+    gens: BTreeMap<u64, Vec<PageKey>>,
     /// Entries in all lists, stale ones included.
     entries: usize,
 }
 
 impl AgeIndex {
     #[inline]
-    fn push(&mut self, key: PageKey, size: PageSize, last_access: Nanos) {
-        self.gens
-            .entry(age_gen(last_access))
-            .or_default()
-            .push((key, size));
+    fn push(&mut self, key: PageKey, last_access: Nanos) {
+        self.gens.entry(age_gen(last_access)).or_default().push(key);
         self.entries += 1;
     }
 
@@ -136,8 +136,8 @@ impl AgeIndex {
     fn rebuild(&mut self, map: &SizedPageMap<FastPage>) {
         self.gens.clear();
         self.entries = 0;
-        for (key, size, f) in map.iter() {
-            self.push(key, size, f.last_access);
+        for (key, _, f) in map.iter() {
+            self.push(key, f.last_access);
         }
     }
 }
@@ -153,14 +153,14 @@ impl FastIndex {
             self.pages -= old.size.nr_pages().0;
         }
         if self.ages.on {
-            self.aged(key, page.size, page.last_access);
+            self.aged(key, page.last_access);
         }
     }
 
-    /// The folio `(key, size)` entered the generation of `last_access`.
+    /// The folio whose head is `key` entered the generation of `last_access`.
     #[inline]
-    fn aged(&mut self, key: PageKey, size: PageSize, last_access: Nanos) {
-        self.ages.push(key, size, last_access);
+    fn aged(&mut self, key: PageKey, last_access: Nanos) {
+        self.ages.push(key, last_access);
         if self.ages.entries > 2 * self.map.len() + AGE_REBUILD_SLACK {
             self.ages.rebuild(&self.map);
         }
@@ -203,7 +203,7 @@ impl FastIndex {
             (age_gen(f.last_access) != age_gen(old)).then_some(f.last_access)
         };
         if let (true, Some(t)) = (self.ages.on, entered) {
-            self.aged(key, size, t);
+            self.aged(key, t);
         }
     }
 
@@ -439,13 +439,14 @@ impl DemotionFilter {
                 break;
             }
             let before = list.len();
-            list.retain(|&(key, size)| {
+            list.retain(|&key| {
                 let Some(f) = map.get(key) else {
                     return false;
                 };
-                if f.size != size || age_gen(f.last_access) != g {
+                if age_gen(f.last_access) != g {
                     return false;
                 }
+                let size = f.size;
                 if f.node != self.node {
                     return true;
                 }

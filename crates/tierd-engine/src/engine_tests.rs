@@ -1991,7 +1991,7 @@ proptest! {
                     .ages
                     .gens
                     .get(&age_gen(p.last_access))
-                    .is_some_and(|l| l.contains(&(key, size))));
+                    .is_some_and(|l| l.contains(&key)), "{key:?} {size:?}");
             }
         }
     }
