@@ -422,7 +422,8 @@ impl DemotionFilter {
         let mut bound: Option<DemotionCandidate> = None;
         // Cuts `kept` to the fewest smallest covering `head` and returns the largest kept, or
         // `None` when all are needed. Duplicates go first: a folio listed twice in one
-        // generation (put in again after it left) would count its pages twice.
+        // generation (put in again after it left, or its head listed for a folio of another
+        // size) would count its pages twice.
         let cut = |kept: &mut Vec<DemotionCandidate>, kept_pages: &mut u64| {
             kept.sort_unstable();
             kept.dedup();
@@ -432,6 +433,9 @@ impl DemotionFilter {
         };
         let mut last: Option<(crate::types::SpaceId, bool)> = None;
         let mut stale = 0usize;
+        // Generations this walk emptied: only these are removed after it (a retain over every
+        // generation would cost a long-running daemon's pass its whole history).
+        let mut emptied: Vec<u64> = Vec::new();
         for (&g, list) in &mut ages.gens {
             if latest.is_some_and(|l| i128::from(g << AGE_GEN_SHIFT) > l)
                 || bound.is_some_and(|b| !any_over || !b.0)
@@ -478,6 +482,9 @@ impl DemotionFilter {
                 true
             });
             stale += before - list.len();
+            if list.is_empty() {
+                emptied.push(g);
+            }
             // At the generation's end, a bound as soon as the kept ones cover the head: it is
             // what lets the walk stop.
             if kept_pages >= head {
@@ -487,7 +494,9 @@ impl DemotionFilter {
             }
         }
         ages.entries -= stale;
-        ages.gens.retain(|_, l| !l.is_empty());
+        for g in emptied {
+            ages.gens.remove(&g);
+        }
         let left_out = cut(&mut kept, &mut kept_pages).is_some() || bound.is_some();
         kept.sort_unstable();
         (kept, left_out)
