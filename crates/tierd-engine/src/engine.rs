@@ -392,8 +392,8 @@ impl DemotionFilter {
     /// The fast index is read by age ([`AgeIndex`]), from the oldest generation on. Within a
     /// generation candidates come in no order: each is kept, or passed over at or above the
     /// bound; once the kept ones cover twice `head` pages (inside a generation) or `head`
-    /// pages (at its end) they are cut to the fewest smallest that do (a linear selection),
-    /// the largest kept becoming the bound. The walk stops
+    /// pages (at its end) they are sorted, rid of duplicates (a folio listed twice) and cut
+    /// to the fewest smallest that do, the largest kept becoming the bound. The walk stops
     /// - at a generation that starts after the latest last access the pass admits;
     /// - once a bound is set that no later generation can pass: every later entry was
     ///   accessed later than the bound, and, unless the bound is itself over its cgroup's

@@ -472,24 +472,28 @@ fn sort_by_time_within(v: &mut [Sampled], start: u64, span: u64) {
         v.sort_by_key(|s| s.time_ns);
         return;
     }
-    let bucket = |t: u64| -> usize {
-        let off = u128::from(t.saturating_sub(start));
-        // off < span for a time in range, so the quotient is below n; n fits u128 losslessly.
-        ((off * n as u128 / u128::from(span)) as usize).min(n - 1)
-    };
-    let mut first = vec![0u32; n + 1];
-    for s in v.iter() {
-        first[bucket(s.time_ns) + 1] += 1;
+    // Each sample's bucket, computed once (a 128-bit division) for the count and the scatter.
+    let buckets: Vec<usize> = v
+        .iter()
+        .map(|s| {
+            let off = u128::from(s.time_ns.saturating_sub(start));
+            // off < span for a time in range, so the quotient is below n; n fits u128.
+            ((off * n as u128 / u128::from(span)) as usize).min(n - 1)
+        })
+        .collect();
+    // Per bucket its count, then (an exclusive prefix sum) its first slot, then the scatter's
+    // cursor.
+    let mut at = vec![0u32; n];
+    for &b in &buckets {
+        at[b] += 1;
     }
-    for b in 0..n {
-        first[b + 1] += first[b];
+    let mut sum = 0;
+    for a in &mut at {
+        (*a, sum) = (sum, sum + *a);
     }
-    let mut sorted: Vec<Sampled> = Vec::with_capacity(n);
     // Scatter in order (stable); every slot is written once, as the counts say.
-    let mut at: Vec<u32> = first[..n].to_vec();
-    sorted.resize(n, v[0]);
-    for s in v.iter() {
-        let b = bucket(s.time_ns);
+    let mut sorted = vec![v[0]; n];
+    for (s, &b) in v.iter().zip(&buckets) {
         sorted[at[b] as usize] = *s;
         at[b] += 1;
     }
