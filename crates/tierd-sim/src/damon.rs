@@ -1575,7 +1575,7 @@ mod tests {
                         spread: Spread::Uniform,
                     }],
                     7,
-                    |_| vec![node],
+                    |_, o| o.push(node),
                 )
                 .unwrap();
             let hot = self

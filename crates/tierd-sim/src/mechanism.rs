@@ -952,7 +952,7 @@ mod tests {
                 MemPolicy::DEFAULT,
                 vec![],
                 1,
-                |_| vec![SLOW],
+                |_, o| o.push(SLOW),
             )
             .unwrap();
         if fill > 0 {
@@ -966,7 +966,7 @@ mod tests {
                 MemPolicy::DEFAULT,
                 vec![],
                 1,
-                |_| vec![FAST],
+                |_, o| o.push(FAST),
             )
             .unwrap();
         }
@@ -1017,7 +1017,7 @@ mod tests {
                 MemPolicy::DEFAULT,
                 vec![],
                 1,
-                |_| vec![FAST],
+                |_, o| o.push(FAST),
             )
             .unwrap();
         }

@@ -232,12 +232,18 @@ impl Class {
     /// The position of `u` within the class, if it belongs to it.
     #[must_use]
     pub fn index_of(&self, u: UnitId) -> Option<u32> {
+        self.range_of(u).map(|(idx, _)| idx)
+    }
+
+    /// The position of `u` within the class and the end of the range of units holding it
+    /// (the units from `u` up to it have the positions that follow), if `u` belongs to it.
+    fn range_of(&self, u: UnitId) -> Option<(u32, u32)> {
         let r = count_by(&self.ranges, |r| r.0, &self.range_hint, u.0);
         if r == 0 {
             return None;
         }
         let (s, l) = self.ranges[r - 1];
-        (u.0 < s + l).then(|| self.prefix[r - 1] + (u.0 - s))
+        (u.0 < s + l).then(|| (self.prefix[r - 1] + (u.0 - s), s + l))
     }
 
     /// The Zipf rank of the class's `idx`-th unit.
@@ -893,7 +899,8 @@ impl Memory {
     }
 
     /// Maps a region of `units` units and creates its classes; units are placed by
-    /// `place(unit_index) -> node order` (first node with room wins). Units not covered by any
+    /// `place(unit_index, order)`, which fills `order` with the unit's node order (first node
+    /// with room wins). Units not covered by any
     /// class go to an extra class named after the region.
     ///
     /// # Errors
@@ -910,7 +917,7 @@ impl Memory {
         policy: MemPolicy,
         classes: Vec<ClassSpec>,
         seed: u64,
-        mut place: impl FnMut(u32) -> Vec<NodeId>,
+        mut place: impl FnMut(u32, &mut Vec<NodeId>),
     ) -> Result<RegionId, AllocError> {
         let first = self.units();
         let total = u64::from(first) + u64::from(units);
@@ -1027,21 +1034,81 @@ impl Memory {
         self.block_moves
             .resize((total as usize).div_ceil(MOVE_BLOCK), 0);
         let pages = page_size.nr_pages().0;
-        for i in 0..units {
-            let u = UnitId(first + i);
-            let order = place(i);
-            let Some(node) = order
-                .into_iter()
-                .find(|n| self.nodes.get(n).is_some_and(|m| m.free().0 >= pages))
-            else {
+        let (mut order, mut next) = (Vec::new(), Vec::new());
+        let mut i = 0u32;
+        while i < units {
+            order.clear();
+            place(i, &mut order);
+            let Some((node, room)) = order.iter().find_map(|n| {
+                let free = self.nodes.get(n).map_or(0, |m| m.free().0);
+                (free >= pages).then_some((*n, free / pages))
+            }) else {
                 return Err(AllocError::NoRoom {
                     region: name.to_string(),
                     pages: u64::from(units - i) * pages,
                 });
             };
-            self.put(u, node);
+            // The units after `i` with the same order go where it goes while that node has
+            // room: placing on it takes room from no node before it in the order.
+            let mut run = 1u32;
+            while u64::from(run) < room && i + run < units {
+                next.clear();
+                place(i + run, &mut next);
+                if next != order {
+                    break;
+                }
+                run += 1;
+            }
+            self.put_run(UnitId(first + i), run, node);
+            i += run;
         }
         Ok(rid)
+    }
+
+    /// [`Memory::put`] of the `n` units from `u0` on, all unplaced and all to `node`: the
+    /// same state, with the node and each class's counts looked up once per run of units of
+    /// one class range instead of once per unit (placing a 64 GiB region at start was most
+    /// of a short configuration's time).
+    fn put_run(&mut self, u0: UnitId, n: u32, node: NodeId) {
+        if n == 1 {
+            self.put(u0, node);
+            return;
+        }
+        let pages = self.unit_pages(u0);
+        let end = u0.0 + n;
+        for u in u0.0..end {
+            self.put_slot(UnitId(u), node);
+        }
+        if let Some(m) = self.nodes.get_mut(&node) {
+            m.used.0 += pages * u64::from(n);
+        }
+        let mut u = u0.0;
+        while u < end {
+            let class = &mut self.classes[usize::from(self.unit_class[u as usize])];
+            let Some((idx, range_end)) = class.range_of(UnitId(u)) else {
+                // Outside every range of its class (not made by `map_region`): as `put`.
+                *class.units_on.entry(node).or_default() += 1;
+                *class.weight_on.entry(node).or_default() += 0.0;
+                u += 1;
+                continue;
+            };
+            let len = range_end.min(end) - u;
+            *class.units_on.entry(node).or_default() += u64::from(len);
+            // Added one unit at a time, in unit order, as `put` adds them: the same sum.
+            let mut w = class.weight_on.get(&node).copied().unwrap_or(0.0);
+            for j in 0..len {
+                w += class.weight(idx + j);
+            }
+            class.weight_on.insert(node, w);
+            if let Some(&floor) = class.cold_floor.get(usize::from(node.0)) {
+                let lowest = (0..len)
+                    .map(|j| class.cold_position(idx + j))
+                    .min()
+                    .unwrap_or(floor);
+                class.cold_floor[usize::from(node.0)] = floor.min(lowest);
+            }
+            u += len;
+        }
     }
 
     fn bump_block(&mut self, u: UnitId) {
@@ -1060,14 +1127,7 @@ impl Memory {
     /// Places an unplaced unit on `node` (no capacity check: callers checked).
     fn put(&mut self, u: UnitId, node: NodeId) {
         let pages = self.unit_pages(u);
-        let slot = self.take_slot(node, u);
-        self.unit_slot[u.idx()] = slot;
-        self.bump_block(u);
-        // Node ids are < 64 (topology limit), so they fit a byte.
-        #[allow(clippy::cast_possible_truncation)]
-        {
-            self.unit_node[u.idx()] = node.0 as u8;
-        }
+        self.put_slot(u, node);
         if let Some(m) = self.nodes.get_mut(&node) {
             m.used.0 += pages;
         }
@@ -1084,6 +1144,19 @@ impl Memory {
             if k < *floor {
                 class.cold_floor[usize::from(node.0)] = k;
             }
+        }
+    }
+
+    /// The slot part of [`Memory::put`]: a slot on `node`, the unit's node and its block's
+    /// move count.
+    fn put_slot(&mut self, u: UnitId, node: NodeId) {
+        let slot = self.take_slot(node, u);
+        self.unit_slot[u.idx()] = slot;
+        self.bump_block(u);
+        // Node ids are < 64 (topology limit), so they fit a byte.
+        #[allow(clippy::cast_possible_truncation)]
+        {
+            self.unit_node[u.idx()] = node.0 as u8;
         }
     }
 
@@ -1393,7 +1466,7 @@ mod tests {
                 spread,
             }],
             42,
-            |_| vec![NodeId(1)],
+            |_, o| o.push(NodeId(1)),
         )
         .unwrap()
     }
@@ -1586,7 +1659,7 @@ mod tests {
                 MemPolicy::DEFAULT,
                 vec![],
                 1,
-                |_| vec![NodeId(1)],
+                |_, o| o.push(NodeId(1)),
             )
             .unwrap();
         let u = UnitId(3);
@@ -1632,6 +1705,79 @@ mod tests {
                     }
                 }
             }
+        }
+
+        /// Placing a region in runs of units ([`Memory::put_run`]) leaves the machine as
+        /// placing it one unit at a time ([`Memory::put`]) does, to the last bit of each
+        /// class's weight per node: hot and cold ranges of any shape, uniform or Zipf, a
+        /// first node that fills up mid-region, node orders that change from unit to unit.
+        #[test]
+        fn placing_in_runs_is_placing_unit_by_unit(
+            units in 1u32..6000,
+            before in prop_oneof![Just(0u32), 10_000u32..16_384],
+            shape in prop::collection::vec((0u32..400, 1u32..900), 0..8),
+            zipf in any::<bool>(),
+            flip_every in 0u32..700,
+        ) {
+            let place = |m: &mut Memory, singles: bool| {
+                let spread = if zipf { Spread::Zipf { s: 0.8 } } else { Spread::Uniform };
+                // Pages already on the fast node (64 MiB: 16,384), so that the region's first
+                // node fills part way through, or not at all.
+                if before > 0 {
+                    m.map_region("pre", SpaceId(1), CgroupId::ROOT, Vpn(1 << 30), before,
+                        PageSize::Base, MemPolicy::DEFAULT, Vec::new(), 3, |_, o| o.push(NodeId(0)))
+                        .unwrap();
+                }
+                let mut ranges = Vec::new();
+                let mut at = 0u32;
+                for &(gap, len) in &shape {
+                    at += gap;
+                    if at >= units {
+                        break;
+                    }
+                    ranges.push((at, len.min(units - at)));
+                    at += len;
+                }
+                let classes = vec![ClassSpec { name: "r.hot".into(), ranges, spread }];
+                m.map_region("r", SpaceId(1), CgroupId::ROOT, Vpn(0), units, PageSize::Base,
+                    MemPolicy::DEFAULT, classes, 7, |i, o| {
+                        let flipped = flip_every > 0 && (i / flip_every) % 2 == 1;
+                        if flipped {
+                            o.extend([NodeId(1), NodeId(0)]);
+                        } else {
+                            o.extend([NodeId(0), NodeId(1)]);
+                        }
+                        // The same order with a repeat at its end, every other unit: the
+                        // first node with room is the same, but no run is longer than one.
+                        if singles && i % 2 == 1 {
+                            o.push(o[1]);
+                        }
+                    })
+            };
+            let (mut runs, mut singles) = (machine(), machine());
+            let a = place(&mut runs, false);
+            let b = place(&mut singles, true);
+            prop_assert_eq!(a.is_ok(), b.is_ok());
+            prop_assert_eq!(&runs.unit_node, &singles.unit_node);
+            prop_assert_eq!(&runs.unit_slot, &singles.unit_slot);
+            prop_assert_eq!(&runs.block_moves, &singles.block_moves);
+            for (n, m) in &runs.nodes {
+                let o = &singles.nodes[n];
+                prop_assert_eq!(m.used, o.used);
+                prop_assert_eq!(&m.slots, &o.slots);
+                prop_assert_eq!(&m.free_slots, &o.free_slots);
+                for (x, y) in m.blocks.iter().zip(&o.blocks) {
+                    prop_assert_eq!((x.occupied, x.class, x.mixed), (y.occupied, y.class, y.mixed));
+                }
+            }
+            prop_assert_eq!(runs.classes.len(), singles.classes.len());
+            for (x, y) in runs.classes.iter().zip(&singles.classes) {
+                prop_assert_eq!(&x.units_on, &y.units_on);
+                let bits = |c: &Class| c.weight_on.iter().map(|(n, w)| (*n, w.to_bits())).collect::<Vec<_>>();
+                prop_assert_eq!(bits(x), bits(y));
+                prop_assert_eq!(&x.cold_floor, &y.cold_floor);
+            }
+            prop_assert!(runs.check().is_none(), "{:?}", runs.check());
         }
 
         /// Any sequence of migrations and unmaps keeps every invariant: each unit on one

@@ -2166,7 +2166,7 @@ mod tests {
                     policy,
                     classes,
                     7,
-                    |_| vec![NodeId(node)],
+                    |_, o| o.push(NodeId(node)),
                 )
                 .unwrap();
             let find = |n: String| {

@@ -620,14 +620,13 @@ impl World {
                     policy,
                     classes,
                     seed ^ ri as u64,
-                    |i| {
+                    |i, o| {
                         if interleave && !mask.is_empty() && r.place.is_none() {
                             let k = i as usize % mask.len();
-                            let mut o = vec![mask[k]];
+                            o.push(mask[k]);
                             o.extend(order.iter().copied().filter(|n| *n != mask[k]));
-                            o
                         } else {
-                            order.clone()
+                            o.extend_from_slice(&order);
                         }
                     },
                 )
