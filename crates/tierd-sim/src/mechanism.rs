@@ -899,9 +899,11 @@ fn demote_pass(
             None => ctx.mem.raise_cold_floor(ci, node, len),
         }
     }
+    // Counted once at the end (a counter is looked up by name); `None` if nothing moved.
+    let mut demoted = None::<u64>;
     while let Some(Reverse((_, reg, ci, k, idx))) = heap.pop() {
         if ctx.mem.node(node).is_none_or(|m| m.free() >= goal) {
-            return;
+            break;
         }
         let step = steps.get(&ci).copied().unwrap_or(1);
         let u = ctx.mem.classes()[ci].unit_at(idx);
@@ -917,8 +919,11 @@ fn demote_pass(
             continue;
         };
         if ctx.reclaim(u, to).is_ok() {
-            ctx.acct.count("pgdemote_kswapd", pages);
+            *demoted.get_or_insert(0) += pages;
         }
+    }
+    if let Some(pages) = demoted {
+        ctx.acct.count("pgdemote_kswapd", pages);
     }
 }
 
