@@ -932,8 +932,8 @@ impl Memory {
 
     /// Maps a region of `units` units and creates its classes; units are placed by
     /// `place(unit_index, order)`, which fills `order` with the unit's node order (first node
-    /// with room wins). Units not covered by any
-    /// class go to an extra class named after the region.
+    /// with room wins). Units not covered by any class go to an extra class named after the
+    /// region.
     ///
     /// # Errors
     /// [`AllocError`] if a unit fits on no node of its order.
