@@ -1244,31 +1244,32 @@ impl Damon {
         // node's min watermark, and migrate_pages() stops at the first -ENOMEM.
         let wmark_min = Watermarks::of(capacity, ctx.kernel.watermark_scale_factor).min;
         let mut applied = 0;
-        // Pages moved and failed, counted once at the end (a counter is looked up by name).
-        let (mut moved, mut failed) = (None::<u64>, None::<u64>);
+        // Pages moved and failed, counted once at the end (a counter is looked up by name);
+        // a unit has at least one page, so a count above 0 is one the loop would have made.
+        let (mut moved, mut failed) = (0u64, 0u64);
         for u in isolated {
             let pages = ctx.mem.unit_pages(u);
             if ctx.mem.free(target).pages().0 < pages + wmark_min.0 {
-                *failed.get_or_insert(0) += pages;
+                failed += pages;
                 break;
             }
             match ctx.migrate(u, target) {
                 Ok(()) => {
                     applied += pages * PAGE_SIZE;
-                    *moved.get_or_insert(0) += pages;
+                    moved += pages;
                     // Per folio moved: a THP is one folio, a split one 512 (its pages
                     // counted after the move: a split happens on the way).
                     let folios = (pages / ctx.mem.folio_pages(u)) as f64;
                     cost += MIGRATE_FOLIO_NS * folios + MIGRATE_COPY_NS_PER_PAGE * pages as f64;
                 }
-                Err(_) => *failed.get_or_insert(0) += pages,
+                Err(_) => failed += pages,
             }
         }
-        if let Some(pages) = moved {
-            ctx.acct.count("pgmigrate_success", pages);
+        if moved > 0 {
+            ctx.acct.count("pgmigrate_success", moved);
         }
-        if let Some(pages) = failed {
-            ctx.acct.count("pgmigrate_fail", pages);
+        if failed > 0 {
+            ctx.acct.count("pgmigrate_fail", failed);
         }
         (applied, passed, cost)
     }

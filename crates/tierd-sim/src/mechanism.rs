@@ -899,8 +899,8 @@ fn demote_pass(
             None => ctx.mem.raise_cold_floor(ci, node, len),
         }
     }
-    // Counted once at the end (a counter is looked up by name); `None` if nothing moved.
-    let mut demoted = None::<u64>;
+    // Counted once at the end (a counter is looked up by name), if anything moved.
+    let mut demoted = 0u64;
     while let Some(Reverse((_, reg, ci, k, idx))) = heap.pop() {
         if ctx.mem.node(node).is_none_or(|m| m.free() >= goal) {
             break;
@@ -919,11 +919,11 @@ fn demote_pass(
             continue;
         };
         if ctx.reclaim(u, to).is_ok() {
-            *demoted.get_or_insert(0) += pages;
+            demoted += pages;
         }
     }
-    if let Some(pages) = demoted {
-        ctx.acct.count("pgdemote_kswapd", pages);
+    if demoted > 0 {
+        ctx.acct.count("pgdemote_kswapd", demoted);
     }
 }
 

@@ -1097,19 +1097,23 @@ impl Memory {
         Ok(rid)
     }
 
-    /// [`Memory::put`] of the `n` units from `u0` on, all unplaced and all to `node`: the
-    /// same state, with the node and each class's counts looked up once per run of units of
-    /// one class range instead of once per unit (placing a 64 GiB region at start was most
-    /// of a short configuration's time).
+    /// Places the `n` units from `u0` on, all unplaced and of one region, on `node` (no
+    /// capacity check: callers checked): each a slot, and the node's usage and each class's
+    /// counts updated once per run of units of one class range rather than once per unit
+    /// (placing a 64 GiB region at start unit by unit was most of a short configuration's
+    /// time).
     fn put_run(&mut self, u0: UnitId, n: u32, node: NodeId) {
-        if n == 1 {
-            self.put(u0, node);
-            return;
-        }
         let pages = self.unit_pages(u0);
         let end = u0.0 + n;
-        for u in u0.0..end {
-            self.put_slot(UnitId(u), node);
+        for u in (u0.0..end).map(UnitId) {
+            let slot = self.take_slot(node, u);
+            self.unit_slot[u.idx()] = slot;
+            self.bump_block(u);
+            // Node ids are < 64 (topology limit), so they fit a byte.
+            #[allow(clippy::cast_possible_truncation)]
+            {
+                self.unit_node[u.idx()] = node.0 as u8;
+            }
         }
         if let Some(m) = self.nodes.get_mut(&node) {
             m.used.0 += pages * u64::from(n);
@@ -1118,7 +1122,8 @@ impl Memory {
         while u < end {
             let class = &mut self.classes[usize::from(self.unit_class[u as usize])];
             let Some((idx, range_end)) = class.range_of(UnitId(u)) else {
-                // Outside every range of its class (not made by `map_region`): as `put`.
+                // Outside every range of its class (not made by `map_region`): counted, with no
+                // weight and no cold position.
                 *class.units_on.entry(node).or_default() += 1;
                 *class.weight_on.entry(node).or_default() += 0.0;
                 u += 1;
@@ -1126,7 +1131,7 @@ impl Memory {
             };
             let len = range_end.min(end) - u;
             *class.units_on.entry(node).or_default() += u64::from(len);
-            // Added one unit at a time, in unit order, as `put` adds them: the same sum.
+            // Added one unit at a time, in unit order: the same sum whatever the runs.
             let mut w = class.weight_on.get(&node).copied().unwrap_or(0.0);
             for j in 0..len {
                 w += class.weight(idx + j);
@@ -1158,38 +1163,7 @@ impl Memory {
 
     /// Places an unplaced unit on `node` (no capacity check: callers checked).
     fn put(&mut self, u: UnitId, node: NodeId) {
-        let pages = self.unit_pages(u);
-        self.put_slot(u, node);
-        if let Some(m) = self.nodes.get_mut(&node) {
-            m.used.0 += pages;
-        }
-        let c = self.class_of(u);
-        let class = &mut self.classes[usize::from(c.0)];
-        // The index serves the weight (`Class::weight` is 1 for a uniform class) and the
-        // cold floor below.
-        let idx = class.index_of(u);
-        let w = idx.map_or(0.0, |i| class.weight(i));
-        *class.units_on.entry(node).or_default() += 1;
-        *class.weight_on.entry(node).or_default() += w;
-        if let (Some(i), Some(floor)) = (idx, class.cold_floor.get(usize::from(node.0))) {
-            let k = class.cold_position(i);
-            if k < *floor {
-                class.cold_floor[usize::from(node.0)] = k;
-            }
-        }
-    }
-
-    /// The slot part of [`Memory::put`]: a slot on `node`, the unit's node and its block's
-    /// move count.
-    fn put_slot(&mut self, u: UnitId, node: NodeId) {
-        let slot = self.take_slot(node, u);
-        self.unit_slot[u.idx()] = slot;
-        self.bump_block(u);
-        // Node ids are < 64 (topology limit), so they fit a byte.
-        #[allow(clippy::cast_possible_truncation)]
-        {
-            self.unit_node[u.idx()] = node.0 as u8;
-        }
+        self.put_run(u, 1, node);
     }
 
     /// Records that no unit of class `c` on `node` sits below position `k` of its
