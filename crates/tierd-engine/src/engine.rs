@@ -624,6 +624,15 @@ pub struct Engine {
     /// Top-tier pages the engine has seen or promoted: the demoter's candidates.
     fast: FastIndex,
     history: SizedPageMap<MoveHistory>,
+    /// Whether the engine keeps what only its demoter reads: the fast index (which relative
+    /// mode's threshold also counts) and the move history (ping-pong is a demotion within the
+    /// window of a promotion, or the reverse, of the engine's own moves). Without a demoter
+    /// both would grow to the fast tier's size and be read by nobody: a daemon that leaves
+    /// demotion to the kernel's reclaim, or the simulator's model of the kernel's pghot,
+    /// would pay a lookup per observation and an entry per promoted page for them. On from
+    /// the start with demotion or relative mode; a reconfigure that turns demotion on turns
+    /// it on (the index then starts from what the sources report next); never off again.
+    demoter_state: bool,
     /// Pages backed off after failing to move (see [`Backoff`]).
     backoff: SizedPageMap<Backoff>,
     owners: OwnerMap,
@@ -712,6 +721,7 @@ impl Engine {
             stores,
             fast: FastIndex::default(),
             history: SizedPageMap::default(),
+            demoter_state: config.demotion.enabled || config.threshold == ThresholdMode::Relative,
             backoff: SizedPageMap::default(),
             owners: OwnerMap::default(),
             targets,
@@ -782,6 +792,7 @@ impl Engine {
             store.set_params(params);
         }
         self.heat.set_cooling_ms(config.heat_cooling_ms);
+        self.demoter_state |= config.demotion.enabled;
         self.target = target;
         self.config = config;
         Ok(())
@@ -888,7 +899,9 @@ impl Engine {
                 space: f.page.space,
                 vpn: size.head(f.page.vpn),
             };
-            self.fast.touch(key, f.page_node, size, f.idle_since);
+            if self.demoter_state {
+                self.fast.touch(key, f.page_node, size, f.idle_since);
+            }
             self.stats.engine.idle_noted += 1;
         }
     }
@@ -920,7 +933,9 @@ impl Engine {
             // pghot ignores top-tier pages; the demoter needs their recency (and, in relative
             // mode, their heat: colder ones are the room hotter slow pages can take).
             e.fast_observed += 1;
-            self.fast.touch(key, obs.page_node, size, obs.time);
+            if self.demoter_state {
+                self.fast.touch(key, obs.page_node, size, obs.time);
+            }
             if relative {
                 self.heat.add(key, size, Tier::Fast, obs.weight);
             }
@@ -1655,10 +1670,13 @@ impl Engine {
     }
 
     /// Reads the entries an update of the folio `(key, size)` touches, changing nothing: the
-    /// fast index, the heat map (relative mode) and the hotness store of `node` (none for a
-    /// top-tier node). Returns how many are present, for the caller to `black_box`.
+    /// fast index (when the demoter's state is kept), the heat map (relative mode) and the
+    /// hotness store of `node` (none for a top-tier node). Returns how many are present, for the caller to `black_box`.
     fn warm_page(&self, key: PageKey, size: PageSize, node: NodeId) -> u32 {
-        let mut present = u32::from(self.fast.map.warm(key, size));
+        let mut present = 0;
+        if self.demoter_state {
+            present += u32::from(self.fast.map.warm(key, size));
+        }
         if self.relative() {
             present += u32::from(self.heat.warm(key, size));
         }
@@ -1673,7 +1691,9 @@ impl Engine {
         let mut present = 0u32;
         for r in results {
             let (key, size) = (r.page.key(), r.page.size);
-            present += u32::from(self.history.warm(key, size));
+            if self.demoter_state {
+                present += u32::from(self.history.warm(key, size));
+            }
             present += self.warm_page(key, size, r.from);
         }
         std::hint::black_box(present);
@@ -1734,19 +1754,23 @@ impl Engine {
                     } else {
                         e.pgpromote_success += nr;
                         self.stats.nodes.entry(node).or_default().pgpromote_success += nr;
-                        let h = self.history.get_or_insert_with(
-                            key,
-                            r.page.size,
-                            MoveHistory::default,
-                            |_, _, _| {},
-                        );
-                        if within(h.demoted_at.get()) {
-                            e.pingpong_promoted += nr;
+                        if self.demoter_state {
+                            let h = self.history.get_or_insert_with(
+                                key,
+                                r.page.size,
+                                MoveHistory::default,
+                                |_, _, _| {},
+                            );
+                            if within(h.demoted_at.get()) {
+                                e.pingpong_promoted += nr;
+                            }
+                            h.promoted_at = MoveStamp::at(now);
                         }
-                        h.promoted_at = MoveStamp::at(now);
                     }
                     if self.topo.is_toptier(node) {
                         self.heat.set_tier(key, Tier::Fast);
+                    }
+                    if self.demoter_state && self.topo.is_toptier(node) {
                         self.fast.insert(
                             key,
                             FastPage {

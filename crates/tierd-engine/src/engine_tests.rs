@@ -1996,3 +1996,63 @@ proptest! {
         }
     }
 }
+
+/// Without a demoter the engine keeps no fast index and no move history (nobody reads them);
+/// promotion is unchanged. Turning demotion on by a reconfigure starts them: the fast pages
+/// the sources report from then on are the demoter's candidates; turning it off again keeps
+/// what was learnt.
+#[test]
+fn no_fast_index_is_kept_without_a_demoter_until_demotion_is_turned_on() {
+    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+    let cap = Bytes::gib(1).0;
+    let roomy = usage(&topo, Bytes(cap / 2));
+    let tight = usage(&topo, Bytes(cap / 100));
+    let off = EngineConfig {
+        demotion: DemotionConfig {
+            enabled: false,
+            ..DemotionConfig::default()
+        },
+        ..kcfg()
+    };
+    let mut e = Engine::new(off.clone(), topo).unwrap();
+    heat(&mut e, 1, 0..10, N1, 0);
+    let p = e.tick(Nanos::from_millis(100), &roomy);
+    apply_all(&mut e, Nanos::from_millis(100), &p);
+    assert_eq!(
+        e.stats().engine.pgpromote_success,
+        10,
+        "promotion as before"
+    );
+    let fast: Vec<Observation> = (100..1100).map(|i| obs(1, i, N0, Some(N0), 200)).collect();
+    e.observe(&fast);
+    assert_eq!(e.stats().engine.fast_observed, 1000);
+    assert!(e.tick(Nanos::from_millis(2000), &tight).is_empty());
+    assert_eq!(
+        e.stats().engine.fast_index_pages,
+        0,
+        "no index without a demoter"
+    );
+    assert!(e.fast.map.is_empty() && e.history.is_empty());
+
+    e.reconfigure(kcfg()).expect("demotion is a live key");
+    assert!(
+        e.tick(Nanos::from_millis(3000), &tight).is_empty(),
+        "nothing known yet"
+    );
+    e.observe(&fast);
+    let p = e.tick(Nanos::from_millis(4000), &tight);
+    assert_eq!(
+        planned(&p, MigrationKind::Demote),
+        1000,
+        "the pages seen since"
+    );
+    assert_eq!(e.stats().engine.fast_index_pages, 1000);
+    e.reconfigure(off).expect("demotion is a live key");
+    e.observe(&[obs(1, 5000, N0, Some(N0), 4100)]);
+    e.tick(Nanos::from_millis(5000), &tight);
+    assert_eq!(
+        e.stats().engine.fast_index_pages,
+        1001,
+        "kept, and kept up, once on"
+    );
+}
