@@ -855,48 +855,31 @@ fn demote_pass(
         })
         .map(|(i, _)| i)
         .collect();
-    // Each class is walked coldest-first with a cursor (k, idx) (`Class::coldest_order`), and
-    // only its units on `node` enter the heap: under churn most of a class's coldest units
-    // already sit on the lower tier, and skipping one costs a lookup, not a modular inverse
-    // and a weight. The units demoted, and their order, are those of a merge over every unit:
-    // a class's rates do not decrease along its cold order, so its next unit on `node` is the
+    // Each class is walked coldest-first with a cursor, its position k in
+    // `Class::coldest_order`, and only its units on `node` enter the heap: under churn most of
+    // a class's coldest units already sit on the lower tier, and the class's bits of the
+    // units on `node` by cold position (`Class::next_cold_on`) pass over them a word at a
+    // time. The units demoted, and their order, are those of a merge over every unit: a
+    // class's rates do not decrease along its cold order, so its next unit on `node` is the
     // one that merge would reach next, and only this loop moves units meanwhile.
-    let next_on = |mem: &Memory, ci: usize, mut k: u32, mut idx: u32, step: u32| {
+    let next_on = |mem: &Memory, ci: usize, k: u32| {
         let c = &mem.classes()[ci];
+        let k = c.next_cold_on(node, k)?;
+        let idx = c.cold_index(k);
         // A class mapped after the step's rates were computed (a process charging pages
         // mid-run) has no rate yet: not accessed so far.
         let class_rate = ctx.load.class_rate.get(ci).copied().unwrap_or(0.0);
-        while k < c.len {
-            let u = c.unit_at(idx);
-            if mem.node_of(u) == node {
-                let w = c.weight(idx) / c.total_weight.max(f64::MIN_POSITIVE);
-                return Some((k, idx, class_rate * w));
-            }
-            k += 1;
-            idx = c.next_in_order(idx, step);
-        }
-        None
+        let w = c.weight(idx) / c.total_weight.max(f64::MIN_POSITIVE);
+        Some((k, idx, class_rate * w))
     };
     /// A class's next unit on `node`: its rate, region, class, cold-order position and index.
     type Entry = (Rate, u32, usize, u32, u32);
     let mut heap: BinaryHeap<Reverse<Entry>> = BinaryHeap::new();
-    // Each class's step along its cold order.
-    let mut steps: BTreeMap<usize, u32> = BTreeMap::new();
     for &ci in &classes {
-        let class = &ctx.mem.classes()[ci];
-        let (_, step) = class.coldest_order();
-        steps.insert(ci, step);
-        // Every position below the floor is off `node` (`Class::cold_floor`): start there,
-        // and leave the floor where this walk found the first unit on `node`.
-        let k0 = class.cold_floor(node);
-        let (len, region) = (class.len, class.region.0);
-        let idx0 = class.cold_index(k0);
-        match next_on(ctx.mem, ci, k0, idx0, step) {
-            Some((k, idx, rate)) => {
-                ctx.mem.raise_cold_floor(ci, node, k);
-                heap.push(Reverse((Rate(rate), region, ci, k, idx)));
-            }
-            None => ctx.mem.raise_cold_floor(ci, node, len),
+        ctx.mem.track_cold_on(ci, node);
+        if let Some((k, idx, rate)) = next_on(ctx.mem, ci, 0) {
+            let region = ctx.mem.classes()[ci].region.0;
+            heap.push(Reverse((Rate(rate), region, ci, k, idx)));
         }
     }
     // Counted once at the end (a counter is looked up by name), if anything moved.
@@ -905,10 +888,8 @@ fn demote_pass(
         if ctx.mem.node(node).is_none_or(|m| m.free() >= goal) {
             break;
         }
-        let step = steps.get(&ci).copied().unwrap_or(1);
         let u = ctx.mem.classes()[ci].unit_at(idx);
-        let next_idx = ctx.mem.classes()[ci].next_in_order(idx, step);
-        if let Some((k2, idx2, rate)) = next_on(ctx.mem, ci, k + 1, next_idx, step) {
+        if let Some((k2, idx2, rate)) = next_on(ctx.mem, ci, k + 1) {
             heap.push(Reverse((Rate(rate), reg, ci, k2, idx2)));
         }
         if ctx.mem.node_of(u) != node {

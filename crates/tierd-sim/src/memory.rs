@@ -135,13 +135,14 @@ pub struct Class {
     pub units_on: BTreeMap<NodeId, u64>,
     /// Access weight per node.
     pub weight_on: BTreeMap<NodeId, f64>,
-    /// Per node id: no unit of the class on that node has a position in
-    /// [`Class::coldest_order`] below this (a missing entry: 0, which always holds). Placing
-    /// a unit lowers it to the unit's position ([`Memory::put`]); reclaim raises it to the
-    /// first position it found on the node ([`Memory::raise_cold_floor`]), so its next walk
-    /// starts there instead of stepping again over a cold prefix that churn has already
-    /// moved to the lower tier.
-    cold_floor: Vec<u32>,
+    /// Per node id, once reclaim's coldest-first walk has asked for the node
+    /// ([`Memory::track_cold_on`]): a bit per position of [`Class::coldest_order`], set while
+    /// the unit at that position is on the node (an empty vector: not kept). The walk finds
+    /// the class's next unit on the node by scanning words ([`Class::next_cold_on`]) instead
+    /// of looking up the node of every unit on its way, most of them already moved to the
+    /// lower tier by churn (a floor below which no unit was on the node did not help: every
+    /// promotion of a cold unit lowered it again). Placing and taking a unit keep the bits.
+    cold_on: Vec<Vec<u64>>,
     /// [`Class::coldest_order`], computed once.
     order: (u32, u32),
     /// Zipf: every unit's weight by class index, `(rank + 1)^-s`, computed once when the
@@ -317,13 +318,44 @@ impl Class {
         u32::try_from((u64::from(first) + u64::from(k) * u64::from(step)) % n).unwrap_or(0)
     }
 
-    /// See the field: the lowest cold-order position a unit of the class on `node` can have.
+    /// The first position at or after `k` of [`Class::coldest_order`] whose unit is on
+    /// `node`, if any. Only for a node [`Memory::track_cold_on`] was called for (none
+    /// otherwise).
     #[must_use]
-    pub fn cold_floor(&self, node: NodeId) -> u32 {
-        self.cold_floor
+    pub fn next_cold_on(&self, node: NodeId, k: u32) -> Option<u32> {
+        let bits = self.cold_on.get(usize::from(node.0))?;
+        let mut w = k as usize / 64;
+        let mut word = bits.get(w)? & (u64::MAX << (k % 64));
+        loop {
+            if word != 0 {
+                let pos = u32::try_from(w * 64).ok()? + word.trailing_zeros();
+                return (pos < self.len).then_some(pos);
+            }
+            w += 1;
+            word = *bits.get(w)?;
+        }
+    }
+
+    /// Whether the bits of [`Class::next_cold_on`] are kept for `node`.
+    fn tracks_cold_on(&self, node: NodeId) -> bool {
+        self.cold_on
             .get(usize::from(node.0))
-            .copied()
-            .unwrap_or(0)
+            .is_some_and(|b| !b.is_empty())
+    }
+
+    /// Sets or clears the bit of position `k` for `node` (kept: [`Class::tracks_cold_on`]).
+    fn set_cold_on(&mut self, node: NodeId, k: u32, on: bool) {
+        if let Some(w) = self
+            .cold_on
+            .get_mut(usize::from(node.0))
+            .and_then(|b| b.get_mut(k as usize / 64))
+        {
+            if on {
+                *w |= 1 << (k % 64);
+            } else {
+                *w &= !(1 << (k % 64));
+            }
+        }
     }
 
     /// The index after `idx` in [`Class::coldest_order`] with its `step`.
@@ -836,7 +868,8 @@ impl Memory {
         self.split.len()
     }
 
-    /// Reads what moving `u` reads first (its class, node, slot and the slot's entry) and
+    /// Reads what moving `u` reads first (its class, node, slot, the slot's entry and, in a
+    /// Zipf class, its weight, which the class's per-node weight loses and gains) and
     /// returns a value made of them. Moving a batch of units costs a chain of cache misses
     /// per unit; reading them for the whole batch first lets the misses overlap.
     #[must_use]
@@ -854,7 +887,11 @@ impl Memory {
             .and_then(|m| m.slots.get(s as usize))
             .copied()
             .unwrap_or(0);
-        u64::from(c) ^ u64::from(n) ^ u64::from(s) ^ u64::from(e)
+        let w = self
+            .classes
+            .get(usize::from(c))
+            .map_or(0.0, |class| unit_weight(class, u));
+        u64::from(c) ^ u64::from(n) ^ u64::from(s) ^ u64::from(e) ^ w.to_bits()
     }
 
     /// The unit holding `vpn` in `space`, if mapped.
@@ -1042,7 +1079,7 @@ impl Memory {
                 total_weight: 0.0,
                 units_on: BTreeMap::new(),
                 weight_on: BTreeMap::new(),
-                cold_floor: Vec::new(),
+                cold_on: Vec::new(),
                 order: (0, 0),
                 weights: Arc::from([]),
                 range_hint: Arc::from([]),
@@ -1137,12 +1174,11 @@ impl Memory {
                 w += class.weight(idx + j);
             }
             class.weight_on.insert(node, w);
-            if let Some(&floor) = class.cold_floor.get(usize::from(node.0)) {
-                let lowest = (0..len)
-                    .map(|j| class.cold_position(idx + j))
-                    .min()
-                    .unwrap_or(floor);
-                class.cold_floor[usize::from(node.0)] = floor.min(lowest);
+            if class.tracks_cold_on(node) {
+                for j in 0..len {
+                    let k = class.cold_position(idx + j);
+                    class.set_cold_on(node, k, true);
+                }
             }
             u += len;
         }
@@ -1166,18 +1202,31 @@ impl Memory {
         self.put_run(u, 1, node);
     }
 
-    /// Records that no unit of class `c` on `node` sits below position `k` of its
-    /// [`Class::coldest_order`]: the caller has just looked at every position from
-    /// [`Class::cold_floor`] up to `k` and found none there.
-    pub fn raise_cold_floor(&mut self, c: usize, node: NodeId, k: u32) {
-        let Some(class) = self.classes.get_mut(c) else {
+    /// Starts keeping class `c`'s units on `node` by cold-order position
+    /// ([`Class::next_cold_on`]), if not kept yet: one pass over the class's units, then
+    /// every placement and removal keeps them.
+    pub fn track_cold_on(&mut self, c: usize, node: NodeId) {
+        let Some(class) = self.classes.get(c) else {
             return;
         };
-        let n = usize::from(node.0);
-        if class.cold_floor.len() <= n {
-            class.cold_floor.resize(n + 1, 0);
+        if class.tracks_cold_on(node) {
+            return;
         }
-        class.cold_floor[n] = class.cold_floor[n].max(k);
+        let on: Vec<u32> = class
+            .iter_units()
+            .filter(|&(_, u)| self.node_of(u) == node)
+            .map(|(i, _)| class.cold_position(i))
+            .collect();
+        let words = (class.len as usize).div_ceil(64).max(1);
+        let class = &mut self.classes[c];
+        let n = usize::from(node.0);
+        if class.cold_on.len() <= n {
+            class.cold_on.resize(n + 1, Vec::new());
+        }
+        class.cold_on[n] = vec![0; words];
+        for k in on {
+            class.set_cold_on(node, k, true);
+        }
     }
 
     /// Removes a placed unit from its node.
@@ -1194,6 +1243,12 @@ impl Memory {
         let c = self.class_of(u);
         let class = &mut self.classes[usize::from(c.0)];
         let w = unit_weight(class, u);
+        if class.tracks_cold_on(node) {
+            if let Some(i) = class.index_of(u) {
+                let k = class.cold_position(i);
+                class.set_cold_on(node, k, false);
+            }
+        }
         if let Some(n) = class.units_on.get_mut(&node) {
             *n -= 1;
         }
@@ -1385,7 +1440,39 @@ impl Memory {
             .filter(|r| r.alive)
             .map(|r| u64::from(r.units))
             .sum();
-        (per_class != live).then(|| format!("classes count {per_class} units, live regions {live}"))
+        if per_class != live {
+            return Some(format!(
+                "classes count {per_class} units, live regions {live}"
+            ));
+        }
+        self.check_cold_bits()
+    }
+
+    /// Every kept bit of [`Class::next_cold_on`] against the units' nodes.
+    fn check_cold_bits(&self) -> Option<String> {
+        for class in &self.classes {
+            let alive = self.regions[class.region.0 as usize].alive;
+            for (n, bits) in class.cold_on.iter().enumerate() {
+                if bits.is_empty() {
+                    continue;
+                }
+                let node = NodeId(u16::try_from(n).unwrap_or(u16::MAX));
+                let mut want = vec![0u64; bits.len()];
+                for (i, u) in class.iter_units() {
+                    if alive && self.node_of(u) == node {
+                        let k = class.cold_position(i) as usize;
+                        want[k / 64] |= 1 << (k % 64);
+                    }
+                }
+                if *bits != want {
+                    return Some(format!(
+                        "{}: the cold-order bits of {node} are not its units there",
+                        class.name
+                    ));
+                }
+            }
+        }
+        None
     }
 }
 
@@ -1603,13 +1690,22 @@ mod tests {
         }
     }
 
-    /// The lowest cold-order position of class 0's units on `node`, if any.
-    fn lowest_position_on(m: &Memory, node: NodeId) -> Option<u32> {
+    /// The cold-order positions of class 0's units on `node`, in order.
+    fn positions_on(m: &Memory, node: NodeId) -> Vec<u32> {
         let c = &m.classes()[0];
-        c.iter_units()
+        let mut ks: Vec<u32> = c
+            .iter_units()
             .filter(|&(_, u)| m.node_of(u) == node)
             .map(|(i, _)| c.cold_position(i))
-            .min()
+            .collect();
+        ks.sort_unstable();
+        ks
+    }
+
+    /// The positions [`Class::next_cold_on`] walks through for `node`, from 0.
+    fn walked_on(m: &Memory, node: NodeId) -> Vec<u32> {
+        let c = &m.classes()[0];
+        std::iter::successors(c.next_cold_on(node, 0), |&k| c.next_cold_on(node, k + 1)).collect()
     }
 
     /// Every hint agrees with the slot table.
@@ -1705,29 +1801,32 @@ mod tests {
     }
 
     proptest! {
-        /// The cold floor never passes a unit on its node, whatever moves and raises come:
-        /// a raise to the lowest position on the node (what reclaim's walk finds) holds until
-        /// a unit lands lower, and that landing lowers it.
+        /// Once tracked, a class's units on a node by cold position are exactly those there,
+        /// whatever moves come before and after tracking starts: the walk of
+        /// [`Class::next_cold_on`] visits every position whose unit is on the node, in
+        /// order, and no other.
         #[test]
-        fn the_cold_floor_stays_at_or_below_every_unit_on_its_node(
-            ops in proptest::collection::vec((0u32..1000, 0u16..2, any::<bool>()), 0..300),
+        fn the_cold_bits_are_the_units_on_each_node(
+            units in prop_oneof![Just(4000u32), Just(4 * 997), 1u32..300],
+            uniform in any::<bool>(),
+            ops in proptest::collection::vec((0u32..4000, 0u16..2, 0u8..4), 0..300),
         ) {
+            let spread = if uniform { Spread::Uniform } else { Spread::Zipf { s: 0.9 } };
             let mut m = machine();
-            region(&mut m, 4000, MemPolicy::DEFAULT, Spread::Zipf { s: 0.9 });
-            for (u, n, raise) in ops {
-                let _ = m.migrate(UnitId(u), NodeId(n));
-                if raise {
-                    for node in [NodeId(0), NodeId(1)] {
-                        let k = lowest_position_on(&m, node).unwrap_or(m.classes()[0].len);
-                        m.raise_cold_floor(0, node, k);
-                    }
+            region(&mut m, units, MemPolicy::DEFAULT, spread);
+            for (u, n, track) in ops {
+                let _ = m.migrate(UnitId(u % units), NodeId(n));
+                if track == 0 {
+                    m.track_cold_on(0, NodeId(n));
                 }
                 for node in [NodeId(0), NodeId(1)] {
-                    let floor = m.classes()[0].cold_floor(node);
-                    if let Some(low) = lowest_position_on(&m, node) {
-                        prop_assert!(floor <= low, "node {node:?}: floor {floor} above {low}");
+                    if m.classes()[0].tracks_cold_on(node) {
+                        prop_assert_eq!(walked_on(&m, node), positions_on(&m, node), "node {:?}", node);
+                    } else {
+                        prop_assert_eq!(m.classes()[0].next_cold_on(node, 0), None);
                     }
                 }
+                prop_assert!(m.check().is_none(), "{:?}", m.check());
             }
         }
 
@@ -1799,7 +1898,7 @@ mod tests {
                 prop_assert_eq!(&x.units_on, &y.units_on);
                 let bits = |c: &Class| c.weight_on.iter().map(|(n, w)| (*n, w.to_bits())).collect::<Vec<_>>();
                 prop_assert_eq!(bits(x), bits(y));
-                prop_assert_eq!(&x.cold_floor, &y.cold_floor);
+                prop_assert_eq!(&x.cold_on, &y.cold_on);
             }
             prop_assert!(runs.check().is_none(), "{:?}", runs.check());
         }
