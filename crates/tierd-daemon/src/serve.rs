@@ -8,7 +8,7 @@
 //! | connects and sends nothing | the header read timeout ([`Limits::header_read_timeout`]) |
 //! | sends a header that never ends | the header size limit: 431, then closed ([`Limits::max_header_bytes`]) |
 //! | reads the answer one byte a second | the whole-request deadline ([`Limits::request_timeout`]) |
-//! | opens a thousand connections | the cap ([`Limits::max_connections`]): at the cap a new connection evicts the oldest one that has not sent its request, so a probe still gets in |
+//! | opens a thousand connections | the cap ([`Limits::max_connections`]): at the cap a new connection evicts the oldest one that has not sent its request, so a probe still gets in (one that stalls between its connect and its request while the cap's worth of newer connections arrive can be evicted, and gets in at its next try) |
 //! | makes accept(2) fail (EMFILE ...) | the error is counted, the loop backs off and goes on |
 //!
 //! Every connection serves one request and closes (no keep-alive): then the whole-request
