@@ -1671,7 +1671,8 @@ impl Engine {
 
     /// Reads the entries an update of the folio `(key, size)` touches, changing nothing: the
     /// fast index (when the demoter's state is kept), the heat map (relative mode) and the
-    /// hotness store of `node` (none for a top-tier node). Returns how many are present, for the caller to `black_box`.
+    /// hotness store of `node` (none for a top-tier node). Returns how many are present, for
+    /// the caller to `black_box`.
     fn warm_page(&self, key: PageKey, size: PageSize, node: NodeId) -> u32 {
         let mut present = 0;
         if self.demoter_state {
@@ -1769,16 +1770,16 @@ impl Engine {
                     }
                     if self.topo.is_toptier(node) {
                         self.heat.set_tier(key, Tier::Fast);
-                    }
-                    if self.demoter_state && self.topo.is_toptier(node) {
-                        self.fast.insert(
-                            key,
-                            FastPage {
-                                node,
-                                size: r.page.size,
-                                last_access: now,
-                            },
-                        );
+                        if self.demoter_state {
+                            self.fast.insert(
+                                key,
+                                FastPage {
+                                    node,
+                                    size: r.page.size,
+                                    last_access: now,
+                                },
+                            );
+                        }
                     }
                 }
                 (MigrationKind::Demote, MoveOutcome::Moved(node)) => {

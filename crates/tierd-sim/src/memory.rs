@@ -1212,21 +1212,26 @@ impl Memory {
         if class.tracks_cold_on(node) {
             return;
         }
-        let on: Vec<u32> = class
-            .iter_units()
-            .filter(|&(_, u)| self.node_of(u) == node)
-            .map(|(i, _)| class.cold_position(i))
-            .collect();
-        let words = (class.len as usize).div_ceil(64).max(1);
+        let bits = self.cold_bits_now(class, node);
         let class = &mut self.classes[c];
         let n = usize::from(node.0);
         if class.cold_on.len() <= n {
             class.cold_on.resize(n + 1, Vec::new());
         }
-        class.cold_on[n] = vec![0; words];
-        for k in on {
-            class.set_cold_on(node, k, true);
+        class.cold_on[n] = bits;
+    }
+
+    /// `class`'s units on `node` now, as bits by cold-order position (the layout of a kept
+    /// entry of [`Class::next_cold_on`]'s bits; at least one word, which marks it kept).
+    fn cold_bits_now(&self, class: &Class, node: NodeId) -> Vec<u64> {
+        let mut bits = vec![0u64; (class.len as usize).div_ceil(64).max(1)];
+        for (i, u) in class.iter_units() {
+            if self.node_of(u) == node {
+                let k = class.cold_position(i) as usize;
+                bits[k / 64] |= 1 << (k % 64);
+            }
         }
+        bits
     }
 
     /// Removes a placed unit from its node.
@@ -1457,13 +1462,12 @@ impl Memory {
                     continue;
                 }
                 let node = NodeId(u16::try_from(n).unwrap_or(u16::MAX));
-                let mut want = vec![0u64; bits.len()];
-                for (i, u) in class.iter_units() {
-                    if alive && self.node_of(u) == node {
-                        let k = class.cold_position(i) as usize;
-                        want[k / 64] |= 1 << (k % 64);
-                    }
-                }
+                // An unmapped region's units were taken, their bits cleared.
+                let want = if alive {
+                    self.cold_bits_now(class, node)
+                } else {
+                    vec![0; bits.len()]
+                };
                 if *bits != want {
                     return Some(format!(
                         "{}: the cold-order bits of {node} are not its units there",

@@ -715,11 +715,16 @@ impl<R: Record> Table<R> {
     fn trim(&mut self) {
         let slack = (self.metas.len() / 4).max(16);
         if self.metas.capacity() > self.metas.len() + slack {
-            self.records.shrink_to_fit();
-            self.metas.shrink_to_fit();
-            self.free.shrink_to_fit();
-            self.index.shrink_to_fit();
+            self.shrink();
         }
+    }
+
+    /// Gives back every spare byte of the arena, the metadata, the free list and the index.
+    fn shrink(&mut self) {
+        self.records.shrink_to_fit();
+        self.metas.shrink_to_fit();
+        self.free.shrink_to_fit();
+        self.index.shrink_to_fit();
     }
 
     /// Moves the live chunks at the top of the arena into the free slots below, then
@@ -744,10 +749,7 @@ impl<R: Record> Table<R> {
         self.metas.truncate(live);
         self.free.clear();
         if release == Release::Yes {
-            self.records.shrink_to_fit();
-            self.metas.shrink_to_fit();
-            self.free.shrink_to_fit();
-            self.index.shrink_to_fit();
+            self.shrink();
         }
         self.cache = None;
         self.hot = (0..live).filter(|&s| self.metas[s].hot).collect();
