@@ -4,17 +4,70 @@
 //! `cargo bench -p tierd-sim --bench scale` prints one line per run (goals, issue 15: A <= 10 s,
 //! C and D <= 60 s each, 1 TB / 1 h <= 60 s, on one core; configurations of one comparison
 //! may run in parallel on more cores), and A, C and D again with one configuration per core
-//! (`compare_jobs`, the default of `tierd compare`). A plain timer, not
+//! (`compare_jobs`, the default of `tierd compare`). For C and D the one-core run also prints
+//! each configuration's share of it and what a machine with a core per configuration would
+//! take (the machine's build, then the longest configuration), which is the goal's bound when
+//! configurations run in parallel; this 2-core host cannot show it directly. A plain timer, not
 //! criterion: each run takes seconds to minutes, and the figure wanted is the wall time of one
 //! run, as a user would see it. `TIERD_BENCH_ONLY=a,c` limits the runs (names: a, c, d, 1tb).
 #![allow(missing_docs)]
 
+use std::sync::Mutex;
 use std::time::Instant;
 
 use tierd_sim::scenario::Scenario;
 
 fn time(name: &str, sc: &Scenario, only: &[String]) {
     time_jobs(name, sc, only, 1);
+}
+
+/// A one-core run of every configuration, timed per configuration from the progress calls
+/// (one after each simulated sample; with one job the configurations run one after another,
+/// so each one's time is from the previous one's last call to its own), and the machine's
+/// build timed alone.
+fn time_each(name: &str, sc: &Scenario) {
+    let t = Instant::now();
+    let world = tierd_sim::sim::World::build(sc).expect("builds");
+    let build = t.elapsed().as_secs_f64();
+    drop(world);
+    let last: Mutex<Vec<(String, Instant)>> = Mutex::new(Vec::new());
+    let t = Instant::now();
+    let r = tierd_sim::sim::compare_jobs(sc, 1.0, &[], 1, &|_, id, _| {
+        if let Ok(mut v) = last.lock() {
+            match v.last_mut() {
+                Some((cur, at)) if cur == id => *at = Instant::now(),
+                _ => v.push((id.to_string(), Instant::now())),
+            }
+        }
+    })
+    .expect("runs");
+    let wall = t.elapsed().as_secs_f64();
+    let last = last
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut prev = t;
+    let mut each = Vec::new();
+    for (id, at) in &last {
+        each.push((id.clone(), at.duration_since(prev).as_secs_f64()));
+        prev = *at;
+    }
+    // The first configuration's share holds the build of the run's machine; the bound adds
+    // the build to the longest configuration without it.
+    if let Some(first) = each.first_mut() {
+        first.1 = (first.1 - build).max(0.0);
+    }
+    let longest = each.iter().map(|e| e.1).fold(0.0, f64::max);
+    let shares: Vec<String> = each.iter().map(|(id, s)| format!("{id} {s:.1}")).collect();
+    println!(
+        "{name:<28} {wall:>7.2} s wall  ({} configs; build {build:.1} s, then s each: {})",
+        r.configs.len(),
+        shares.join(", ")
+    );
+    println!(
+        "{:<28} {:>7.2} s wall  (a core per configuration: the build and the longest one)",
+        format!("  {} cores", each.len()),
+        build + longest
+    );
 }
 
 fn time_jobs(name: &str, sc: &Scenario, only: &[String], jobs: usize) {
@@ -57,7 +110,7 @@ fn main() {
             continue;
         }
         let sc = Scenario::find(name).expect("shipped");
-        time(&format!("{label}, full scale"), &sc, &[]);
+        time_each(&format!("{label}, full scale"), &sc);
         if cores > 1 {
             time_jobs(&format!("{label}, {cores} jobs"), &sc, &[], cores);
         }

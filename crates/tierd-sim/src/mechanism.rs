@@ -869,7 +869,7 @@ fn demote_pass(
         // A class mapped after the step's rates were computed (a process charging pages
         // mid-run) has no rate yet: not accessed so far.
         let class_rate = ctx.load.class_rate.get(ci).copied().unwrap_or(0.0);
-        let w = c.weight(idx) / c.total_weight.max(f64::MIN_POSITIVE);
+        let w = c.cold_weight(k) / c.total_weight.max(f64::MIN_POSITIVE);
         Some((k, idx, class_rate * w))
     };
     /// A class's next unit on `node`: its rate, region, class, cold-order position and index.

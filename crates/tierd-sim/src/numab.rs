@@ -116,7 +116,7 @@ use tierd_engine::types::{Nanos, NodeId, Pages, HPAGE_PMD_NR, PAGE_SHIFT};
 
 use crate::cost::{MIGRATE_COPY_NS_PER_PAGE, MIGRATE_FOLIO_NS};
 use crate::mechanism::{cgroup_usage, toptier_share, Ctx, Mechanism, SimRng, Watermarks};
-use crate::memory::{Memory, RegionId, UnitId, MOVE_BLOCK};
+use crate::memory::{Memory, RegionId, UnitId, UnitPlace, MOVE_BLOCK};
 use crate::workload::{Load, Process};
 
 /// `NUMA_BALANCING_NORMAL` (include/linux/sched/sysctl.h): classic CPU-affinity balancing.
@@ -229,6 +229,26 @@ const NUMA_PERIOD_SLOTS: u64 = 10;
 const NUMA_PERIOD_THRESHOLD: u64 = 7;
 
 const NS_PER_MS: u64 = 1_000_000;
+
+/// A unit's state in one scanner: 5 bytes, packed, so that a fault's read of both is one cache
+/// miss (two arrays were two) at the size the two arrays had.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, packed)]
+struct ScanUnit {
+    /// `NOT_ARMED`, or the scan time with `PENDING` / `IDLE`.
+    state: u32,
+    /// The node the unit was on when armed. Migration drops the NUMA protection (the new PTE
+    /// is built from `vma->vm_page_prot`, mm/migrate.c `remove_migration_pte()`), so a unit
+    /// found on another node is no longer armed.
+    armed: u8,
+}
+
+impl ScanUnit {
+    const NOT_ARMED: ScanUnit = ScanUnit {
+        state: NOT_ARMED,
+        armed: u8::MAX,
+    };
+}
 
 /// Unit state: the PTE is not PROT_NONE.
 const NOT_ARMED: u32 = u32::MAX;
@@ -478,12 +498,8 @@ pub struct Scanner {
     /// feed the task's statistics.
     tiering: bool,
     tasks: Vec<TaskScan>,
-    /// Per unit: `NOT_ARMED`, or the scan time with `PENDING` / `IDLE`.
-    state: Vec<u32>,
-    /// Per unit: the node it was on when armed. Migration drops the NUMA protection (the
-    /// new PTE is built from `vma->vm_page_prot`, mm/migrate.c `remove_migration_pte()`), so
-    /// a unit found on another node is no longer armed.
-    armed_node: Vec<u8>,
+    /// Per unit: its scan state and armed node ([`ScanUnit`]).
+    units: Vec<ScanUnit>,
     /// Per block of [`MOVE_BLOCK`] units: see [`QuietBlock`].
     quiet: Vec<QuietBlock>,
     /// Whether blocks are summarized (always, but for the test that compares with and
@@ -832,26 +848,34 @@ impl QuietTest<'_> {
     /// How many leading units of the slices `change_prot_numa()` would skip without a change
     /// or a draw: armed ones with a fault pending, idle in a cold class, or drawn recently
     /// (quiet for less than the horizon, not idle); unarmed ones it does not arm.
-    fn run(&self, state: &[u32], armed: &[u8], node: &[u8], class: &[u16]) -> usize {
-        state
+    fn run(&self, units: &[ScanUnit], place: &[UnitPlace]) -> usize {
+        units
             .iter()
-            .zip(armed)
-            .zip(node)
-            .zip(class)
-            .position(|(((&st, &a), &n), &c)| {
-                let skip = if st != NOT_ARMED && a == n {
-                    st & PENDING != 0
-                        || (st & IDLE != 0
-                            && self.cold.get(usize::from(c)).copied().unwrap_or(false))
-                        || (st & IDLE == 0
-                            && u64::from(self.t_ms.wrapping_sub(st & TIME_MASK) & TIME_MASK)
-                                < self.horizon_ms)
-                } else {
-                    self.unarmed_skip[usize::from(n)]
-                };
-                !skip
-            })
-            .unwrap_or(state.len())
+            .zip(place)
+            .position(
+                |(
+                    &ScanUnit {
+                        state: st,
+                        armed: a,
+                    },
+                    &UnitPlace {
+                        node: n, class: c, ..
+                    },
+                )| {
+                    let skip = if st != NOT_ARMED && a == n {
+                        st & PENDING != 0
+                            || (st & IDLE != 0
+                                && self.cold.get(usize::from(c)).copied().unwrap_or(false))
+                            || (st & IDLE == 0
+                                && u64::from(self.t_ms.wrapping_sub(st & TIME_MASK) & TIME_MASK)
+                                    < self.horizon_ms)
+                    } else {
+                        self.unarmed_skip[usize::from(n)]
+                    };
+                    !skip
+                },
+            )
+            .unwrap_or(units.len())
     }
 }
 
@@ -897,8 +921,7 @@ impl Scanner {
             skip_slow: false,
             tiering: params.mode & NUMA_BALANCING_MEMORY_TIERING != 0,
             tasks: vec![TaskScan::default(); nprocs],
-            state: Vec::new(),
-            armed_node: Vec::new(),
+            units: Vec::new(),
             quiet: Vec::new(),
             summarize: true,
             queue: FaultQueue::default(),
@@ -959,8 +982,9 @@ impl Scanner {
     /// Whether `u`'s PTE is PROT_NONE: scanned, and neither faulted nor migrated since.
     #[must_use]
     pub fn is_armed(&self, mem: &Memory, u: UnitId) -> bool {
-        self.state.get(u.idx()).is_some_and(|&s| s != NOT_ARMED)
-            && self.armed_node.get(u.idx()) == Some(&(mem.node_of(u).0 as u8))
+        self.units
+            .get(u.idx())
+            .is_some_and(|&e| e.state != NOT_ARMED && e.armed == mem.node_of(u).0 as u8)
     }
 
     /// Blocks whose quiet summary still holds in `mem` (whether or not their class is still
@@ -998,9 +1022,8 @@ impl Scanner {
             self.tasks.resize(ctx.procs.len(), TaskScan::default());
         }
         let units = ctx.mem.units() as usize;
-        if self.state.len() < units {
-            self.state.resize(units, NOT_ARMED);
-            self.armed_node.resize(units, u8::MAX);
+        if self.units.len() < units {
+            self.units.resize(units, ScanUnit::NOT_ARMED);
             self.quiet
                 .resize(units.div_ceil(MOVE_BLOCK), QuietBlock::NONE);
         }
@@ -1250,10 +1273,8 @@ impl Scanner {
             // summarized for the next pass.
             let seg_end = ((from / MOVE_BLOCK + 1) * MOVE_BLOCK).min(to);
             let n = quiet.run(
-                &self.state[from..seg_end],
-                &self.armed_node[from..seg_end],
-                &mem.unit_nodes()[from..seg_end],
-                &mem.unit_classes()[from..seg_end],
+                &self.units[from..seg_end],
+                &mem.unit_places()[from..seg_end],
             );
             k += n as u64;
             if from + n == seg_end {
@@ -1265,9 +1286,9 @@ impl Scanner {
             }
             let u = UnitId(region.first_unit + k as u32);
             k += 1;
-            let st = self.state[u.idx()];
+            let ScanUnit { state: st, armed } = self.units[u.idx()];
             let node = mem.node_of(u);
-            if st != NOT_ARMED && self.armed_node[u.idx()] == node.0 as u8 {
+            if st != NOT_ARMED && armed == node.0 as u8 {
                 // Already PROT_NONE: no update, but a unit with no queued fault may get one.
                 if st & PENDING == 0 {
                     // An idle page of a class nobody accesses stays idle: skip the draw (the
@@ -1293,8 +1314,10 @@ impl Scanner {
                 continue;
             }
             self.unquiet(u);
-            self.state[u.idx()] = t_ms;
-            self.armed_node[u.idx()] = node.0 as u8;
+            self.units[u.idx()] = ScanUnit {
+                state: t_ms,
+                armed: node.0 as u8,
+            };
             entries += 1;
             if up > 1 && !mem.is_thp(u) {
                 // A split THP: its 512 PTEs, no huge PMD.
@@ -1359,17 +1382,23 @@ impl Scanner {
     /// that class has no accesses, its units stay put and no state of it is written.
     fn mark_quiet(&mut self, mem: &Memory, cold: &[bool], b: usize) {
         let r = b * MOVE_BLOCK..(b + 1) * MOVE_BLOCK;
-        let class = mem.unit_classes()[r.start];
+        let class = mem.unit_places()[r.start].class;
         // A summary is only used while the class is cold: none is made for another.
         let all = cold.get(usize::from(class)).copied().unwrap_or(false)
-            && self.state[r.clone()]
-                .iter()
-                .zip(&self.armed_node[r.clone()])
-                .zip(&mem.unit_nodes()[r.clone()])
-                .zip(&mem.unit_classes()[r])
-                .all(|(((&st, &a), &n), &c)| {
-                    st != NOT_ARMED && st & (IDLE | PENDING) == IDLE && a == n && c == class
-                });
+            && self.units[r.clone()].iter().zip(&mem.unit_places()[r]).all(
+                |(
+                    &ScanUnit {
+                        state: st,
+                        armed: a,
+                    },
+                    p,
+                )| {
+                    st != NOT_ARMED
+                        && st & (IDLE | PENDING) == IDLE
+                        && a == p.node
+                        && p.class == class
+                },
+            );
         self.quiet[b] = if all {
             QuietBlock {
                 class,
@@ -1384,20 +1413,20 @@ impl Scanner {
     /// has no accesses (left `IDLE`) or falls beyond the horizon (left quiet).
     fn schedule(&mut self, load: &Load, mem: &Memory, rng: &mut SimRng, u: UnitId, from: u64) {
         self.unquiet(u);
-        let st = &mut self.state[u.idx()];
+        let st = self.units[u.idx()].state;
         let rate = load.unit_rate(mem, u);
         if rate <= 0.0 || !rate.is_finite() {
-            *st |= IDLE;
+            self.units[u.idx()].state = st | IDLE;
             return;
         }
         let e: f64 = rng.sample(Exp1);
         let delay_ns = e / rate * 1e9;
         if delay_ns > (self.params.horizon_ms() * NS_PER_MS) as f64 {
-            *st &= !IDLE;
+            self.units[u.idx()].state = st & !IDLE;
             return;
         }
-        let scan_ms = *st & TIME_MASK;
-        *st = scan_ms | PENDING;
+        let scan_ms = st & TIME_MASK;
+        self.units[u.idx()].state = scan_ms | PENDING;
         self.queue.push((from + delay_ns as u64, u.0, scan_ms));
     }
 
@@ -1407,16 +1436,16 @@ impl Scanner {
     /// go lets the misses overlap instead of each stalling its fault (as the engine's
     /// `warm_page` does). Stable Rust has no safe prefetch; plain reads do the same here.
     fn warm_faults(&mut self, mem: &Memory) {
-        let (state, armed) = (&self.state, &self.armed_node);
-        let (nodes, classes) = (mem.unit_nodes(), mem.unit_classes());
+        let (units, places) = (&self.units, mem.unit_places());
         let mut sum = 0u32;
         for &(_, raw, _) in self.queue.next_to_warm() {
             let i = raw as usize;
+            let (e, p) = (units.get(i).copied(), places.get(i));
             sum = sum
-                .wrapping_add(state.get(i).copied().unwrap_or(0))
-                .wrapping_add(u32::from(armed.get(i).copied().unwrap_or(0)))
-                .wrapping_add(u32::from(nodes.get(i).copied().unwrap_or(0)))
-                .wrapping_add(u32::from(classes.get(i).copied().unwrap_or(0)));
+                .wrapping_add(e.map_or(0, |e| e.state))
+                .wrapping_add(u32::from(e.map_or(0, |e| e.armed)))
+                .wrapping_add(u32::from(p.map_or(0, |p| p.node)))
+                .wrapping_add(u32::from(p.map_or(0, |p| p.class)));
         }
         std::hint::black_box(sum);
     }
@@ -1479,17 +1508,17 @@ impl Scanner {
         head_of: Option<usize>,
     ) {
         let u = UnitId(raw);
-        let Some(&st) = self.state.get(u.idx()) else {
+        let Some(&ScanUnit { state: st, armed }) = self.units.get(u.idx()) else {
             return;
         };
         // An entry of an earlier arming (the unit moved and was armed again since) is stale.
         if st == NOT_ARMED || st & PENDING == 0 || st & TIME_MASK != scan_ms {
             return;
         }
-        if !ctx.mem.region_of(u).alive || self.armed_node[u.idx()] != ctx.mem.node_of(u).0 as u8 {
+        if !ctx.mem.region_of(u).alive || armed != ctx.mem.node_of(u).0 as u8 {
             // Unmapped, or migrated since it was armed: no PROT_NONE PTE, no fault.
             self.unquiet(u);
-            self.state[u.idx()] = NOT_ARMED;
+            self.units[u.idx()].state = NOT_ARMED;
             return;
         }
         let class = ctx.mem.class_of(u);
@@ -1501,7 +1530,7 @@ impl Scanner {
         let (Some(node), Some(process)) = (accessor, ctx.load.main_accessor(class)) else {
             // Nobody accesses it now: stays PROT_NONE until a pass finds it accessed again.
             self.unquiet(u);
-            self.state[u.idx()] = (st & TIME_MASK) | IDLE;
+            self.units[u.idx()].state = (st & TIME_MASK) | IDLE;
             return;
         };
         // The threads of the faulting process that touch the page fault on it together.
@@ -1531,7 +1560,7 @@ impl Scanner {
         }
         let latency = ms_of(tf).wrapping_sub(st & TIME_MASK) & TIME_MASK;
         self.unquiet(u);
-        self.state[u.idx()] = NOT_ARMED;
+        self.units[u.idx()].state = NOT_ARMED;
         // numa_migrate_check() (mm/memory.c).
         self.tally.add(T_NUMA_HINT_FAULTS, 1);
         if ctx.mem.node_of(u) == node {
