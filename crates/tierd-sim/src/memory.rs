@@ -665,7 +665,7 @@ pub struct Memory {
 }
 
 /// Where a unit is: its node, its class and its slot on the node (8 bytes, the node's byte
-/// last; `u8::MAX` and [`FREE_SLOT`] while unplaced).
+/// last; `u8::MAX` and a free slot (`u32::MAX`) while unplaced).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnitPlace {
     /// Its slot on its node ([`NodeMem::unit_in`]).
