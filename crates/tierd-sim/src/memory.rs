@@ -1275,12 +1275,19 @@ impl Memory {
         }
         let c = self.class_of(u);
         let class = &mut self.classes[usize::from(c.0)];
-        let w = unit_weight(class, u);
-        if class.tracks_cold_on(node) {
-            if let Some(i) = class.index_of(u) {
-                let k = class.cold_position(i);
-                class.set_cold_on(node, k, false);
-            }
+        let tracked = class.tracks_cold_on(node);
+        // The unit's index, looked up once for its weight and its cold bit, and only if
+        // either needs it (a uniform class's weight is 1).
+        let idx = (tracked || matches!(class.spread, Spread::Zipf { .. }))
+            .then(|| class.index_of(u))
+            .flatten();
+        let w = match class.spread {
+            Spread::Uniform => 1.0,
+            Spread::Zipf { .. } => idx.map_or(0.0, |i| class.weight(i)),
+        };
+        if let (true, Some(i)) = (tracked, idx) {
+            let k = class.cold_position(i);
+            class.set_cold_on(node, k, false);
         }
         if let Some(n) = class.units_on.get_mut(&node) {
             *n -= 1;
