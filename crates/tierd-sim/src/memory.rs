@@ -206,6 +206,15 @@ fn count_by<T>(sorted: &[T], key: impl Fn(&T) -> u32, hint: &[u32], x: u32) -> u
     lo + sorted[lo..hi].partition_point(|e| key(e) <= x)
 }
 
+/// `(rank + 1)^-s`: the Zipf weight of a rank. The table by index ([`Class::weight`]) and
+/// the walk by cold position ([`Class::cold_weight`]) both compute it here, so that they
+/// agree bit for bit.
+fn zipf_power(rank: u64, s: f64) -> f64 {
+    // Ranks fit f64 exactly below 2^53.
+    #[allow(clippy::cast_precision_loss)]
+    ((rank + 1) as f64).powf(-s)
+}
+
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 {
         a
@@ -367,11 +376,10 @@ impl Class {
     pub fn cold_weight(&self, k: u32) -> f64 {
         match self.spread {
             Spread::Uniform => 1.0,
-            Spread::Zipf { s } => {
-                // rank + 1 = len - k; ranks fit f64 exactly below 2^53.
-                #[allow(clippy::cast_precision_loss)]
-                (u64::from(self.len.max(1)).saturating_sub(u64::from(k)) as f64).powf(-s)
-            }
+            Spread::Zipf { s } => zipf_power(
+                u64::from(self.len.max(1)).saturating_sub(u64::from(k) + 1),
+                s,
+            ),
         }
     }
 
@@ -401,9 +409,7 @@ impl Class {
     /// `(rank + 1)^-s` of the class's `idx`-th unit: what [`Class::weight`] reads from its
     /// table.
     fn zipf_weight(&self, idx: u32, s: f64) -> f64 {
-        // Ranks fit f64 exactly below 2^53.
-        #[allow(clippy::cast_precision_loss)]
-        ((self.rank(idx) + 1) as f64).powf(-s)
+        zipf_power(self.rank(idx), s)
     }
 
     /// The fraction of the class's accesses that land on `node`.

@@ -248,6 +248,13 @@ impl ScanUnit {
         state: NOT_ARMED,
         armed: u8::MAX,
     };
+
+    /// Whether the unit is PROT_NONE where it is now (`node`, its node byte): armed, and not
+    /// migrated since.
+    #[inline]
+    fn armed_on(self, node: u8) -> bool {
+        self.state != NOT_ARMED && self.armed == node
+    }
 }
 
 /// Unit state: the PTE is not PROT_NONE.
@@ -852,29 +859,24 @@ impl QuietTest<'_> {
         units
             .iter()
             .zip(place)
-            .position(
-                |(
-                    &ScanUnit {
-                        state: st,
-                        armed: a,
-                    },
-                    &UnitPlace {
-                        node: n, class: c, ..
-                    },
-                )| {
-                    let skip = if st != NOT_ARMED && a == n {
-                        st & PENDING != 0
-                            || (st & IDLE != 0
-                                && self.cold.get(usize::from(c)).copied().unwrap_or(false))
-                            || (st & IDLE == 0
-                                && u64::from(self.t_ms.wrapping_sub(st & TIME_MASK) & TIME_MASK)
-                                    < self.horizon_ms)
-                    } else {
-                        self.unarmed_skip[usize::from(n)]
-                    };
-                    !skip
-                },
-            )
+            .position(|(&e, p)| {
+                let st = e.state;
+                let skip = if e.armed_on(p.node) {
+                    st & PENDING != 0
+                        || (st & IDLE != 0
+                            && self
+                                .cold
+                                .get(usize::from(p.class))
+                                .copied()
+                                .unwrap_or(false))
+                        || (st & IDLE == 0
+                            && u64::from(self.t_ms.wrapping_sub(st & TIME_MASK) & TIME_MASK)
+                                < self.horizon_ms)
+                } else {
+                    self.unarmed_skip[usize::from(p.node)]
+                };
+                !skip
+            })
             .unwrap_or(units.len())
     }
 }
@@ -984,7 +986,7 @@ impl Scanner {
     pub fn is_armed(&self, mem: &Memory, u: UnitId) -> bool {
         self.units
             .get(u.idx())
-            .is_some_and(|&e| e.state != NOT_ARMED && e.armed == mem.node_of(u).0 as u8)
+            .is_some_and(|&e| e.armed_on(mem.node_of(u).0 as u8))
     }
 
     /// Blocks whose quiet summary still holds in `mem` (whether or not their class is still
@@ -1286,9 +1288,10 @@ impl Scanner {
             }
             let u = UnitId(region.first_unit + k as u32);
             k += 1;
-            let ScanUnit { state: st, armed } = self.units[u.idx()];
+            let e = self.units[u.idx()];
+            let st = e.state;
             let node = mem.node_of(u);
-            if st != NOT_ARMED && armed == node.0 as u8 {
+            if e.armed_on(node.0 as u8) {
                 // Already PROT_NONE: no update, but a unit with no queued fault may get one.
                 if st & PENDING == 0 {
                     // An idle page of a class nobody accesses stays idle: skip the draw (the
@@ -1385,20 +1388,12 @@ impl Scanner {
         let class = mem.unit_places()[r.start].class;
         // A summary is only used while the class is cold: none is made for another.
         let all = cold.get(usize::from(class)).copied().unwrap_or(false)
-            && self.units[r.clone()].iter().zip(&mem.unit_places()[r]).all(
-                |(
-                    &ScanUnit {
-                        state: st,
-                        armed: a,
-                    },
-                    p,
-                )| {
-                    st != NOT_ARMED
-                        && st & (IDLE | PENDING) == IDLE
-                        && a == p.node
-                        && p.class == class
-                },
-            );
+            && self.units[r.clone()]
+                .iter()
+                .zip(&mem.unit_places()[r])
+                .all(|(&e, p)| {
+                    e.armed_on(p.node) && e.state & (IDLE | PENDING) == IDLE && p.class == class
+                });
         self.quiet[b] = if all {
             QuietBlock {
                 class,
@@ -1508,14 +1503,15 @@ impl Scanner {
         head_of: Option<usize>,
     ) {
         let u = UnitId(raw);
-        let Some(&ScanUnit { state: st, armed }) = self.units.get(u.idx()) else {
+        let Some(&e) = self.units.get(u.idx()) else {
             return;
         };
+        let st = e.state;
         // An entry of an earlier arming (the unit moved and was armed again since) is stale.
         if st == NOT_ARMED || st & PENDING == 0 || st & TIME_MASK != scan_ms {
             return;
         }
-        if !ctx.mem.region_of(u).alive || armed != ctx.mem.node_of(u).0 as u8 {
+        if !ctx.mem.region_of(u).alive || !e.armed_on(ctx.mem.node_of(u).0 as u8) {
             // Unmapped, or migrated since it was armed: no PROT_NONE PTE, no fault.
             self.unquiet(u);
             self.units[u.idx()].state = NOT_ARMED;
