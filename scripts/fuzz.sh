@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 secs="${1:-${TIERD_FUZZ_SECONDS:-8}}"
 shift || true
 all=(numa_maps proc_files meminfo_vmstat cgroup topology damon_regions damon_trace perf_sample ibs spe
-  pagemap daemon_config scenario smaps kpageflags trace)
+  pagemap daemon_config scenario smaps kpageflags trace lru_gen)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 
@@ -62,6 +62,7 @@ seeds() {
     pagemap) find "$fixtures" -name pagemap ;;
     smaps) find "$fixtures" -name smaps ;;
     kpageflags) find "$fixtures" -name 'kpageflags.bin' ;;
+    lru_gen) find "$fixtures" -name lru_gen ;;
     daemon_config) find deploy -name '*.toml' ;;
     scenario) find scenarios -name '*.toml' ;;
     # A small recorded trace is committed under fuzz/regressions/trace (a corpus of its own).

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use tierd_engine::types::{Nanos, NodeId};
 use tierd_linux::read::{
-    self, cgroup, meminfo, numa_maps, proc, task, topology, vmstat, ParseError,
+    self, cgroup, lru_gen, meminfo, numa_maps, proc, task, topology, vmstat, ParseError,
 };
 use tierd_linux::source::damon;
 use tierd_linux::source::perf::{ibs::IbsOp, sample, spe, MemSample};
@@ -96,6 +96,33 @@ pub fn meminfo_vmstat(data: &[u8]) {
     check_line(&t, &meminfo::parse_meminfo(&t));
     check_line(&t, &meminfo::parse_node_meminfo(&t, NodeId(1)));
     check_line(&t, &vmstat::parse_vmstat(&t));
+}
+
+/// `/sys/kernel/debug/lru_gen`: what parses, printed back the way the kernel prints it
+/// (`lru_gen_seq_show()`), parses to the same memcgs, nodes and generations.
+pub fn lru_gen(data: &[u8]) {
+    let t = text(data);
+    let r = lru_gen::parse_lru_gen(&t);
+    check_line(&t, &r);
+    if let Ok(memcgs) = &r {
+        let mut printed = String::new();
+        for m in memcgs {
+            printed += &format!("memcg {:5} {}\n", m.id, m.path);
+            for l in &m.nodes {
+                printed += &format!(" node {:5}\n", l.node.0);
+                for g in &l.gens {
+                    printed += &format!(
+                        " {:10} {:10} {:10}  {:10} \n",
+                        g.seq, g.age_ms, g.anon, g.file
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            memcgs,
+            &lru_gen::parse_lru_gen(&printed).expect("what parsed, printed back, parses")
+        );
+    }
 }
 
 /// cgroup v2 files (`memory.max` and friends, `memory.stat`, `memory.numa_stat`,
@@ -404,7 +431,7 @@ pub fn trace(data: &[u8]) {
 pub type Target = fn(&[u8]);
 
 /// Every target by name, for the corpus replay and scripts/fuzz.sh's list.
-pub const TARGETS: [(&str, Target); 16] = [
+pub const TARGETS: [(&str, Target); 17] = [
     ("numa_maps", numa_maps),
     ("proc_files", proc_files),
     ("meminfo_vmstat", meminfo_vmstat),
@@ -421,4 +448,5 @@ pub const TARGETS: [(&str, Target); 16] = [
     ("smaps", smaps),
     ("kpageflags", kpageflags),
     ("trace", trace),
+    ("lru_gen", lru_gen),
 ];

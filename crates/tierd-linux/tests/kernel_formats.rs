@@ -889,3 +889,70 @@ proptest! {
         prop_assert_eq!(got, want);
     }
 }
+
+/// One generation as `lru_gen_seq_show()` prints it: seq, age, and per type a size and its
+/// mark, or (before 6.2) `-0` for a type whose `min_seq` is past it.
+type GenLine = (u64, u32, (u64, u8), (u64, u8));
+/// One memcg: its id, path, and per node its generations.
+type MemcgLines = (u64, String, Vec<(u16, Vec<GenLine>)>);
+
+fn arb_lru_gen() -> impl Strategy<Value = Vec<MemcgLines>> {
+    let size = (any::<u64>(), 0u8..3);
+    let gen = (any::<u64>(), any::<u32>(), size.clone(), size);
+    let node = (0u16..1024, prop::collection::vec(gen, 0..5));
+    let path = prop_oneof![Just(String::new()), "/[ -~]{0,40}"];
+    prop::collection::vec(
+        (any::<u64>(), path, prop::collection::vec(node, 0..4)),
+        0..5,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// `/sys/kernel/debug/lru_gen` (mm/vmscan.c `lru_gen_seq_show()`: `memcg %5hu %s` or
+    /// `memcg %llu %s`, ` node %5d`, ` %10lu %10u` and per type `%10lu%c` with the mark `x`
+    /// or a space, or `-0` before 6.2) parses back to every memcg, node and generation.
+    #[test]
+    fn lru_gen_parses_to_what_was_printed(memcgs in arb_lru_gen(), wide in any::<bool>()) {
+        use tierd_linux::read::lru_gen::{parse_lru_gen, Generation};
+        let mut text = String::new();
+        for (id, path, nodes) in &memcgs {
+            text += &if wide { format!("memcg {id} {path}\n") } else { format!("memcg {id:5} {path}\n") };
+            for (nid, gens) in nodes {
+                text += &format!(" node {nid:5}\n");
+                for (seq, age, anon, file) in gens {
+                    text += &format!(" {seq:10} {age:10}");
+                    for (n, mark) in [anon, file] {
+                        text += &match mark {
+                            0 => format!(" {n:10} "),
+                            1 => format!(" {n:10}x"),
+                            _ => "         -0 ".to_owned(),
+                        };
+                    }
+                    text += "\n";
+                }
+            }
+        }
+        let got = parse_lru_gen(&text).unwrap();
+        prop_assert_eq!(got.len(), memcgs.len());
+        for (m, (id, path, nodes)) in got.iter().zip(&memcgs) {
+            prop_assert_eq!(m.id, *id);
+            prop_assert_eq!(&m.path, path);
+            prop_assert_eq!(m.nodes.len(), nodes.len());
+            for (l, (nid, gens)) in m.nodes.iter().zip(nodes) {
+                prop_assert_eq!(l.node, NodeId(*nid));
+                let want: Vec<Generation> = gens
+                    .iter()
+                    .map(|(seq, age, (a, am), (f, fm))| Generation {
+                        seq: *seq,
+                        age_ms: *age,
+                        anon: if *am == 2 { 0 } else { *a },
+                        file: if *fm == 2 { 0 } else { *f },
+                    })
+                    .collect();
+                prop_assert_eq!(&l.gens, &want);
+            }
+        }
+    }
+}

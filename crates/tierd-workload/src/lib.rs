@@ -36,6 +36,10 @@
 //!   (one `pte-cost round=..` line per round, then `pte-cost pages=.. none_ns_median=..`):
 //!   what a PTE update costs on this machine, or in a TCG guest (scripts/pte-cost.sh; the
 //!   simulator's lab A twin takes its `pte_time_scale` from it).
+//! - `lru-gen-cost [--mib 1024] [--rounds 11] [--node 0] [--force]`: time the multi-gen LRU's
+//!   aging passes (`/sys/kernel/debug/lru_gen`, root) over N MiB of base pages whose PTEs are
+//!   young, then old, and print ns per page and how many pages each pass found young
+//!   (scripts/lru-gen-cost.sh; docs/simulator.md "D under MGLRU").
 //! - `--thp` (chase and integrity): `off` (the default) marks the hot part / the buffer
 //!   `MADV_NOHUGEPAGE`, so it stays in 4 KiB pages whatever the system's THP mode; `follow`
 //!   gives no THP advice (the system's mode decides) and marks it `MADV_DONTFORK` instead.

@@ -24,6 +24,7 @@ use tierd_workload::integrity::{check_page, fill_page, BadWord, SplitAction, Spl
 mod chaos_cmd;
 mod kv_cmd;
 mod launch;
+mod lru_gen_cost_cmd;
 mod migrate_cmd;
 mod pte_cost_cmd;
 
@@ -232,6 +233,9 @@ enum Cmd {
     /// Time mprotect(2) round trips over a buffer of base pages: what a PTE update of NUMA
     /// balancing's scanner costs here (scripts/pte-cost.sh, lab A's twin).
     PteCost(pte_cost_cmd::PteCostArgs),
+    /// Time the multi-gen LRU's aging passes over a buffer of base pages, young and old:
+    /// what reclaim's page-table walk costs here (scripts/lru-gen-cost.sh, seed D).
+    LruGenCost(lru_gen_cost_cmd::LruGenCostArgs),
     /// The chaos lab's actors (`tierd lab chaos`).
     #[command(flatten)]
     Chaos(chaos_cmd::ChaosCmd),
@@ -369,6 +373,7 @@ fn main() -> Result<()> {
         Cmd::Chaos(c) => chaos_cmd::run(c),
         Cmd::Migrate(m) => migrate_cmd::run(&m),
         Cmd::PteCost(a) => pte_cost_cmd::run(&a),
+        Cmd::LruGenCost(a) => lru_gen_cost_cmd::run(&a),
         Cmd::Kv(c) => kv_cmd::run(c),
         Cmd::Exec(a) => launch::run(a),
     }

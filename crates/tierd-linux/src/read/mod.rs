@@ -26,6 +26,7 @@
 //! | [`smaps`] | `/proc/PID/smaps` |
 //! | [`task`] | `/proc/PID/task/TID/stat` (the CPU each thread last ran on) |
 //! | [`kpageflags`] | `/proc/kpageflags` (binary, by frame) |
+//! | [`lru_gen`] | `/sys/kernel/debug/lru_gen` (the multi-gen LRU's generations) |
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -34,6 +35,7 @@ use tierd_engine::types::{NodeId, NodeMask, MAX_NODES};
 
 pub mod cgroup;
 pub mod kpageflags;
+pub mod lru_gen;
 pub mod meminfo;
 pub mod numa_maps;
 pub mod proc;
