@@ -333,7 +333,8 @@ pub enum ReclaimModel {
     /// while it sat on the inactive list, and reclaim scans at a bounded rate, so a node full
     /// of pages touched more often than the inactive list turns over cannot be reclaimed.
     Lru {
-        /// Base pages one reclaimer scans per second, already scaled with the machine.
+        /// Folios (base pages or THPs) one reclaimer visits per second, already scaled with the
+        /// machine.
         scan_pages_per_s: f64,
         /// Unscaled over scaled machine size (`1 / --scale`): the inactive list's share of a
         /// node is `1 / (1 + inactive_ratio)` of the node at full size ([`inactive_ratio`]),
@@ -352,7 +353,8 @@ pub enum ReclaimModel {
 /// active visit 0.51-0.70 us (perf, `shrink_active_list()` over `pgdeactivate`), 0.91-1.16 us
 /// the two; an activated page keeps `PG_referenced`, so a page visits each list once a turn.
 /// It depends on the CPU and the kernel. docs/simulator.md "Reclaim" shows how D's rows move
-/// with it.
+/// with it. A THP costs one visit too (the walk tests its PMD): derived from the kernel's code
+/// (reclaim's steps are per folio), not measured.
 pub const LRU_SCAN_NS_PER_PAGE: f64 = 1000.0;
 
 /// `inactive_is_low()`'s `inactive_ratio` for a node of `gib` GiB: `int_sqrt(10 x gb)`, or
@@ -757,7 +759,12 @@ fn demote_lru(
             if !alive || cgroup.is_some_and(|cg| owner != cg) || protected.contains(&owner) {
                 continue;
             }
-            spent += pages;
+            // Reclaim's work is per folio: one isolation, one reverse-map walk that tests the
+            // one PMD of a THP as it tests the PTE of a base page (mm/rmap.c
+            // `folio_referenced_one()`), one putback or activation. So a THP costs one visit
+            // of the budget, while `pgscan_*` counts its base pages as the kernel does
+            // (`folio_nr_pages()` in `isolate_lru_folios()`).
+            spent += 1;
             scanned += pages;
             let touched = match ctx.mem.lru.cleared_at(u, node) {
                 None => 1.0,
@@ -1103,6 +1110,32 @@ mod tests {
         // The budget is per step: a second call in the same step scans nothing more.
         let acct = lru_reclaim(&mut m, &lru_knobs(1e6), &NO_MEMCGS, 2_000);
         assert_eq!(acct.get("pgscan_direct"), 0);
+    }
+
+    /// A THP costs the LRU's scan one visit, as a base page does (reclaim's work is per
+    /// folio), while `pgscan_*` counts its 512 base pages.
+    #[test]
+    fn lru_reclaim_charges_a_thp_one_visit() {
+        let mut m = Memory::new(two_tier(Bytes::mib(64), Bytes::mib(256)));
+        m.map_region(
+            "t1.heap",
+            SpaceId(1),
+            CgroupId(1),
+            Vpn(1 << 30),
+            8,
+            PageSize::Huge2M,
+            MemPolicy::DEFAULT,
+            vec![],
+            1,
+            |_, o| o.push(FAST),
+        )
+        .unwrap();
+        m.set_sweep(RegionId(0), Some(1e-6));
+        // 500 visits a second: 5 in a 10 ms step, each a THP found touched.
+        let acct = lru_reclaim(&mut m, &lru_knobs(500.0), &NO_MEMCGS, 20_000);
+        assert_eq!(acct.get("pgscan_direct"), 5 * 512);
+        assert_eq!(acct.get("pgactivate"), 5 * 512);
+        assert_eq!(acct.get("pgdemote_direct"), 0);
     }
 
     /// kswapd under the LRU model stays awake until the node is balanced (mm/vmscan.c

@@ -118,8 +118,8 @@ pub struct ReclaimToml {
     /// bounded scan rate).
     #[serde(default)]
     pub model: ReclaimKind,
-    /// With `"lru"`: ns a reclaiming thread spends per base page scanned
-    /// (default `mechanism::LRU_SCAN_NS_PER_PAGE`).
+    /// With `"lru"`: ns a reclaiming thread spends per folio scanned, a base page or a THP
+    /// alike (default `mechanism::LRU_SCAN_NS_PER_PAGE`).
     #[serde(default = "default_scan_ns")]
     pub scan_ns_per_page: f64,
     /// The product of the `--scale` factors applied (not a key of the file): the LRU's scan
