@@ -29,7 +29,7 @@ use anyhow::{bail, ensure, Context, Result};
 use tierd_engine::types::NodeId;
 use tierd_linux::read::cgroup::{parse_proc_cgroup, unified_path};
 use tierd_linux::read::lru_gen::{aging_command, read_lru_gen, Lruvec};
-use tierd_linux::sys::{self, AnonMapping};
+use tierd_linux::sys;
 use tierd_workload::report::median;
 
 /// The arguments of `lru-gen-cost`.
@@ -87,17 +87,8 @@ pub fn run(a: &LruGenCostArgs) -> Result<()> {
     let node = NodeId(a.node);
 
     let ps = sys::page_size();
-    let len = a
-        .mib
-        .checked_mul(1 << 20)
-        .context("--mib is too large for this machine's addresses")?;
-    let mut m = AnonMapping::new(len).with_context(|| format!("mapping {} MiB", a.mib))?;
-    m.advise_nohugepage()
-        .context("madvise(MADV_NOHUGEPAGE) on the buffer")?;
+    let m = crate::pte_cost_cmd::written_base_pages(a.mib)?;
     let words = ps / 8;
-    for (i, w) in m.as_mut_u64_slice().iter_mut().step_by(words).enumerate() {
-        *w = i as u64 | 1;
-    }
     let pages = m.len() / ps;
     // Page counts stay far below 2^52, where f64 is exact.
     #[allow(clippy::cast_precision_loss)]

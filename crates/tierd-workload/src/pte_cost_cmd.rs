@@ -31,6 +31,27 @@ pub struct PteCostArgs {
     rounds: u32,
 }
 
+/// Maps `mib` MiB of anonymous memory in base pages (`MADV_NOHUGEPAGE`: one PTE per 4 KiB,
+/// as the lab's chase buffer has with THP `never`) and writes every page, so that each PTE is
+/// present: the buffer `pte-cost` and `lru-gen-cost` walk.
+///
+/// # Errors
+/// A size too large for the address space, or a failed `mmap` or `madvise`.
+pub fn written_base_pages(mib: usize) -> Result<AnonMapping> {
+    let len = mib
+        .checked_mul(1 << 20)
+        .context("--mib is too large for this machine's addresses")?;
+    let mut m = AnonMapping::new(len).with_context(|| format!("mapping {mib} MiB"))?;
+    m.advise_nohugepage()
+        .context("madvise(MADV_NOHUGEPAGE) on the buffer")?;
+    let words = sys::page_size() / 8;
+    // Non-zero contents, one word a page.
+    for (i, w) in m.as_mut_u64_slice().iter_mut().step_by(words).enumerate() {
+        *w = i as u64 | 1;
+    }
+    Ok(m)
+}
+
 /// Runs `pte-cost` and prints its lines.
 ///
 /// # Errors
@@ -38,20 +59,8 @@ pub struct PteCostArgs {
 pub fn run(a: &PteCostArgs) -> Result<()> {
     ensure!(a.mib > 0, "--mib must be at least 1");
     ensure!(a.rounds > 0, "--rounds must be at least 1");
-    let ps = sys::page_size();
-    let len = a
-        .mib
-        .checked_mul(1 << 20)
-        .context("--mib is too large for this machine's addresses")?;
-    let mut m = AnonMapping::new(len).with_context(|| format!("mapping {} MiB", a.mib))?;
-    // Base pages: one PTE per 4 KiB, as the lab's chase buffer has (THP `never`).
-    m.advise_nohugepage()
-        .context("madvise(MADV_NOHUGEPAGE) on the buffer")?;
-    let words = ps / 8;
-    for (i, w) in m.as_mut_u64_slice().iter_mut().step_by(words).enumerate() {
-        *w = i as u64;
-    }
-    let pages = m.len() / ps;
+    let mut m = written_base_pages(a.mib)?;
+    let pages = m.len() / sys::page_size();
     // Page counts stay far below 2^52, where f64 is exact.
     #[allow(clippy::cast_precision_loss)]
     let per_page = |d: std::time::Duration| d.as_nanos() as f64 / pages as f64;
