@@ -335,7 +335,7 @@ pub enum ReclaimModel {
     Lru {
         /// Folios (base pages or THPs) one reclaimer visits per second, already scaled with the
         /// machine.
-        scan_pages_per_s: f64,
+        scan_folios_per_s: f64,
         /// Unscaled over scaled machine size (`1 / --scale`): the inactive list's share of a
         /// node is `1 / (1 + inactive_ratio)` of the node at full size ([`inactive_ratio`]),
         /// so a scaled run turns its LRU over in the same time as the full machine.
@@ -694,7 +694,7 @@ fn demote_lru(
     use rand::Rng;
 
     let ReclaimModel::Lru {
-        scan_pages_per_s,
+        scan_folios_per_s,
         unscale,
     } = ctx.kernel.reclaim
     else {
@@ -713,14 +713,14 @@ fn demote_lru(
     });
     let inactive_share = 1.0 / (1 + inactive_ratio(gib)) as f64;
     let spread = ((f64::from(slots) * inactive_share) as u32).clamp(1, slots);
-    let budget = (scan_pages_per_s * ctx.dt as f64 / 1e9) as u64;
+    let budget = (scan_folios_per_s * ctx.dt as f64 / 1e9) as u64;
     // The scan takes time: a hand's position is stamped at the step's start plus the time the
     // reclaimer has spent scanning in this step, so the back hand finds the bits the front
     // hand cleared as old as the scan of the pages between them.
-    let ns_per_page = 1e9 / scan_pages_per_s;
+    let ns_per_visit = 1e9 / scan_folios_per_s;
     let now = ctx.now;
     let tick = move |spent: u64| {
-        ((now + (spent as f64 * ns_per_page) as u64) / crate::memory::LRU_TICK_NS) as u32
+        ((now + (spent as f64 * ns_per_visit) as u64) / crate::memory::LRU_TICK_NS) as u32
     };
     let mut protected = if cgroup.is_none() {
         protected_cgroups(ctx, node)
@@ -1036,12 +1036,12 @@ mod tests {
             .map_or(0, |p| p.0)
     }
 
-    /// Knobs of the LRU model scanning `pages_per_s`.
-    fn lru_knobs(pages_per_s: f64) -> KernelKnobs {
+    /// Knobs of the LRU model visiting `folios_per_s`.
+    fn lru_knobs(folios_per_s: f64) -> KernelKnobs {
         KernelKnobs {
             demotion_enabled: true,
             reclaim: ReclaimModel::Lru {
-                scan_pages_per_s: pages_per_s,
+                scan_folios_per_s: folios_per_s,
                 unscale: 1.0,
             },
             ..KernelKnobs::default()

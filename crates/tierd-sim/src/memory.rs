@@ -600,9 +600,10 @@ pub struct LruHand {
     pub back: u32,
     /// Start of the step the counts below belong to, ns.
     pub step_ns: u64,
-    /// Base pages kswapd scanned in that step.
+    /// Folios (base pages or THPs) kswapd visited in that step: what it spent of its scan
+    /// budget.
     pub kswapd_scanned: u64,
-    /// Base pages direct (and memcg) reclaim scanned in that step.
+    /// Folios direct (and memcg) reclaim visited in that step.
     pub direct_scanned: u64,
     /// kswapd is awake on the node and reclaims toward this many free pages: once woken it
     /// runs `balance_pgdat()` until the node is balanced, whatever wakes it or not meanwhile

@@ -166,7 +166,7 @@ impl ReclaimToml {
             ReclaimKind::Lru => {
                 let scale = self.scale.unwrap_or(1.0);
                 crate::mechanism::ReclaimModel::Lru {
-                    scan_pages_per_s: 1e9 / self.scan_ns_per_page * scale,
+                    scan_folios_per_s: 1e9 / self.scan_ns_per_page * scale,
                     unscale: 1.0 / scale,
                 }
             }
