@@ -36,8 +36,4 @@ echo "guest: \$(uname -r) lru_gen \$(cat /sys/kernel/mm/lru_gen/enabled)"
 /lab/tierd-workload pte-cost --mib 256 --rounds $ROUNDS | tail -1
 SH
 chmod +x "$W/run.sh"
-for k in $KERNELS; do
-    target/release/tierd-vm --kernel "$k" run --script "$W/run.sh" \
-        --file "$BIN:/lab/tierd-workload" --timeout 900 2>&1 |
-        grep -E '^(guest:|lru-gen-cost|pte-cost pages|Error|tierd-workload)' || echo "guest $k: no result"
-done
+in_guests '^(guest:|lru-gen-cost|pte-cost pages|Error|tierd-workload)' 900

@@ -26,8 +26,4 @@ echo "guest: \$(uname -r)"
 /lab/tierd-workload pte-cost --mib $MIB --rounds $ROUNDS
 SH
 chmod +x "$W/run.sh"
-for k in $KERNELS; do
-    target/release/tierd-vm --kernel "$k" run --script "$W/run.sh" \
-        --file "$BIN:/lab/tierd-workload" --timeout 600 2>&1 |
-        grep -E '^(guest:|pte-cost pages)' || echo "guest $k: no result"
-done
+in_guests '^(guest:|pte-cost pages)' 600
