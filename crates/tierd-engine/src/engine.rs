@@ -34,7 +34,10 @@
 //!    access count ([`crate::hotness::heat`]), orders the ready pages hottest first, and
 //!    admits those at or above it (then the cgroup share, the rate limit and the room test
 //!    as above). When promotions are refused for want of room, the demoter makes room from
-//!    fast pages colder than that threshold and idle for the ping-pong window.
+//!    fast pages `SWAP_MARGIN_BINS` bins colder than that threshold and idle for the
+//!    ping-pong window, both per base page: a 2 MiB folio's heat and idleness are weighed
+//!    against a 4 KiB page's as 512 pages' (`DemotionFilter::idle_enough`,
+//!    [`crate::hotness::heat`] "Folios of several sizes").
 //! 3. **Housekeeping**: free idle record chunks, prune the ping-pong history, update gauges.
 //!
 //! `apply` turns each page's outcome into counters (`pgpromote_success`, failures by errno,
@@ -47,8 +50,8 @@ use rustc_hash::FxHashMap;
 use crate::backend::OwnerUpdate;
 use crate::config::{AccessingNode, ConfigError, EngineConfig, ThresholdMode};
 use crate::hotness::{
-    fit_threshold, HeatMap, HotnessMode, HotnessParams, HotnessStore, ReadyPage, Tier, HEAT_BINS,
-    NO_PROMOTION_BIN,
+    fit_threshold, HeatMap, HotnessMode, HotnessParams, HotnessStore, ReadyPage, Tier,
+    DENSITY_BINS, NO_PROMOTION_BIN, SIZE_SHIFT_MAX,
 };
 use crate::pagemap::SizedPageMap;
 use crate::plan::{
@@ -364,6 +367,20 @@ const WARM_BLOCK: usize = 16;
 /// decides.
 type DemotionCandidate = (bool, Nanos, PageKey, PageSize);
 
+/// How many density bins colder than the promotion threshold a fast folio must be for the
+/// demoter to make room with it (relative mode): 3, a factor of eight in accesses per base
+/// page. The bins between are "warm" (Memtis's warm set, between its `warm_threshold` and
+/// `active_threshold`): neither demoted for room nor counted as room. Without a margin, pages
+/// all alike (a sweep) whose heats are a few samples a cooling period spread over several
+/// bins on both tiers, the threshold settles between their two tails, and the promoter swaps
+/// the lucky slow ones for the unlucky fast ones for nothing. Chosen from that noise, not
+/// fitted: two folios of equal rate with Poisson counts (means 2-16) land 2 bins apart with
+/// probability 0.2-0.4 %, 3 bins with 2e-5 or less. D under THP at 1/8 scale moved 90.9,
+/// 39.2, 10.3 and 2.2 GiB in 120 s with margins 0-3, for the same placement
+/// (docs/simulator.md, "tierd under THP"); base-page runs hardly move (their room-making pages
+/// are idle for the ping-pong window, their heat long cooled).
+const SWAP_MARGIN_BINS: u8 = 3;
+
 /// Which fast pages of one top-tier node a demotion pass may take ([`Engine`]'s
 /// `plan_demotion`), and the walk that finds the coldest of them.
 struct DemotionFilter {
@@ -374,8 +391,12 @@ struct DemotionFilter {
     idle_after: Nanos,
     /// Free memory is below the low watermark: anything cold goes.
     below_low: bool,
-    /// Otherwise (making room for refused promotions) only pages idle for this long.
+    /// Otherwise (making room for refused promotions) only pages idle for this long, per
+    /// base page (`idle_enough`).
     idle_for: Nanos,
+    /// The largest folio size in the fast index: how far the walk must read for room-making,
+    /// whose idleness is per base page.
+    largest: PageSize,
     /// Relative mode, making room: only pages colder than the promotion threshold.
     heat_threshold: Option<u8>,
     /// Whether each cgroup is over its fast-tier share (`Engine::over_share`).
@@ -521,7 +542,29 @@ impl DemotionFilter {
     /// `now`); below 0 when it admits none. `None`: no bound.
     fn latest_admitted(&self) -> Option<i128> {
         let idle = self.min_idle().filter(|i| i.0 > 0)?;
-        Some(i128::from(self.now.0) - i128::from(idle.0))
+        // The least idleness any folio needs: a folio of the largest size's.
+        let least = if self.idle_pass {
+            idle.0
+        } else {
+            idle.0.div_ceil(self.largest.nr_pages().0)
+        };
+        Some(i128::from(self.now.0) - i128::from(least))
+    }
+
+    /// Whether a folio of `size` idle for `idle` is idle enough for the pass (`min_idle`).
+    /// Making room, idleness is per base page: a folio of `n` base pages idle for `idle` is
+    /// taken as a base page idle `n` times as long. Samples and faults see a folio whenever
+    /// any of its pages is touched, so a 2 MiB folio whose pages are each touched once a
+    /// second is seen 512 times as often as a 4 KiB page touched as often, and by its last
+    /// access alone would never look idle; per base page the two look alike (the heat is
+    /// compared per base page for the same reason, `hotness::heat`). The idle pass keeps
+    /// idleness by the clock: it takes only folios no source has seen for `idle_after`.
+    fn idle_enough(&self, idle: Nanos, size: PageSize, min_idle: Nanos) -> bool {
+        if self.idle_pass {
+            idle >= min_idle
+        } else {
+            idle.0.saturating_mul(size.nr_pages().0) >= min_idle.0
+        }
     }
 
     /// Whether the pass may take `c` (the lookups change no state but the maps' caches).
@@ -539,8 +582,11 @@ impl DemotionFilter {
         };
         // Room for hotter pages, in relative mode: also only pages colder than the promotion
         // threshold (Memtis demotes below its hot threshold).
-        self.now.saturating_sub(c.1) >= min_idle
-            && (self.idle_pass || self.heat_threshold.is_none_or(|t| heat.bin(c.2) < t))
+        self.idle_enough(self.now.saturating_sub(c.1), c.3, min_idle)
+            && (self.idle_pass
+                || self
+                    .heat_threshold
+                    .is_none_or(|t| heat.bin(c.2).saturating_add(SWAP_MARGIN_BINS) < t))
     }
 }
 
@@ -1113,17 +1159,22 @@ impl Engine {
         let demotable = self.config.demotion.enabled && self.sees_fast_tier();
         // Fast pages the demoter knows but whose heat cooled away (or was never seen) are
         // the coldest: bin 0.
-        let mut fast = *self.heat.histogram(Tier::Fast);
+        let mut fast = self.heat.histogram(Tier::Fast);
         let with_heat: u64 = fast[1..].iter().sum();
         fast[0] = self.fast.pages.saturating_sub(with_heat);
         let t = fit_threshold(
-            self.heat.histogram(Tier::Slow),
+            &self.heat.histogram(Tier::Slow),
             &fast,
             room_pages,
             demotable,
+            self.heat.lowest_bin(),
+            SWAP_MARGIN_BINS,
         );
         self.stats.engine.promote_room_pages = room_pages;
-        self.stats.engine.promote_heat_threshold = u64::from(t);
+        // In a base page's heat bins (the density bin less its offset), as before huge
+        // folios were ranked per base page; 0 when the threshold is below a base page's
+        // least heat, which only huge folios reach.
+        self.stats.engine.promote_heat_threshold = u64::from(t.saturating_sub(SIZE_SHIFT_MAX));
         t
     }
 
@@ -1242,6 +1293,7 @@ impl Engine {
                 idle_after,
                 below_low,
                 idle_for,
+                largest: self.fast.map.largest_size(),
                 heat_threshold: self.relative().then_some(self.heat_threshold),
                 over: self.over_share_flags(usage),
             };
@@ -1360,10 +1412,10 @@ impl Engine {
             if self.relative() {
                 // Hottest first, so that the rate limit and the room go to them; address
                 // order among equals (a stable sort of the store's address order). A counting
-                // sort: there are HEAT_BINS keys.
+                // sort: there are DENSITY_BINS keys.
                 let bins = &mut self.ready_bins;
                 bins.clear();
-                let mut start = [0usize; HEAT_BINS];
+                let mut start = [0usize; DENSITY_BINS];
                 for rp in &ready {
                     let b = self.heat.bin(rp.key);
                     bins.push(b);

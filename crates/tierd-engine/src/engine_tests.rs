@@ -1378,7 +1378,8 @@ fn relative_threshold_fills_spare_room_and_promotes_nothing_without_room() {
     assert!(plan.is_empty());
     assert_eq!(
         e.stats().engine.promote_heat_threshold,
-        u64::from(crate::hotness::NO_PROMOTION_BIN)
+        33,
+        "reported in a base page's heat bins: 33 promotes nothing"
     );
 }
 
@@ -1943,6 +1944,7 @@ proptest! {
                     idle_after: ms(5_000),
                     below_low: kind == 2,
                     idle_for: ms(10_000),
+                    largest: fast.map.largest_size(),
                     heat_threshold: None,
                     over: (0..3u32)
                         .map(|c| (CgroupId(c), use_over && over[c as usize]))

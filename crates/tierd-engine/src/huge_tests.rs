@@ -10,7 +10,7 @@ use super::*;
 use crate::config::DemotionConfig;
 use crate::plan::{NodeUsage, PageResult};
 use crate::topology::{two_tier, NodeSpec};
-use crate::types::{SpaceId, Vpn, HPAGE_PUD_NR};
+use crate::types::{SpaceId, Vpn, HPAGE_PMD_NR, HPAGE_PUD_NR};
 
 const N0: NodeId = NodeId(0);
 const N1: NodeId = NodeId(1);
@@ -734,4 +734,133 @@ fn pages_held_for_the_access_check_are_counted_apart_and_not_backed_off() {
     let s = e.stats().engine.clone();
     assert_eq!(s.pgpromote_untouched, 512 + 1);
     assert_eq!(s.pgpromote_success, 0);
+}
+
+/// Relative mode with a ping-pong window of 5 s and a fast node of 1 GiB with no free room
+/// above its high watermark (returned): the setting in which room is made by demotion.
+fn tight_relative() -> (Engine, Topology, u64) {
+    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
+    let cfg = EngineConfig {
+        threshold: ThresholdMode::Relative,
+        pingpong_window_ms: 5_000,
+        ..EngineConfig::default()
+    };
+    let high = Bytes::gib(1).0 * u64::from(cfg.demotion.high_free_permille) / 1000;
+    (Engine::new(cfg, topo.clone()).unwrap(), topo, high)
+}
+
+/// A sighting of `weight` accesses of the folio `(vpn, size)` on `node`.
+fn wobs(vpn: u64, size: PageSize, node: NodeId, weight: u32, t_ms: u64) -> Observation {
+    Observation {
+        weight,
+        ..fobs(1, vpn, size, node, t_ms)
+    }
+}
+
+/// Runs passes 500 ms apart: `seen(pass, on_fast)` gives each pass's sightings (slightly
+/// before the pass), where `on_fast` holds the heads now on the fast node; every plan
+/// succeeds and moves the fast node's free bytes. Returns the heads promoted and demoted.
+fn run_tight(
+    e: &mut Engine,
+    topo: &Topology,
+    mut free: u64,
+    passes: u64,
+    on_fast: &mut std::collections::BTreeSet<u64>,
+    mut seen: impl FnMut(u64, &std::collections::BTreeSet<u64>) -> Vec<Observation>,
+) -> (Vec<PageRef>, Vec<PageRef>) {
+    let (mut promoted, mut demoted) = (Vec::new(), Vec::new());
+    for pass in 0..passes {
+        let t = 10_000 + pass * 500;
+        e.observe(&seen(pass, on_fast));
+        let now = Nanos::from_millis(t);
+        let plan = e.tick(now, &usage(topo, Bytes(free), Bytes(0)));
+        for p in moves(&plan, MigrationKind::Promote) {
+            assert!(
+                on_fast.insert(p.vpn.0),
+                "{p:?} promoted while on the fast node"
+            );
+            free -= p.size.bytes().0;
+            promoted.push(p);
+        }
+        for p in moves(&plan, MigrationKind::Demote) {
+            assert!(
+                on_fast.remove(&p.vpn.0),
+                "{p:?} demoted while on the slow node"
+            );
+            free += p.size.bytes().0;
+            demoted.push(p);
+        }
+        apply_with(e, now, &plan, MoveOutcome::Moved(N0));
+    }
+    (promoted, demoted)
+}
+
+/// A fast tier of 2 MiB folios, each sighted twice as often as a hot 4 KiB page on the slow
+/// tier but 256 times less often per base page, makes room for the hot pages: heat and
+/// idleness are compared per base page. (Compared per folio, the folios were the hotter
+/// pages and, sighted every pass, never idle: nothing was demoted and every candidate was
+/// refused for room.)
+#[test]
+fn huge_folios_cold_per_base_page_make_room_for_hotter_base_pages() {
+    let (mut e, topo, high) = tight_relative();
+    let folios: Vec<u64> = (0..200).map(|i| (1 << 20) + i * HPAGE_PMD_NR).collect();
+    let mut on_fast: std::collections::BTreeSet<u64> = folios.iter().copied().collect();
+    let (promoted, demoted) = run_tight(&mut e, &topo, high, 20, &mut on_fast, |pass, on| {
+        let t = 10_000 + pass * 500 - 100;
+        let node = |v: &u64| if on.contains(v) { N0 } else { N1 };
+        let mut v: Vec<Observation> = folios
+            .iter()
+            .map(|f| wobs(*f, PageSize::Huge2M, node(f), 128, t))
+            .collect();
+        v.extend((0..100).map(|p| wobs(p, PageSize::Base, node(&p), 64, t)));
+        v
+    });
+    assert_eq!(promoted.len(), 100, "every hot page promoted");
+    assert!(promoted
+        .iter()
+        .all(|p| p.size == PageSize::Base && p.vpn.0 < 100));
+    assert!(!demoted.is_empty());
+    assert!(
+        demoted.iter().all(|p| p.size == PageSize::Huge2M),
+        "only the folios cold per base page make room"
+    );
+    // 100 base pages need one folio's room, plus what the high watermark asks for.
+    assert!(demoted.len() <= 4, "{} folios demoted", demoted.len());
+    assert_eq!(e.stats().engine.pingpong_promoted, 0);
+}
+
+/// Folios alike on both tiers, each sighted a random number of times a pass (as sampling
+/// does): the promoter does not swap the lucky slow ones for the unlucky fast ones. A fast
+/// folio is room only when it is `SWAP_MARGIN_BINS` colder than the threshold.
+#[test]
+fn folios_alike_on_both_tiers_are_not_swapped_for_their_sampling_noise() {
+    let (mut e, topo, high) = tight_relative();
+    let fast: Vec<u64> = (0..200).map(|i| (1 << 20) + i * HPAGE_PMD_NR).collect();
+    let slow: Vec<u64> = (0..200).map(|i| (1 << 24) + i * HPAGE_PMD_NR).collect();
+    let mut on_fast: std::collections::BTreeSet<u64> = fast.iter().copied().collect();
+    // xorshift64: each folio's sightings a pass, 0 to 3 (1.5 on average), from a fixed seed.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut draw = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        u32::try_from(x % 4).unwrap()
+    };
+    let (promoted, demoted) = run_tight(&mut e, &topo, high, 60, &mut on_fast, |pass, on| {
+        let t = 10_000 + pass * 500 - 100;
+        fast.iter()
+            .chain(&slow)
+            .filter_map(|f| {
+                let n = draw();
+                let node = if on.contains(f) { N0 } else { N1 };
+                (n > 0).then(|| wobs(*f, PageSize::Huge2M, node, n, t))
+            })
+            .collect()
+    });
+    assert!(
+        promoted.len() + demoted.len() <= 2,
+        "{} promoted, {} demoted",
+        promoted.len(),
+        demoted.len()
+    );
 }

@@ -452,6 +452,17 @@ impl<V: Copy> SizedPageMap<V> {
         self.base.is_empty() && self.no_huge()
     }
 
+    /// The largest size of folio the map holds (`Base` when it is empty).
+    pub(crate) fn largest_size(&self) -> PageSize {
+        if !self.pud.is_empty() {
+            PageSize::Huge1G
+        } else if !self.pmd.is_empty() {
+            PageSize::Huge2M
+        } else {
+            PageSize::Base
+        }
+    }
+
     /// Whether the map holds no huge folio.
     #[inline]
     fn no_huge(&self) -> bool {

@@ -135,7 +135,7 @@ stats_struct! {
         hotness_store_bytes: Gauge, Bytes, "tierd: memory used by the hotness records and their index.";
         fast_index_pages: Gauge, Pages, "tierd: top-tier pages known to the demoter.";
         heat_tracked_pages: Gauge, Pages, "tierd: pages with a heat (relative threshold), both tiers.";
-        promote_heat_threshold: Gauge, Events, "tierd: the heat bin a slow page needs (relative threshold): heat >= 2^(bin-1) decayed accesses; 33 promotes nothing.";
+        promote_heat_threshold: Gauge, Events, "tierd: the heat bin a slow page needs (relative threshold): heat per base page >= 2^(bin-1) decayed accesses; 33 promotes nothing; 0 below one base page's least heat (huge folios only).";
         promote_room_pages: Gauge, Pages, "tierd: free room on the promotion targets above their watermarks, as the relative threshold sized it.";
     }
 }

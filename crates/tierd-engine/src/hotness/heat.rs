@@ -29,12 +29,76 @@
 //! - [`fit_threshold`] is the lowest bin `T >= 1` such that the slow-tier pages in bins `>= T`
 //!   fit in the room on the fast tier: free memory above its high watermark, plus, when the
 //!   demoter may make room, the fast-tier pages colder than `T`.
+//!
+//! # Folios of several sizes: heat per base page
+//!
+//! A folio's heat counts the sightings of any of its pages, so a 2 MiB folio whose 512 pages
+//! are each touched as often as one 4 KiB page is sighted 512 times as often. What a folio is
+//! worth on the fast tier, though, is its accesses per byte of it, and what placing it costs
+//! is its bytes. So the bins that are compared, histogrammed and thresholded are of the heat
+//! per base page ([`density_bin`]: the heat's log2 bin less the folio's log2 of base pages),
+//! the way Memtis ranks its huge and base pages in one histogram (mm/htmm_core.c in its
+//! tree: `update_base_page()` adds `HPAGE_PMD_NR` to a base page's count per sample,
+//! `update_huge_page()` adds 1 to the huge page's, and both go in `hotness_hg` weighted by
+//! their base pages). Without it a fast tier of huge folios that are hot per folio and cold
+//! per byte kept every hotter 4 KiB page out (docs/simulator.md, "tierd under THP").
+//!
+//! Density bins run from the sightings of a 1 GiB folio (`18` below a base page's) to a base
+//! page's, so they are offset by [`SIZE_SHIFT_MAX`]: a base page's density bin is its heat bin
+//! plus 18; 0 still means no heat. Each size keeps its own histogram of heat bins, which
+//! cooling shifts exactly as before (a halving moves every heat one bin down, and a heat of 1
+//! to 0, whatever the size), and [`HeatMap::histogram`] adds them up at their offsets. With
+//! base pages only, every bin is the heat bin plus 18 and the thresholds chosen are the same.
 
 use crate::pagemap::SizedPageMap;
 use crate::types::{Nanos, PageKey, PageSize, SpaceId};
 
-/// Histogram bins: bin 0 for heat 0, bins 1..=32 for `[2^(b-1), 2^b)`.
+/// Heat bins: bin 0 for heat 0, bins 1..=32 for `[2^(b-1), 2^b)`.
 pub const HEAT_BINS: usize = 33;
+
+/// log2 of the base pages in the largest folio (1 GiB: 2^18 base pages): how far below a base
+/// page's the density bins of a folio can reach.
+pub const SIZE_SHIFT_MAX: u8 = 18;
+
+/// Density bins ([`density_bin`]): 0 for no heat, then one per log2 of heat per base page,
+/// from a 1 GiB folio's least heat (bin 1) to a base page's most (bin 50).
+pub const DENSITY_BINS: usize = HEAT_BINS + SIZE_SHIFT_MAX as usize;
+
+/// log2 of the base pages in one folio of `size`.
+#[must_use]
+pub fn size_shift(size: PageSize) -> u8 {
+    match size {
+        PageSize::Base => 0,
+        PageSize::Huge2M => 9,
+        PageSize::Huge1G => SIZE_SHIFT_MAX,
+    }
+}
+const _: () = assert!(1 << 9 == crate::types::HPAGE_PMD_NR);
+const _: () = assert!(1 << SIZE_SHIFT_MAX == crate::types::HPAGE_PUD_NR);
+
+/// The density bin of a folio of `size` with `heat`: 0 for no heat, else the log2 bin of its
+/// heat per base page, offset by [`SIZE_SHIFT_MAX`] so that every size's is at least 1 (a
+/// base page's is its heat bin + 18). See the module docs.
+#[must_use]
+pub fn density_bin(heat: u32, size: PageSize) -> u8 {
+    if heat == 0 {
+        0
+    } else {
+        heat_bin(heat) + SIZE_SHIFT_MAX - size_shift(size)
+    }
+}
+
+/// The index of `size`'s histogram.
+fn size_idx(size: PageSize) -> usize {
+    match size {
+        PageSize::Base => 0,
+        PageSize::Huge2M => 1,
+        PageSize::Huge1G => 2,
+    }
+}
+
+/// Heat-bin histograms per folio size, `[size][slow, fast]`, in base pages.
+type Hists = [[[u64; HEAT_BINS]; 2]; 3];
 
 /// One access in heat units: heats are fixed point with 4 fractional bits, so that a page seen
 /// once keeps a non-zero heat through 4 coolings (8 s at the default period) instead of
@@ -42,9 +106,9 @@ pub const HEAT_BINS: usize = 33;
 /// next pass. A uniform factor moves every page by the same 4 bins: thresholds are unchanged.
 pub const HEAT_ONE: u32 = 16;
 
-/// The threshold bin that promotes nothing (no slow page's bin reaches it).
-pub const NO_PROMOTION_BIN: u8 = 33;
-const _: () = assert!(NO_PROMOTION_BIN as usize == HEAT_BINS);
+/// The threshold (density) bin that promotes nothing (no slow page's bin reaches it).
+pub const NO_PROMOTION_BIN: u8 = 51;
+const _: () = assert!(NO_PROMOTION_BIN as usize == DENSITY_BINS);
 
 /// The log2 bin of a heat.
 #[must_use]
@@ -95,9 +159,9 @@ fn cooled(e: Entry, epoch: u32) -> u32 {
     e.heat.checked_shr(epoch.wrapping_sub(e.epoch)).unwrap_or(0)
 }
 
-/// Adds or takes `size`'s base pages to or from `tier`'s `bin`.
-fn count(hist: &mut [[u64; HEAT_BINS]; 2], tier: Tier, bin: u8, size: PageSize, add: bool) {
-    let slot = &mut hist[tier.idx()][usize::from(bin)];
+/// Adds or takes `size`'s base pages to or from `tier`'s heat `bin` (in `size`'s histogram).
+fn count(hist: &mut Hists, tier: Tier, bin: u8, size: PageSize, add: bool) {
+    let slot = &mut hist[size_idx(size)][tier.idx()][usize::from(bin)];
     let n = size.nr_pages().0;
     if add {
         *slot += n;
@@ -110,8 +174,8 @@ fn count(hist: &mut [[u64; HEAT_BINS]; 2], tier: Tier, bin: u8, size: PageSize, 
 #[derive(Debug)]
 pub struct HeatMap {
     map: SizedPageMap<Entry>,
-    /// Base pages per bin, `[slow, fast]`, at the current epoch.
-    hist: [[u64; HEAT_BINS]; 2],
+    /// Base pages per heat bin, per folio size and `[slow, fast]`, at the current epoch.
+    hist: Hists,
     epoch: u32,
     cooling: Nanos,
     /// When the next cooling is due; set by the first observation.
@@ -124,7 +188,7 @@ impl HeatMap {
     pub fn new(cooling_ms: u64) -> Self {
         HeatMap {
             map: SizedPageMap::default(),
-            hist: [[0; HEAT_BINS]; 2],
+            hist: [[[0; HEAT_BINS]; 2]; 3],
             epoch: 0,
             cooling: Nanos::from_millis(cooling_ms.max(1)),
             next_cool: None,
@@ -154,7 +218,7 @@ impl HeatMap {
         }
         self.next_cool = Some(due);
         for _ in 0..shifts.min(u32::from(NO_PROMOTION_BIN)) {
-            for h in &mut self.hist {
+            for h in self.hist.iter_mut().flatten() {
                 h[0] += h[1];
                 h.copy_within(2.., 1);
                 h[HEAT_BINS - 1] = 0;
@@ -214,7 +278,6 @@ impl HeatMap {
         let before = *e;
         let old = cooled(before, epoch);
         let heat = old.saturating_add(weight.max(1).saturating_mul(HEAT_ONE));
-        let bin = heat_bin(heat);
         *e = Entry {
             heat,
             epoch,
@@ -224,15 +287,23 @@ impl HeatMap {
         if !fresh {
             self.count(before.tier(), heat_bin(old), before.size, false);
         }
-        self.count(tier, bin, size, true);
-        bin
+        self.count(tier, heat_bin(heat), size, true);
+        density_bin(heat, size)
     }
 
-    /// The current bin of `key` (0 when it has no heat).
+    /// The current density bin of `key` ([`density_bin`]: 0 when it has no heat).
     #[must_use]
     pub fn bin(&mut self, key: PageKey) -> u8 {
         let e = self.map.get(key).copied();
-        e.map_or(0, |e| heat_bin(self.current(e)))
+        e.map_or(0, |e| density_bin(self.current(e), e.size))
+    }
+
+    /// The lowest density bin a folio with heat can be in now: 1 when a 1 GiB folio is
+    /// tracked, 10 for 2 MiB, 19 with base pages only (the lowest threshold worth trying,
+    /// [`fit_threshold`]'s `lowest`).
+    #[must_use]
+    pub fn lowest_bin(&self) -> u8 {
+        1 + SIZE_SHIFT_MAX - size_shift(self.map.largest_size())
     }
 
     /// Moves `key`'s heat to `tier` (it was promoted or demoted), keeping its value.
@@ -284,29 +355,40 @@ impl HeatMap {
     /// Drops the entries that cooled down to 0: memory follows the pages with heat.
     pub fn prune(&mut self) {
         let epoch = self.epoch;
-        let mut dropped = [0u64; 2];
+        let mut dropped = [[0u64; 2]; 3];
         self.map.retain(|_, e| {
             let cold = e.heat.checked_shr(epoch.wrapping_sub(e.epoch)).unwrap_or(0) == 0;
             if cold {
-                dropped[e.tier().idx()] += e.size.nr_pages().0;
+                dropped[size_idx(e.size)][e.tier().idx()] += e.size.nr_pages().0;
             }
             !cold
         });
-        for (h, d) in self.hist.iter_mut().zip(dropped) {
-            h[0] = h[0].saturating_sub(d);
+        for (hs, ds) in self.hist.iter_mut().zip(dropped) {
+            for (h, d) in hs.iter_mut().zip(ds) {
+                h[0] = h[0].saturating_sub(d);
+            }
         }
     }
 
-    /// Base pages per bin in `tier`.
+    /// Base pages per density bin in `tier` (every size's heat bins at its offset).
     #[must_use]
-    pub fn histogram(&self, tier: Tier) -> &[u64; HEAT_BINS] {
-        &self.hist[tier.idx()]
+    pub fn histogram(&self, tier: Tier) -> [u64; DENSITY_BINS] {
+        let mut out = [0u64; DENSITY_BINS];
+        for (size, hs) in PageSize::ALL.into_iter().zip(&self.hist) {
+            let h = &hs[tier.idx()];
+            out[0] += h[0];
+            let off = usize::from(SIZE_SHIFT_MAX - size_shift(size));
+            for (o, n) in out[1 + off..].iter_mut().zip(&h[1..]) {
+                *o += n;
+            }
+        }
+        out
     }
 
     /// Pages with an entry (any heat, either tier), in base pages.
     #[must_use]
     pub fn tracked_pages(&self) -> u64 {
-        self.hist.iter().flatten().sum()
+        self.hist.iter().flatten().flatten().sum()
     }
 
     /// Every folio with an entry, from the entries themselves (not the histogram).
@@ -322,32 +404,38 @@ impl HeatMap {
     }
 }
 
-/// The lowest bin `T >= 1` whose slow pages (with every hotter bin's) fit in the room:
-/// `room_pages` free, plus the fast pages colder than `T` when `demotable`. Returns
-/// [`NO_PROMOTION_BIN`] when not even the hottest bin with pages fits.
+/// The lowest (density) bin `T >= lowest` (and `>= 1`) whose slow pages (with every hotter
+/// bin's) fit in the room: `room_pages` free, plus the fast pages colder than `T - margin`
+/// when `demotable` (those with no heat always). Returns [`NO_PROMOTION_BIN`] when not even
+/// the hottest bin with pages fits.
+/// `lowest` is [`HeatMap::lowest_bin`]: below it every bin is empty, and every threshold
+/// there chooses the same pages as `lowest` does, which is the one reported.
 ///
 /// Demand falls and room grows as `T` rises, so the first `T` that fits is the answer.
 #[must_use]
 pub fn fit_threshold(
-    slow: &[u64; HEAT_BINS],
-    fast: &[u64; HEAT_BINS],
+    slow: &[u64; DENSITY_BINS],
+    fast: &[u64; DENSITY_BINS],
     room_pages: u64,
     demotable: bool,
+    lowest: u8,
+    margin: u8,
 ) -> u8 {
     let total: u64 = slow[1..].iter().sum();
     let mut demand = total;
-    let mut colder_fast: u64 = fast[0];
-    for t in 1..HEAT_BINS {
-        let room = room_pages.saturating_add(if demotable { colder_fast } else { 0 });
+    // Fast pages in bins below `t - margin` (bin 0, no heat, always).
+    let margin = usize::from(margin);
+    let colder_fast = |t: usize| -> u64 { fast[..t.saturating_sub(margin).max(1)].iter().sum() };
+    for (t, &in_bin) in slow.iter().enumerate().skip(1) {
+        let room = room_pages.saturating_add(if demotable { colder_fast(t) } else { 0 });
         if demand == 0 && total > 0 {
             // Only a bin above every candidate fits: say so plainly.
             return NO_PROMOTION_BIN;
         }
-        if demand <= room {
+        if demand <= room && t >= usize::from(lowest) {
             return u8::try_from(t).unwrap_or(NO_PROMOTION_BIN);
         }
-        demand -= slow[t];
-        colder_fast += fast[t];
+        demand -= in_bin;
     }
     NO_PROMOTION_BIN
 }
@@ -376,27 +464,32 @@ mod tests {
         assert_eq!(heat_bin(u32::MAX), 32);
     }
 
+    /// A base page's density bin: its heat bin plus the offset.
+    fn b(heat_bin: u8) -> u8 {
+        heat_bin + SIZE_SHIFT_MAX
+    }
+
     #[test]
     fn cooling_halves_heat_and_shifts_the_histogram() {
         let mut m = HeatMap::new(1000);
         m.cool_until(Nanos::ZERO);
         // Heat 8 x 16 = 128: bin 8; heat 16: bin 5.
-        assert_eq!(m.add(k(1), PageSize::Base, Tier::Slow, 8), 8);
-        assert_eq!(m.add(k(2), PageSize::Base, Tier::Slow, 1), 5);
-        assert_eq!(m.histogram(Tier::Slow)[8], 1);
+        assert_eq!(m.add(k(1), PageSize::Base, Tier::Slow, 8), b(8));
+        assert_eq!(m.add(k(2), PageSize::Base, Tier::Slow, 1), b(5));
+        assert_eq!(m.histogram(Tier::Slow)[usize::from(b(8))], 1);
         m.cool_until(Nanos::from_millis(999));
-        assert_eq!(m.bin(k(1)), 8);
+        assert_eq!(m.bin(k(1)), b(8));
         m.cool_until(Nanos::from_millis(1000));
-        assert_eq!(m.bin(k(1)), 7, "8 -> 4 accesses");
-        assert_eq!(m.bin(k(2)), 4, "one sighting survives a cooling");
-        assert_eq!(m.histogram(Tier::Slow)[7], 1);
-        assert_eq!(m.histogram(Tier::Slow)[4], 1);
+        assert_eq!(m.bin(k(1)), b(7), "8 -> 4 accesses");
+        assert_eq!(m.bin(k(2)), b(4), "one sighting survives a cooling");
+        assert_eq!(m.histogram(Tier::Slow)[usize::from(b(7))], 1);
+        assert_eq!(m.histogram(Tier::Slow)[usize::from(b(4))], 1);
         // Four more coolings take the single sighting to 0.
         m.cool_until(Nanos::from_millis(5000));
         assert_eq!(m.bin(k(2)), 0);
         assert_eq!(m.histogram(Tier::Slow)[0], 1);
         // Adding to a cooled page starts from its cooled heat: 128 >> 5 = 4, + 64.
-        assert_eq!(m.add(k(1), PageSize::Base, Tier::Slow, 4), 7);
+        assert_eq!(m.add(k(1), PageSize::Base, Tier::Slow, 4), b(7));
         m.prune();
         assert_eq!(m.tracked_pages(), 1, "the page cooled to 0 is dropped");
         // A long idle period cools everything.
@@ -406,44 +499,97 @@ mod tests {
     }
 
     #[test]
+    fn a_folio_is_binned_by_its_heat_per_base_page() {
+        let mut m = HeatMap::new(1000);
+        m.cool_until(Nanos::ZERO);
+        let huge = k(PageSize::Huge2M.head(Vpn(4096)).0);
+        // 512 sightings of a 2 MiB folio are one per base page: a base page seen once.
+        assert_eq!(m.add(k(1), PageSize::Base, Tier::Slow, 1), b(5));
+        assert_eq!(m.add(huge, PageSize::Huge2M, Tier::Slow, 512), b(5));
+        // Seen once, the folio is 9 bins (512 times) colder than the base page.
+        let other = k(PageSize::Huge2M.head(Vpn(8192)).0);
+        assert_eq!(m.add(other, PageSize::Huge2M, Tier::Fast, 1), b(5) - 9);
+        assert_eq!(m.histogram(Tier::Slow)[usize::from(b(5))], 513);
+        assert_eq!(m.histogram(Tier::Fast)[usize::from(b(5) - 9)], 512);
+        // The lowest bin worth trying follows the largest folio tracked.
+        assert_eq!(m.lowest_bin(), 10);
+        let giant = k(PageSize::Huge1G.head(Vpn(1 << 20)).0);
+        assert_eq!(m.add(giant, PageSize::Huge1G, Tier::Slow, 1), b(5) - 18);
+        assert_eq!(m.lowest_bin(), 1);
+        m.remove(giant);
+        m.remove(huge);
+        m.remove(other);
+        assert_eq!(m.lowest_bin(), 1 + SIZE_SHIFT_MAX);
+        // Cooling moves every size's heat one bin down, and a folio's least heat to none.
+        m.add(other, PageSize::Huge2M, Tier::Fast, 1);
+        m.cool_until(Nanos::from_millis(5000));
+        assert_eq!(m.bin(other), 0);
+        assert_eq!(m.histogram(Tier::Fast)[0], 512);
+    }
+
+    #[test]
     fn tier_moves_and_removal_keep_the_histogram_exact() {
         let mut m = HeatMap::new(1000);
         m.cool_until(Nanos::ZERO);
         m.add(k(0), PageSize::Huge2M, Tier::Slow, 3);
-        // 3 x 16 = 48: bin 6.
-        assert_eq!(m.histogram(Tier::Slow)[6], 512);
+        // 3 x 16 = 48: heat bin 6, 9 density bins below a base page's.
+        let hb = usize::from(b(6) - 9);
+        assert_eq!(m.histogram(Tier::Slow)[hb], 512);
         m.set_tier(k(0), Tier::Fast);
-        assert_eq!(m.histogram(Tier::Slow)[6], 0);
-        assert_eq!(m.histogram(Tier::Fast)[6], 512);
+        assert_eq!(m.histogram(Tier::Slow)[hb], 0);
+        assert_eq!(m.histogram(Tier::Fast)[hb], 512);
         m.remove(k(0));
         assert_eq!(m.tracked_pages(), 0);
         m.add(k(5), PageSize::Base, Tier::Fast, 1);
         m.add(k(5), PageSize::Base, Tier::Slow, 1);
-        assert_eq!(m.histogram(Tier::Fast)[6], 0);
-        assert_eq!(m.histogram(Tier::Slow)[6], 1, "seen on the slow tier now");
+        let bb = usize::from(b(6));
+        assert_eq!(m.histogram(Tier::Fast)[bb], 0);
+        assert_eq!(m.histogram(Tier::Slow)[bb], 1, "seen on the slow tier now");
         m.forget_space(SpaceId(1));
         assert_eq!(m.tracked_pages(), 0);
     }
 
     #[test]
     fn the_threshold_fits_the_hottest_bins_in_the_room() {
-        let mut slow = [0u64; HEAT_BINS];
-        let mut fast = [0u64; HEAT_BINS];
+        let mut slow = [0u64; DENSITY_BINS];
+        let mut fast = [0u64; DENSITY_BINS];
         slow[5] = 100;
         slow[3] = 100;
         slow[1] = 1000;
-        assert_eq!(
-            fit_threshold(&slow, &fast, 10_000, false),
-            1,
-            "room for all"
-        );
-        assert_eq!(fit_threshold(&slow, &fast, 200, false), 2);
-        assert_eq!(fit_threshold(&slow, &fast, 199, false), 4);
-        assert_eq!(fit_threshold(&slow, &fast, 99, false), NO_PROMOTION_BIN);
+        let fit = |slow: &[u64; DENSITY_BINS], fast: &[u64; DENSITY_BINS], room, demotable| {
+            fit_threshold(slow, fast, room, demotable, 1, 0)
+        };
+        assert_eq!(fit(&slow, &fast, 10_000, false), 1, "room for all");
+        assert_eq!(fit(&slow, &fast, 200, false), 2);
+        assert_eq!(fit(&slow, &fast, 199, false), 4);
+        assert_eq!(fit(&slow, &fast, 99, false), NO_PROMOTION_BIN);
         // Colder fast pages count as room when the demoter can move them.
         fast[2] = 150;
-        assert_eq!(fit_threshold(&slow, &fast, 50, true), 3);
-        assert_eq!(fit_threshold(&slow, &fast, 50, false), NO_PROMOTION_BIN);
+        assert_eq!(fit(&slow, &fast, 50, true), 3);
+        assert_eq!(fit(&slow, &fast, 50, false), NO_PROMOTION_BIN);
+        // No threshold below `lowest`: the bins there are empty, and it is the one reported.
+        assert_eq!(fit_threshold(&slow, &fast, 10_000, false, 4, 0), 4);
+    }
+
+    #[test]
+    fn fast_pages_within_the_margin_are_not_room() {
+        let mut slow = [0u64; DENSITY_BINS];
+        let mut fast = [0u64; DENSITY_BINS];
+        slow[6] = 100;
+        fast[2] = 60;
+        fast[4] = 60;
+        // Without a margin, T = 5 counts both fast bins (120 pages) as room for bin 6's 100.
+        assert_eq!(fit_threshold(&slow, &fast, 0, true, 1, 0), 5);
+        // With a margin of 2, T = 5 counts only bins below 3 (60 pages): no fit until T = 7,
+        // where bin 4 counts too but nothing is left to promote.
+        assert_eq!(fit_threshold(&slow, &fast, 0, true, 1, 2), NO_PROMOTION_BIN);
+        fast[1] = 40;
+        // Bins 1 and 2 (100 pages) are room for T = 5 with the margin of 2.
+        assert_eq!(fit_threshold(&slow, &fast, 0, true, 1, 2), 5);
+        // Pages with no heat are always room.
+        let mut fast = [0u64; DENSITY_BINS];
+        fast[0] = 100;
+        assert_eq!(fit_threshold(&slow, &fast, 0, true, 1, 3), 1);
     }
 
     proptest! {
@@ -475,13 +621,18 @@ mod tests {
                     3 => m.remove(key),
                     _ => m.prune(),
                 }
-                let mut want = [[0u64; HEAT_BINS]; 2];
+                let mut want = [[[0u64; HEAT_BINS]; 2]; 3];
+                let mut density = [[0u64; DENSITY_BINS]; 2];
                 for (_, s, e) in m.map.iter() {
                     prop_assert_eq!(s, e.size);
-                    want[e.tier().idx()][usize::from(heat_bin(m.current(*e)))] +=
-                        e.size.nr_pages().0;
+                    let heat = m.current(*e);
+                    want[size_idx(s)][e.tier().idx()][usize::from(heat_bin(heat))] +=
+                        s.nr_pages().0;
+                    density[e.tier().idx()][usize::from(density_bin(heat, s))] += s.nr_pages().0;
                 }
                 prop_assert_eq!(&want, &m.hist);
+                prop_assert_eq!(&density[0], &m.histogram(Tier::Slow));
+                prop_assert_eq!(&density[1], &m.histogram(Tier::Fast));
             }
         }
 
@@ -494,15 +645,15 @@ mod tests {
             shift in 0u32..8,
         ) {
             let hist = |scale: u32| {
-                let mut h = [0u64; HEAT_BINS];
+                let mut h = [0u64; DENSITY_BINS];
                 for x in &heats {
                     h[usize::from(heat_bin(x << scale))] += 1;
                 }
                 h
             };
-            let fast = [0u64; HEAT_BINS];
-            let t0 = fit_threshold(&hist(0), &fast, room, false);
-            let t1 = fit_threshold(&hist(shift), &fast, room, false);
+            let fast = [0u64; DENSITY_BINS];
+            let t0 = fit_threshold(&hist(0), &fast, room, false, 1, 0);
+            let t1 = fit_threshold(&hist(shift), &fast, room, false, 1, 0);
             let chosen = |t: u8, scale: u32| heats.iter().filter(|x| heat_bin(*x << scale) >= t).count();
             prop_assert_eq!(chosen(t0, 0), chosen(t1, shift));
             prop_assert!(chosen(t0, 0) as u64 <= room);

@@ -87,6 +87,9 @@ pub mod heat;
 pub mod record;
 pub mod store;
 
-pub use heat::{fit_threshold, heat_bin, HeatMap, Tier, HEAT_BINS, NO_PROMOTION_BIN};
+pub use heat::{
+    density_bin, fit_threshold, heat_bin, size_shift, HeatMap, Tier, DENSITY_BINS, HEAT_BINS,
+    NO_PROMOTION_BIN, SIZE_SHIFT_MAX,
+};
 pub use record::{Consumed, DefaultRecord, PreciseRecord};
 pub use store::{HotnessMode, HotnessParams, HotnessParamsError, HotnessStore, ReadyPage};
