@@ -72,6 +72,12 @@ use crate::types::{Bytes, CgroupId, Nanos, NodeId, NodeMask, PageKey, PageRef, P
 struct FastPage {
     node: NodeId,
     size: PageSize,
+    /// The last access came from a hardware sample: a count of accesses over all the folio's
+    /// pages, so a folio of `n` pages is sighted `n` times as often as one of them, and the
+    /// demoter weighs its idleness per base page (`DemotionFilter::idle_enough`). Other
+    /// sightings (a fault, an accessed bit, a DAMON region, an idle fact, a move) are of the
+    /// folio as a whole, and its idleness is the clock's.
+    sampled: bool,
     /// Last access the engine knows of.
     last_access: Nanos,
 }
@@ -180,7 +186,7 @@ impl FastIndex {
     /// Records an access to a fast folio: one lookup (this runs per observation), plus the
     /// eviction of the entries of any other folio over its pages.
     #[inline]
-    fn touch(&mut self, key: PageKey, node: NodeId, size: PageSize, time: Nanos) {
+    fn touch(&mut self, key: PageKey, node: NodeId, size: PageSize, time: Nanos, sampled: bool) {
         let mut fresh = false;
         let pages = &mut self.pages;
         let f = self.map.get_or_insert_with(
@@ -191,6 +197,7 @@ impl FastIndex {
                 FastPage {
                     node,
                     size,
+                    sampled,
                     last_access: time,
                 }
             },
@@ -202,6 +209,10 @@ impl FastIndex {
         } else {
             f.node = node;
             let old = f.last_access;
+            if time >= old {
+                // The kind of the sighting that sets the last access.
+                f.sampled = sampled;
+            }
             f.last_access = old.max(time);
             (age_gen(f.last_access) != age_gen(old)).then_some(f.last_access)
         };
@@ -367,6 +378,25 @@ const WARM_BLOCK: usize = 16;
 /// decides.
 type DemotionCandidate = (bool, Nanos, PageKey, PageSize);
 
+/// What an observation adds to its folio's heat, as a count of accesses over all the folio's
+/// pages (the heat map bins it per base page, `hotness::heat`). A hardware sample is one
+/// sampled access: its weight is already that count, and a folio collects its pages'
+/// samples. The other sources see a folio as a whole: a hint fault fires once per scan for
+/// the whole folio (one PMD), an accessed bit or a DAMON region (whose `nr_accesses` is a
+/// frequency per sampled page) says the folio was touched, not how many of its pages were;
+/// each of its `n` pages is counted as touched, `weight x n`. That is how a folio ranked
+/// against a base page before heats were per base page, and for these sources it stays so:
+/// when a folio's bit is set by one of its pages, its pages' true rate is anywhere from
+/// `1/n` of the bit's to all of it, and the kernel's LRU takes a young THP as young.
+fn heat_weight(obs: &Observation) -> u32 {
+    if obs.source == SourceKind::HwSample {
+        obs.weight
+    } else {
+        let n = u32::try_from(obs.page.size.nr_pages().0).unwrap_or(u32::MAX);
+        obs.weight.saturating_mul(n)
+    }
+}
+
 /// How many density bins colder than the promotion threshold a fast folio must be for the
 /// demoter to make room with it (relative mode): 3, a factor of eight in accesses per base
 /// page. The bins between are "warm" (Memtis's warm set, between its `warm_threshold` and
@@ -488,7 +518,7 @@ impl DemotionFilter {
                 let c = (not_over, f.last_access, key, size);
                 if after.is_some_and(|a| c <= a)
                     || bound.is_some_and(|b| c >= b)
-                    || !self.admits(c, backoff, heat)
+                    || !self.admits(c, f.sampled, backoff, heat)
                 {
                     return true;
                 }
@@ -553,12 +583,14 @@ impl DemotionFilter {
 
     /// Whether a folio of `size` idle for `idle` is idle enough for the pass (`min_idle`).
     /// Making room, idleness is per base page: a folio of `n` base pages idle for `idle` is
-    /// taken as a base page idle `n` times as long. Samples and faults see a folio whenever
-    /// any of its pages is touched, so a 2 MiB folio whose pages are each touched once a
-    /// second is seen 512 times as often as a 4 KiB page touched as often, and by its last
-    /// access alone would never look idle; per base page the two look alike (the heat is
-    /// compared per base page for the same reason, `hotness::heat`). The idle pass keeps
-    /// idleness by the clock: it takes only folios no source has seen for `idle_after`.
+    /// taken as a base page idle `n` times as long. The caller passes the folio's size only
+    /// when its last sighting was a hardware sample (`FastPage::sampled`), else
+    /// `PageSize::Base`: samples count accesses, so a 2 MiB folio whose pages are each
+    /// touched once a second is sampled 512 times as often as a 4 KiB page touched as
+    /// often, and by its last sample alone would never look idle; per base page the two look
+    /// alike (the heat is compared per base page for the same reason, `heat_weight`). The
+    /// idle pass keeps idleness by the clock: it takes only folios no source has seen for
+    /// `idle_after`.
     fn idle_enough(&self, idle: Nanos, size: PageSize, min_idle: Nanos) -> bool {
         if self.idle_pass {
             idle >= min_idle
@@ -571,6 +603,7 @@ impl DemotionFilter {
     fn admits(
         &self,
         c: DemotionCandidate,
+        sampled: bool,
         backoff: &mut SizedPageMap<Backoff>,
         heat: &mut HeatMap,
     ) -> bool {
@@ -582,7 +615,8 @@ impl DemotionFilter {
         };
         // Room for hotter pages, in relative mode: also only pages colder than the promotion
         // threshold (Memtis demotes below its hot threshold).
-        self.idle_enough(self.now.saturating_sub(c.1), c.3, min_idle)
+        let per_page = if sampled { c.3 } else { PageSize::Base };
+        self.idle_enough(self.now.saturating_sub(c.1), per_page, min_idle)
             && (self.idle_pass
                 || self
                     .heat_threshold
@@ -946,7 +980,7 @@ impl Engine {
                 vpn: size.head(f.page.vpn),
             };
             if self.demoter_state {
-                self.fast.touch(key, f.page_node, size, f.idle_since);
+                self.fast.touch(key, f.page_node, size, f.idle_since, false);
             }
             self.stats.engine.idle_noted += 1;
         }
@@ -980,10 +1014,16 @@ impl Engine {
             // mode, their heat: colder ones are the room hotter slow pages can take).
             e.fast_observed += 1;
             if self.demoter_state {
-                self.fast.touch(key, obs.page_node, size, obs.time);
+                self.fast.touch(
+                    key,
+                    obs.page_node,
+                    size,
+                    obs.time,
+                    obs.source == SourceKind::HwSample,
+                );
             }
             if relative {
-                self.heat.add(key, size, Tier::Fast, obs.weight);
+                self.heat.add(key, size, Tier::Fast, heat_weight(obs));
             }
             return;
         }
@@ -1028,7 +1068,7 @@ impl Engine {
         };
         store.record(key, size, accessing, obs.time);
         if relative {
-            self.heat.add(key, size, Tier::Slow, obs.weight);
+            self.heat.add(key, size, Tier::Slow, heat_weight(obs));
         }
         src.recorded += 1;
         e.pghot_recorded_accesses += 1;
@@ -1828,6 +1868,7 @@ impl Engine {
                                 FastPage {
                                     node,
                                     size: r.page.size,
+                                    sampled: false,
                                     last_access: now,
                                 },
                             );

@@ -1886,9 +1886,12 @@ fn coldest_by_ranking_all(
         .map(|(key, size, p)| {
             let cg = owners.owner(key.space).cgroup;
             let not_over = !f.over.get(&cg).copied().unwrap_or(false);
-            (not_over, p.last_access, key, size)
+            ((not_over, p.last_access, key, size), p.sampled)
         })
-        .filter(|c| after.is_none_or(|a| *c > a) && f.admits(*c, backoff, heat))
+        .filter(|(c, sampled)| {
+            after.is_none_or(|a| *c > a) && f.admits(*c, *sampled, backoff, heat)
+        })
+        .map(|(c, _)| c)
         .collect();
     all.sort_unstable();
     let mut pages = 0u64;
@@ -1967,8 +1970,8 @@ proptest! {
             let key = PageKey { space: SpaceId(space), vpn: size.head(Vpn(vpn)) };
             let node = NodeId(node);
             match op {
-                0 | 1 => fast.touch(key, node, size, ms(t)),
-                2 => fast.insert(key, FastPage { node, size, last_access: ms(t) }),
+                0 | 1 => fast.touch(key, node, size, ms(t), op == 0),
+                2 => fast.insert(key, FastPage { node, size, sampled: false, last_access: ms(t) }),
                 3 => fast.remove(key),
                 4 => fast.remove_overlapping(key, size),
                 _ => {

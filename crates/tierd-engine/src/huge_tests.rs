@@ -864,3 +864,46 @@ fn folios_alike_on_both_tiers_are_not_swapped_for_their_sampling_noise() {
         demoted.len()
     );
 }
+
+/// Sources that see a folio as a whole (an accessed bit, a DAMON region, a hint fault) say
+/// it was touched, not how many of its pages were: such a sighting counts for each of its
+/// pages (its heat bin is a base page's seen alike), and its idleness is the clock's. The
+/// folios of the first test, seen this way every pass, are in use and make no room.
+#[test]
+fn a_folio_seen_whole_has_a_base_page_s_heat_and_the_clock_s_idleness() {
+    let (mut e, _, _) = tight_relative();
+    let scan = |vpn, size, node, weight, t| Observation {
+        source: SourceKind::AccessedBitScan,
+        ..wobs(vpn, size, node, weight, t)
+    };
+    let thp = 1 << 20;
+    e.observe(&[
+        scan(thp, PageSize::Huge2M, N1, 4, 0),
+        scan(7, PageSize::Base, N1, 4, 0),
+    ]);
+    let key = |vpn| PageKey {
+        space: SpaceId(1),
+        vpn: Vpn(vpn),
+    };
+    assert_eq!(e.heat.bin(key(thp)), e.heat.bin(key(7)));
+    // Sampled, the same weight is 512 times less per page: 9 bins colder.
+    e.observe(&[wobs(2 * thp, PageSize::Huge2M, N1, 4, 0)]);
+    assert_eq!(e.heat.bin(key(2 * thp)) + 9, e.heat.bin(key(7)));
+
+    let (mut e, topo, high) = tight_relative();
+    let folios: Vec<u64> = (0..200).map(|i| (1 << 20) + i * HPAGE_PMD_NR).collect();
+    let mut on_fast: std::collections::BTreeSet<u64> = folios.iter().copied().collect();
+    let (promoted, demoted) = run_tight(&mut e, &topo, high, 20, &mut on_fast, |pass, on| {
+        let t = 10_000 + pass * 500 - 100;
+        let node = |v: &u64| if on.contains(v) { N0 } else { N1 };
+        let mut v: Vec<Observation> = folios
+            .iter()
+            .map(|f| scan(*f, PageSize::Huge2M, node(f), 1, t))
+            .collect();
+        v.extend((0..100).map(|p| scan(p, PageSize::Base, node(&p), 64, t)));
+        v
+    });
+    assert!(demoted.is_empty(), "{} folios demoted", demoted.len());
+    assert!(promoted.is_empty());
+    assert!(e.stats().engine.pgpromote_no_room > 0);
+}

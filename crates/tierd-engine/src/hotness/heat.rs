@@ -32,10 +32,12 @@
 //!
 //! # Folios of several sizes: heat per base page
 //!
-//! A folio's heat counts the sightings of any of its pages, so a 2 MiB folio whose 512 pages
-//! are each touched as often as one 4 KiB page is sighted 512 times as often. What a folio is
-//! worth on the fast tier, though, is its accesses per byte of it, and what placing it costs
-//! is its bytes. So the bins that are compared, histogrammed and thresholded are of the heat
+//! A folio's heat counts the accesses to any of its pages (a hardware sample is one; the
+//! engine counts a sighting of the folio as a whole, by a fault, an accessed bit or a DAMON
+//! region, once for each of its pages: `heat_weight` in the engine), so a 2 MiB folio whose
+//! 512 pages are each touched as often as one 4 KiB page is sampled 512 times as often. What
+//! a folio is worth on the fast tier, though, is its accesses per byte of it, and what
+//! placing it costs is its bytes. So the bins that are compared, histogrammed and thresholded are of the heat
 //! per base page ([`density_bin`]: the heat's log2 bin less the folio's log2 of base pages),
 //! the way Memtis ranks its huge and base pages in one histogram (mm/htmm_core.c in its
 //! tree: `update_base_page()` adds `HPAGE_PMD_NR` to a base page's count per sample,
