@@ -1385,14 +1385,7 @@ fn relative_threshold_fills_spare_room_and_promotes_nothing_without_room() {
 
 #[test]
 fn relative_threshold_demotes_colder_fast_pages_to_make_room_for_hotter_ones() {
-    let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
-    let cfg = EngineConfig {
-        threshold: ThresholdMode::Relative,
-        pingpong_window_ms: 5_000,
-        ..EngineConfig::default()
-    };
-    let high = Bytes::gib(1).0 * u64::from(cfg.demotion.high_free_permille) / 1000;
-    let mut e = Engine::new(cfg, topo.clone()).unwrap();
+    let (mut e, topo, high) = super::huge_tests::tight_relative();
     // 1000 lukewarm pages on the fast node, seen once long ago.
     e.observe(
         &(10_000..11_000)

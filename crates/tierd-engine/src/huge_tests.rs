@@ -738,7 +738,7 @@ fn pages_held_for_the_access_check_are_counted_apart_and_not_backed_off() {
 
 /// Relative mode with a ping-pong window of 5 s and a fast node of 1 GiB with no free room
 /// above its high watermark (returned): the setting in which room is made by demotion.
-fn tight_relative() -> (Engine, Topology, u64) {
+pub(super) fn tight_relative() -> (Engine, Topology, u64) {
     let topo = two_tier(Bytes::gib(1), Bytes::gib(4));
     let cfg = EngineConfig {
         threshold: ThresholdMode::Relative,
@@ -795,6 +795,33 @@ fn run_tight(
     (promoted, demoted)
 }
 
+/// 200 fast 2 MiB folios sighted `folio_weight` times a pass and 100 slow base pages 64
+/// times, all by `kind`, for 20 passes on [`tight_relative`]'s node: the heads promoted and
+/// demoted, and the engine.
+fn folios_and_hot_pages(
+    kind: SourceKind,
+    folio_weight: u32,
+) -> (Vec<PageRef>, Vec<PageRef>, Engine) {
+    let (mut e, topo, high) = tight_relative();
+    let folios: Vec<u64> = (0..200).map(|i| (1 << 20) + i * HPAGE_PMD_NR).collect();
+    let mut on_fast: std::collections::BTreeSet<u64> = folios.iter().copied().collect();
+    let seen = |vpn, size, node, weight, t| Observation {
+        source: kind,
+        ..wobs(vpn, size, node, weight, t)
+    };
+    let (promoted, demoted) = run_tight(&mut e, &topo, high, 20, &mut on_fast, |pass, on| {
+        let t = 10_000 + pass * 500 - 100;
+        let node = |v: &u64| if on.contains(v) { N0 } else { N1 };
+        let mut v: Vec<Observation> = folios
+            .iter()
+            .map(|f| seen(*f, PageSize::Huge2M, node(f), folio_weight, t))
+            .collect();
+        v.extend((0..100).map(|p| seen(p, PageSize::Base, node(&p), 64, t)));
+        v
+    });
+    (promoted, demoted, e)
+}
+
 /// A fast tier of 2 MiB folios, each sighted twice as often as a hot 4 KiB page on the slow
 /// tier but 256 times less often per base page, makes room for the hot pages: heat and
 /// idleness are compared per base page. (Compared per folio, the folios were the hotter
@@ -802,19 +829,7 @@ fn run_tight(
 /// refused for room.)
 #[test]
 fn huge_folios_cold_per_base_page_make_room_for_hotter_base_pages() {
-    let (mut e, topo, high) = tight_relative();
-    let folios: Vec<u64> = (0..200).map(|i| (1 << 20) + i * HPAGE_PMD_NR).collect();
-    let mut on_fast: std::collections::BTreeSet<u64> = folios.iter().copied().collect();
-    let (promoted, demoted) = run_tight(&mut e, &topo, high, 20, &mut on_fast, |pass, on| {
-        let t = 10_000 + pass * 500 - 100;
-        let node = |v: &u64| if on.contains(v) { N0 } else { N1 };
-        let mut v: Vec<Observation> = folios
-            .iter()
-            .map(|f| wobs(*f, PageSize::Huge2M, node(f), 128, t))
-            .collect();
-        v.extend((0..100).map(|p| wobs(p, PageSize::Base, node(&p), 64, t)));
-        v
-    });
+    let (promoted, demoted, e) = folios_and_hot_pages(SourceKind::HwSample, 128);
     assert_eq!(promoted.len(), 100, "every hot page promoted");
     assert!(promoted
         .iter()
@@ -890,19 +905,7 @@ fn a_folio_seen_whole_has_a_base_page_s_heat_and_the_clock_s_idleness() {
     e.observe(&[wobs(2 * thp, PageSize::Huge2M, N1, 4, 0)]);
     assert_eq!(e.heat.bin(key(2 * thp)) + 9, e.heat.bin(key(7)));
 
-    let (mut e, topo, high) = tight_relative();
-    let folios: Vec<u64> = (0..200).map(|i| (1 << 20) + i * HPAGE_PMD_NR).collect();
-    let mut on_fast: std::collections::BTreeSet<u64> = folios.iter().copied().collect();
-    let (promoted, demoted) = run_tight(&mut e, &topo, high, 20, &mut on_fast, |pass, on| {
-        let t = 10_000 + pass * 500 - 100;
-        let node = |v: &u64| if on.contains(v) { N0 } else { N1 };
-        let mut v: Vec<Observation> = folios
-            .iter()
-            .map(|f| scan(*f, PageSize::Huge2M, node(f), 1, t))
-            .collect();
-        v.extend((0..100).map(|p| scan(p, PageSize::Base, node(&p), 64, t)));
-        v
-    });
+    let (promoted, demoted, e) = folios_and_hot_pages(SourceKind::AccessedBitScan, 1);
     assert!(demoted.is_empty(), "{} folios demoted", demoted.len());
     assert!(promoted.is_empty());
     assert!(e.stats().engine.pgpromote_no_room > 0);
