@@ -35,9 +35,9 @@
 //!    admits those at or above it (then the cgroup share, the rate limit and the room test
 //!    as above). When promotions are refused for want of room, the demoter makes room from
 //!    fast pages `SWAP_MARGIN_BINS` bins colder than that threshold and idle for the
-//!    ping-pong window, both per base page: a 2 MiB folio's heat and idleness are weighed
-//!    against a 4 KiB page's as 512 pages' (`DemotionFilter::idle_enough`,
-//!    [`crate::hotness::heat`] "Folios of several sizes").
+//!    ping-pong window, both per base page: a 2 MiB folio that hardware samples see is
+//!    weighed against a 4 KiB page as 512 pages (`heat_weight`,
+//!    `DemotionFilter::idle_enough`, [`crate::hotness::heat`] "Folios of several sizes").
 //! 3. **Housekeeping**: free idle record chunks, prune the ping-pong history, update gauges.
 //!
 //! `apply` turns each page's outcome into counters (`pgpromote_success`, failures by errno,
@@ -389,7 +389,7 @@ type DemotionCandidate = (bool, Nanos, PageKey, PageSize);
 /// when a folio's bit is set by one of its pages, its pages' true rate is anywhere from
 /// `1/n` of the bit's to all of it, and the kernel's LRU takes a young THP as young.
 fn heat_weight(obs: &Observation) -> u32 {
-    if obs.source == SourceKind::HwSample {
+    if obs.source.counts_accesses() {
         obs.weight
     } else {
         let n = u32::try_from(obs.page.size.nr_pages().0).unwrap_or(u32::MAX);
@@ -1019,7 +1019,7 @@ impl Engine {
                     obs.page_node,
                     size,
                     obs.time,
-                    obs.source == SourceKind::HwSample,
+                    obs.source.counts_accesses(),
                 );
             }
             if relative {

@@ -56,6 +56,16 @@ impl SourceKind {
             SourceKind::AccessedBitScan => "accessed_bit_scan",
         }
     }
+
+    /// Whether a sighting stands for accesses, so that a folio collects one per access to
+    /// any of its pages (a hardware sample). A hint fault (one per scan for a whole PMD) or
+    /// an accessed bit (DAMON regions, idle page tracking) only says the folio was touched.
+    /// The engine weighs a folio's heat and idleness per base page accordingly
+    /// (`Engine`'s `heat_weight`, `FastPage::sampled`).
+    #[must_use]
+    pub fn counts_accesses(self) -> bool {
+        self == SourceKind::HwSample
+    }
 }
 
 impl fmt::Display for SourceKind {

@@ -28,7 +28,8 @@
 //! - Bin 0 holds heat 0; bin `b >= 1` holds heats in `[2^(b-1), 2^b)`.
 //! - [`fit_threshold`] is the lowest bin `T >= 1` such that the slow-tier pages in bins `>= T`
 //!   fit in the room on the fast tier: free memory above its high watermark, plus, when the
-//!   demoter may make room, the fast-tier pages colder than `T`.
+//!   demoter may make room, the fast-tier pages colder than `T` by the engine's margin
+//!   (`SWAP_MARGIN_BINS`; those with no heat always).
 //!
 //! # Folios of several sizes: heat per base page
 //!
@@ -37,8 +38,9 @@
 //! region, once for each of its pages: `heat_weight` in the engine), so a 2 MiB folio whose
 //! 512 pages are each touched as often as one 4 KiB page is sampled 512 times as often. What
 //! a folio is worth on the fast tier, though, is its accesses per byte of it, and what
-//! placing it costs is its bytes. So the bins that are compared, histogrammed and thresholded are of the heat
-//! per base page ([`density_bin`]: the heat's log2 bin less the folio's log2 of base pages),
+//! placing it costs is its bytes. So the bins that are compared, histogrammed and
+//! thresholded are of the heat per base page ([`density_bin`]: the heat's log2 bin less the
+//! folio's log2 of base pages),
 //! the way Memtis ranks its huge and base pages in one histogram (mm/htmm_core.c in its
 //! tree: `update_base_page()` adds `HPAGE_PMD_NR` to a base page's count per sample,
 //! `update_huge_page()` adds 1 to the huge page's, and both go in `hotness_hg` weighted by
