@@ -10,6 +10,10 @@
 //! configurations run in parallel; this 2-core host cannot show it directly. A plain timer, not
 //! criterion: each run takes seconds to minutes, and the figure wanted is the wall time of one
 //! run, as a user would see it. `TIERD_BENCH_ONLY=a,c` limits the runs (names: a, c, d, 1tb).
+//!
+//! C runs at its shipped `machine.grain` (8 base pages a unit, docs/simulator.md "Grain"),
+//! which the line names; `TIERD_BENCH_ONLY=c1` (never part of the default set: minutes) runs
+//! it page by page as well, the run the grained one is checked against.
 #![allow(missing_docs)]
 
 use std::sync::Mutex;
@@ -110,10 +114,19 @@ fn main() {
             continue;
         }
         let sc = Scenario::find(name).expect("shipped");
+        let label = match sc.machine.grain {
+            1 => label.to_string(),
+            g => format!("{label} (grain {g})"),
+        };
         time_each(&format!("{label}, full scale"), &sc);
         if cores > 1 {
             time_jobs(&format!("{label}, {cores} jobs"), &sc, &[], cores);
         }
+    }
+    let explicit = std::env::var("TIERD_BENCH_ONLY").unwrap_or_default();
+    if explicit.split(',').any(|w| w.trim() == "c1") {
+        let sc = Scenario::find("three-node").expect("shipped").with_grain(1);
+        time_each("C three-node (grain 1), full scale", &sc);
     }
     if want("1tb") {
         let big = Scenario::parse(

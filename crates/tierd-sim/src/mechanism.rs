@@ -139,8 +139,9 @@ pub fn cgroup_usage(mem: &Memory, cg: CgroupId) -> (u64, u64) {
                 top += p.0;
             }
         }
-        // One table page per PTES_PER_TABLE entries; an entry maps a unit (a page or a THP).
-        let entries = pages / r.unit_pages().max(1);
+        // One table page per PTES_PER_TABLE entries; an entry maps a base page or a THP
+        // (a grained unit is `grain` entries).
+        let entries = pages / r.page_size.nr_pages().0.max(1);
         all += pages + entries.div_ceil(PTES_PER_TABLE);
     }
     (all, top)
@@ -752,9 +753,9 @@ fn demote_lru(
             let Some(u) = ctx.mem.node(node).and_then(|m| m.unit_in(slot)) else {
                 continue;
             };
-            let (alive, owner, pages, sweep_s) = {
+            let (alive, owner, pages, sweep_s, grain) = {
                 let r = ctx.mem.region_of(u);
-                (r.alive, r.cgroup, r.unit_pages(), r.sweep_s)
+                (r.alive, r.cgroup, r.unit_pages(), r.sweep_s, r.grain)
             };
             if !alive || cgroup.is_some_and(|cg| owner != cg) || protected.contains(&owner) {
                 continue;
@@ -764,7 +765,8 @@ fn demote_lru(
             // `folio_referenced_one()`), one putback or activation. So a THP costs one visit
             // of the budget, while `pgscan_*` counts its base pages as the kernel does
             // (`folio_nr_pages()` in `isolate_lru_folios()`).
-            spent += 1;
+            // A grained unit is `grain` base folios, each a visit.
+            spent += u64::from(grain);
             scanned += pages;
             let touched = match ctx.mem.lru.cleared_at(u, node) {
                 None => 1.0,
@@ -774,7 +776,7 @@ fn demote_lru(
                         / 1e9;
                     match sweep_s {
                         Some(pass) => (dt_s / pass).min(1.0),
-                        None => 1.0 - (-ctx.load.unit_rate(ctx.mem, u) * dt_s).exp(),
+                        None => 1.0 - (-ctx.load.page_rate(ctx.mem, u) * dt_s).exp(),
                     }
                 }
             };

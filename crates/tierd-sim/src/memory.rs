@@ -3,7 +3,9 @@
 //! # Units, regions, classes
 //!
 //! A **unit** is what the kernel would track and move as one folio: a 4 KiB page, or a 2 MiB
-//! huge page in a region backed by THP. Units are numbered densely ([`UnitId`]) and each has
+//! huge page in a region backed by THP, or, in a scenario with `machine.grain = k` above 1,
+//! k base pages of one rate that move together (a macro-particle: [`Region::grain`],
+//! docs/simulator.md "Grain"). Units are numbered densely ([`UnitId`]) and each has
 //! a node (1 byte), a class (2 bytes) and a physical slot on its node (4 bytes), so a 64 GiB
 //! buffer of base pages costs 112 MiB here.
 //!
@@ -89,6 +91,9 @@ pub struct Region {
     pub units: u32,
     /// Base or huge pages.
     pub page_size: PageSize,
+    /// Base pages of equal rate that one unit of a base-page region stands for (1 for a huge
+    /// region): the scenario's `machine.grain` ([`Memory::map_region_grained`]).
+    pub grain: u32,
     /// The region's memory policy.
     pub policy: MemPolicy,
     /// Whether the region is still mapped.
@@ -103,7 +108,7 @@ impl Region {
     /// Base pages per unit.
     #[must_use]
     pub fn unit_pages(&self) -> u64 {
-        self.page_size.nr_pages().0
+        self.page_size.nr_pages().0 * u64::from(self.grain)
     }
     /// The virtual page of a unit's head.
     #[must_use]
@@ -869,7 +874,17 @@ impl Memory {
     #[must_use]
     #[inline]
     pub fn is_thp(&self, u: UnitId) -> bool {
-        self.unit_pages(u) > 1 && !self.split.contains(&u.0)
+        self.region_of(u).page_size != PageSize::Base && !self.split.contains(&u.0)
+    }
+
+    /// Base pages of equal rate that unit `u` stands for, each its own folio (1 but in a
+    /// grained region: [`Memory::map_region_grained`]). An event drawn per page (a hint
+    /// fault, a reference-bit test) is drawn once for the unit at one page's rate
+    /// ([`crate::workload::Load::page_rate`]) and counted and charged `grain` times.
+    #[must_use]
+    #[inline]
+    pub fn grain_of(&self, u: UnitId) -> u64 {
+        u64::from(self.region_of(u).grain)
     }
 
     /// Base pages per folio of `u`: all of its pages for a THP, 1 for a base page or a split
@@ -1022,8 +1037,44 @@ impl Memory {
         policy: MemPolicy,
         classes: Vec<ClassSpec>,
         seed: u64,
+        place: impl FnMut(u32, &mut Vec<NodeId>),
+    ) -> Result<RegionId, AllocError> {
+        let unit = (page_size, 1);
+        self.map_region_grained(
+            name, space, cgroup, start_vpn, units, unit, policy, classes, seed, place,
+        )
+    }
+
+    /// [`Memory::map_region`] with units of `grain` base pages each in a base-page region
+    /// (`unit = (page size, grain)`; a huge region's grain is 1, a THP being its own unit).
+    ///
+    /// A grained unit is a macro-particle, as particle simulations use them: it stands for
+    /// `grain` base pages of one access rate that the workload and every mechanism would
+    /// treat alike, moved, counted and charged as `grain` base folios (a split THP is such a
+    /// unit of 512). Accesses spread over a class's units, so a Zipf class is Zipf over its
+    /// units: its pages come in steps of `grain` pages of one rate.
+    ///
+    /// # Errors
+    /// As [`Memory::map_region`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn map_region_grained(
+        &mut self,
+        name: &str,
+        space: SpaceId,
+        cgroup: CgroupId,
+        start_vpn: Vpn,
+        units: u32,
+        (page_size, grain): (PageSize, u32),
+        policy: MemPolicy,
+        classes: Vec<ClassSpec>,
+        seed: u64,
         mut place: impl FnMut(u32, &mut Vec<NodeId>),
     ) -> Result<RegionId, AllocError> {
+        let grain = if page_size == PageSize::Base {
+            grain.max(1)
+        } else {
+            1
+        };
         let first = self.units();
         let total = u64::from(first) + u64::from(units);
         if total > u64::from(u32::MAX - 1) {
@@ -1038,6 +1089,7 @@ impl Memory {
             first_unit: first,
             units,
             page_size,
+            grain,
             policy,
             alive: true,
             sweep_s: None,

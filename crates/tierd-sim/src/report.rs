@@ -187,9 +187,16 @@ pub fn counter_lines(r: &CompareResult) -> Vec<String> {
 pub fn table(r: &CompareResult) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}: {}", r.scenario, r.description);
+    // A grain of 1 (every page simulated) is not named, so tables from before grains
+    // read the same.
+    let grain = if r.grain > 1 {
+        format!(", grain {} (a unit = {} base pages)", r.grain, r.grain)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "seed {}, scale {}, {} s simulated, THP {}; placement of the reported memory on {}; (published)",
+        "seed {}, scale {}, {} s simulated, THP {}{grain}; placement of the reported memory on {}; (published)",
         r.seed, r.scale, r.duration_s, r.thp, r.fast_node
     );
     let (headers, rows) = table_cells(r);

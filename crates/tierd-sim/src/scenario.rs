@@ -98,6 +98,15 @@ pub struct MachineToml {
     /// How the kernel's reclaim chooses what to demote (default: the coldest pages).
     #[serde(default, skip_serializing_if = "ReclaimToml::is_default")]
     pub reclaim: ReclaimToml,
+    /// Base pages per simulated unit in base-page regions (a power of two, 1 to
+    /// [`MAX_GRAIN`]; default 1): each unit is a macro-particle standing for that many pages
+    /// of one access rate ([`crate::memory::Memory::map_region_grained`]), so a run costs
+    /// about what the run at `1 / grain` of the memory costs. Given at full scale:
+    /// [`Scenario::scaled`] divides it, so a scaled run keeps about as many units.
+    /// Only the mechanisms whose events are drawn per page take it (see
+    /// [`Scenario::grain_problem`]).
+    #[serde(default = "default_grain", skip_serializing_if = "is_grain_one")]
+    pub grain: u32,
     /// Named latency profiles: the same machine measured under another kernel build, as
     /// seed A's note says its latencies were ("measured on two different kernels"). Keys
     /// are `"initiator-target"` node pairs, values loaded latencies in ns.
@@ -108,6 +117,19 @@ pub struct MachineToml {
 fn default_wsf() -> u32 {
     10
 }
+
+fn default_grain() -> u32 {
+    1
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+pub(crate) fn is_grain_one(g: &u32) -> bool {
+    *g == 1
+}
+
+/// The largest `machine.grain`: a unit of 2 MiB, a THP's size, so that a unit never spans
+/// more than one page-table page of PTEs.
+pub const MAX_GRAIN: u32 = 512;
 
 /// `[machine] reclaim = { model, scan_ns_per_page }`: how reclaim picks the pages it
 /// demotes (see `mechanism::ReclaimModel`).
@@ -531,6 +553,31 @@ pub struct TierdToml {
     /// Engine configuration.
     #[serde(default)]
     pub engine: EngineConfig,
+    /// `machine.grain` (not a key of the table): see [`TierdToml::grained`].
+    #[serde(skip, default = "default_grain")]
+    pub grain: u32,
+}
+
+impl TierdToml {
+    /// The table for a machine of grain `grain`. The engine is given one page per unit
+    /// ([`crate::memory::Memory::map_region_grained`]): its rate limits in MB/s shrink by the
+    /// grain (at least 1), so that the pages it lets through per window, each a unit, are
+    /// as many base pages as at grain 1; the simulator counts its per-page counters `grain`
+    /// times. Free memory and cgroup usage reach it in bytes, unscaled: its free-space
+    /// tests and memory.low compare like quantities.
+    #[must_use]
+    pub fn grained(&self, grain: u32) -> TierdToml {
+        let mut t = self.clone();
+        let g = u64::from(grain.max(1));
+        t.grain = grain.max(1);
+        if g == 1 {
+            return t;
+        }
+        t.engine.promote_rate_limit_mbps = (t.engine.promote_rate_limit_mbps / g).max(1);
+        t.engine.demotion.idle_rate_limit_mbps =
+            (t.engine.demotion.idle_rate_limit_mbps / g).max(1);
+        t
+    }
 }
 
 /// tierd's DAMON source (`[sources.damon]` of the daemon's configuration, docs/daemon.md
@@ -1145,6 +1192,17 @@ impl Scenario {
                 "must be positive".into(),
             ));
         }
+        let g = self.machine.grain;
+        if !(1..=MAX_GRAIN).contains(&g) || !g.is_power_of_two() {
+            return Err(err(
+                "machine.grain".into(),
+                "grain =",
+                format!("{g} must be a power of two from 1 to {MAX_GRAIN}"),
+            ));
+        }
+        if let Some(problem) = self.grain_problem() {
+            return Err(err("machine.grain".into(), "grain =", problem));
+        }
         if !pos(self.machine.reclaim.scan_ns_per_page) {
             return Err(err(
                 "machine.reclaim.scan_ns_per_page".into(),
@@ -1586,7 +1644,82 @@ impl Scenario {
             r.huge = false;
             r.thp = Some(share);
         }
+        if s.has_thp() {
+            // A THP is already a unit of 512 pages; grained base pages beside it would
+            // give tierd's engine units of two sizes it cannot tell apart.
+            s.machine.grain = 1;
+        }
         s
+    }
+
+    /// The scenario with `machine.grain = grain` (`tierd compare --grain`); check it with
+    /// [`Scenario::grain_problem`].
+    #[must_use]
+    pub fn with_grain(&self, grain: u32) -> Scenario {
+        let mut s = self.clone();
+        s.machine.grain = grain;
+        s
+    }
+
+    /// Whether any region is backed by THP, in whole or in part.
+    #[must_use]
+    pub fn has_thp(&self) -> bool {
+        self.process
+            .iter()
+            .flat_map(|p| &p.region)
+            .any(|r| r.thp_share() > 0.0)
+    }
+
+    /// Why `machine.grain` cannot be what it is, if it cannot. A grained unit's events are
+    /// drawn once at one page's rate and counted for each of its pages (the scanner's hint
+    /// faults and PTE updates, the LRU's reference bits, migrations and reclaim), which is
+    /// exact in expectation for pages of one rate. Sources that sample a page's accesses or
+    /// a region's (hardware samples, accessed-bit scans, DAMON) would see a unit's pages as
+    /// one page `grain` times as hot, and tierd's own demoter and thresholds would rank such
+    /// heats against base pages' and folios': they are not grained, and neither are THPs.
+    #[must_use]
+    pub fn grain_problem(&self) -> Option<String> {
+        let g = self.machine.grain;
+        if g <= 1 {
+            return None;
+        }
+        if self.has_thp() {
+            return Some(format!(
+                "grain {g} needs base pages only: a THP is already a unit of 512 pages (use grain 1 with THP)"
+            ));
+        }
+        for c in &self.config {
+            let why = match c.mechanism {
+                MechanismKind::Baseline => None,
+                MechanismKind::Numab => c
+                    .numab
+                    .as_ref()
+                    .filter(|n| n.source == crate::numab::NumabSource::Samples)
+                    .map(|_| "NUMA balancing fed by samples sees a unit's pages as one".into()),
+                MechanismKind::Damon => Some("DAMON samples a page of each region".to_string()),
+                MechanismKind::Tierd => c.tierd.as_ref().and_then(|t| {
+                    if !t.kernel_pghot {
+                        Some("tierd's own rows rank heats per page (kernel_pghot rows only)".into())
+                    } else if t.damon.is_some()
+                        || t.sources.iter().any(|s| *s != SourceKind::HintFault)
+                    {
+                        Some("only the hint-fault source is drawn per page".into())
+                    } else {
+                        None
+                    }
+                }),
+            };
+            let why = why.or_else(|| {
+                (!c.kdamonds.is_empty()).then(|| "DAMON samples a page of each region".to_string())
+            });
+            if let Some(why) = why {
+                return Some(format!(
+                    "grain {g} cannot run config {}: {why}; use grain 1",
+                    c.id
+                ));
+            }
+        }
+        None
     }
 
     /// Shrinks the scenario by `scale` (0 < scale <= 1) for quick runs: memory sizes,
@@ -1603,6 +1736,15 @@ impl Scenario {
             n.reserved_gib *= scale;
         }
         s.machine.reclaim.scale = Some(s.machine.reclaim.scale.unwrap_or(1.0) * scale);
+        // The grain is given at full scale: a scaled run keeps about as many units, and at
+        // `1 / grain` of the memory or less it runs base pages, as it did before grains.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let g = (f64::from(s.machine.grain) * scale).floor().max(1.0) as u32;
+        s.machine.grain = if g.is_power_of_two() {
+            g
+        } else {
+            g.next_power_of_two() / 2
+        };
         for p in &mut s.process {
             if p.copies > 1 {
                 // Fewer copies, each whole: a copy's heap and threads are what the program
@@ -1888,6 +2030,108 @@ mod range_tests {
         assert!(refused(&ev).contains("event[0].at_s"));
         let cg = format!("{A}\n[[cgroup]]\nname = \"t\"\nlow_gib = -1\n");
         assert!(refused(&cg).contains("cgroup"));
+    }
+
+    /// `machine.grain` is given at full scale: scaling divides it (to a power of two, at
+    /// least 1), so seed C's 8 is 1 at 1/8 and below, where runs simulate every page as they
+    /// did before grains.
+    #[test]
+    fn scaling_divides_the_grain() {
+        let c = Scenario::find("three-node").unwrap();
+        assert_eq!(c.machine.grain, 8);
+        for (scale, grain) in [
+            (1.0, 8),
+            (0.5, 4),
+            (0.3, 2),
+            (0.25, 2),
+            (0.125, 1),
+            (0.01, 1),
+        ] {
+            assert_eq!(c.scaled(scale).machine.grain, grain, "scale {scale}");
+        }
+        assert_eq!(c.grain_problem(), None);
+        // THP is its own coarse unit: `--thp always` takes the grain away, `never` keeps it.
+        assert_eq!(c.with_thp(Thp::ALWAYS).machine.grain, 1);
+        assert_eq!(c.with_thp(Thp::NEVER).machine.grain, 8);
+        // A grain of 1 is not written back, so scenario files and results read as before.
+        let a = Scenario::find("pointer-chase").unwrap();
+        assert!(!toml::to_string(&a).unwrap().contains("grain"));
+        assert!(toml::to_string(&c).unwrap().contains("grain = 8"));
+    }
+
+    /// A grain that is not a power of two up to 512, or that a row cannot take (a source or
+    /// a mechanism that samples pages, tierd's own rows, THP), is refused in one line that
+    /// names `machine.grain` and, for a row, the row.
+    #[test]
+    fn a_grain_the_scenario_cannot_take_is_refused() {
+        let with = |g: &str| A.replacen("[machine]", &format!("[machine]\ngrain = {g}"), 1);
+        for g in ["0", "3", "1024"] {
+            let m = refused(&with(g));
+            assert!(
+                m.contains("machine.grain") && m.contains("power of two"),
+                "{m}"
+            );
+            assert!(!m.contains('\n'), "{m}");
+        }
+        // Seed A's first row that cannot is its DAMON row.
+        let m = refused(&with("8"));
+        assert!(
+            m.contains("machine.grain") && m.contains("config D3"),
+            "{m}"
+        );
+        assert!(!m.contains('\n'), "{m}");
+        // Without its tierd and DAMON rows, A takes a grain.
+        let a = Scenario::parse(&with("8"), Path::new("s.toml"));
+        assert!(a.is_err());
+        let mut a = Scenario::parse(A, Path::new("s.toml")).unwrap();
+        a.config
+            .retain(|c| matches!(c.mechanism, MechanismKind::Baseline | MechanismKind::Numab));
+        assert_eq!(a.with_grain(8).grain_problem(), None);
+        // THP regions do not.
+        let thp = a.with_thp(Thp::ALWAYS).with_grain(8);
+        assert!(thp.grain_problem().is_some_and(|m| m.contains("THP")));
+        // Nor do tierd's own rows (T1), or kernel-pghot rows fed by samples (H5).
+        for (id, why) in [
+            ("T1", "tierd's own rows"),
+            ("H5", "only the hint-fault source"),
+        ] {
+            let mut t = Scenario::parse(A, Path::new("s.toml")).unwrap();
+            t.config.retain(|c| c.id == id);
+            let m = t.with_grain(2).grain_problem().unwrap_or_default();
+            assert!(m.contains(why) && m.contains(id), "{m}");
+        }
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Every integer `machine.grain`: accepted as written exactly when it is a power of
+        /// two up to 512, refused otherwise with one line naming its line.
+        #[test]
+        fn any_grain_parses_as_written_or_is_refused(g in prop_oneof![
+            0u64..1100,
+            any::<u64>(),
+            (0u32..40).prop_map(|b| 1u64 << b),
+        ]) {
+            let c = include_str!("../../../scenarios/c-three-node.toml");
+            let text = c.replacen("grain = 8", &format!("grain = {g}"), 1);
+            let key = format!("\ngrain = {g}\n");
+            prop_assert!(text.contains(&key));
+            match Scenario::parse(&text, Path::new("s.toml")) {
+                Ok(sc) => {
+                    prop_assert!(g.is_power_of_two() && g <= 512, "{} accepted", g);
+                    prop_assert_eq!(u64::from(sc.machine.grain), g);
+                }
+                Err(e) => {
+                    let m = e.to_string();
+                    prop_assert!(!(g.is_power_of_two() && g <= 512), "{}: {}", g, m);
+                    // The line of `grain` (TOML itself refuses a number past i64 before
+                    // a field is known), in one line.
+                    let line = format!("s.toml:{}:", line_of(&text, "grain = "));
+                    prop_assert!(m.contains(&line) && !m.contains('\n'), "{}", m);
+                }
+            }
+        }
     }
 
     #[test]

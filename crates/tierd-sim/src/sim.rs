@@ -25,7 +25,7 @@ use crate::mechanism::{
     cgroup_usage, demote_coldest, kswapd, toptier_share, Accounting, Baseline, Ctx, KernelKnobs,
     Mechanism, Memcgs, SimRng, Watermarks,
 };
-use crate::memory::{align_vpn, units_for, ClassId, ClassSpec, Memory, RegionId, Spread};
+use crate::memory::{align_vpn, ClassId, ClassSpec, Memory, RegionId, Spread};
 use crate::numab::Numab;
 use crate::observe::Observed;
 use crate::scenario::{ConfigToml, EventAction, MechanismKind, ProcessToml, Scenario, SpreadToml};
@@ -62,6 +62,14 @@ pub enum SimError {
         /// The configuration id.
         config: String,
         /// What broke.
+        message: String,
+    },
+    /// `machine.grain` does not fit the scenario ([`Scenario::grain_problem`]).
+    #[error("scenario {scenario}: {message}")]
+    Grain {
+        /// The scenario.
+        scenario: String,
+        /// Why.
         message: String,
     },
     /// A configuration with `mechanism = "tierd"` has no `[config.tierd]` table.
@@ -192,6 +200,10 @@ pub struct CompareResult {
     /// How much of the processes' memory is in 2 MiB THPs: `never`, `always`, or the share
     /// (`--thp`, the regions' `thp`).
     pub thp: String,
+    /// Base pages per unit of base-page regions (`machine.grain` after the scale, or
+    /// `--grain`); absent when 1, every page simulated.
+    #[serde(skip_serializing_if = "crate::scenario::is_grain_one")]
+    pub grain: u32,
     /// tierd's version.
     pub version: String,
     /// The measured processes' operation (`get`), when they define one.
@@ -275,6 +287,14 @@ impl World {
             scenario: sc.name.clone(),
             source,
         };
+        // `Scenario::validate` refuses these in a file; `--grain` and `--thp` change a
+        // scenario after it.
+        if let Some(message) = sc.grain_problem() {
+            return Err(SimError::Grain {
+                scenario: sc.name.clone(),
+                message,
+            });
+        }
         // Latency per (initiator, target); HMAT perf from the nearest initiator.
         let mut lat = LatencyTable::default();
         let mut specs = Vec::new();
@@ -499,7 +519,16 @@ impl World {
             })
             .collect();
         for (ri, r, size, bytes, name, twin) in parts {
-            let units = units_for(bytes, size);
+            // A base-page region's unit is `grain` pages (`Memory::map_region_grained`).
+            let grain = if size == PageSize::Base {
+                self.scenario.machine.grain.max(1)
+            } else {
+                1
+            };
+            let unit_pages = size.nr_pages().0 * u64::from(grain);
+            let units = bytes
+                .0
+                .div_ceil(unit_pages * tierd_engine::types::PAGE_SIZE);
             let units = u32::try_from(units).map_err(|_| SimError::Alloc {
                 scenario: self.scenario.name.clone(),
                 source: crate::memory::AllocError::TooManyUnits,
@@ -515,7 +544,8 @@ impl World {
                 SpreadToml::Zipf { s } => Spread::Zipf { s },
             };
             if let Some(h) = &r.hot {
-                let unit_mib = size.nr_pages().bytes().0 as f64 / Bytes::MIB as f64;
+                let unit_mib =
+                    (unit_pages * tierd_engine::types::PAGE_SIZE) as f64 / Bytes::MIB as f64;
                 let chunk = ((h.chunk_mib / unit_mib).round() as u32).max(1);
                 let nchunks = units.div_ceil(chunk);
                 let nhot = ((f64::from(nchunks) * h.fraction).round() as u32).min(nchunks);
@@ -564,7 +594,7 @@ impl World {
             // `get_page_from_freelist()`): with a lower tier in the list, a full top tier sends
             // new pages there, and only when no allowed node has room does the allocator enter
             // direct reclaim (`__alloc_pages_slowpath()`), which demotes to make room.
-            let need_pages = u64::from(units) * size.nr_pages().0;
+            let need_pages = u64::from(units) * unit_pages;
             let spill: u64 = order
                 .iter()
                 .filter(|n| !self.topo.is_toptier(**n))
@@ -604,19 +634,19 @@ impl World {
             }
             let base = self.next_vpn.entry(pi).or_insert(1 << 28);
             let start = align_vpn(*base, size);
-            *base = start + u64::from(units) * size.nr_pages().0 + 512;
+            *base = start + u64::from(units) * unit_pages + 512;
             let interleave = policy.mode == PolicyMode::Interleave
                 || policy.mode == PolicyMode::WeightedInterleave;
             let mask: Vec<NodeId> = policy.nodes.iter().collect();
             let rid = self
                 .mem
-                .map_region(
+                .map_region_grained(
                     &name,
                     space,
                     cgroup,
                     Vpn(start),
                     units,
-                    size,
+                    (size, grain),
                     policy,
                     classes,
                     seed ^ ri as u64,
@@ -809,7 +839,7 @@ impl World {
                     });
                 };
                 let tierd = Tierd::new(
-                    t,
+                    &t.grained(self.scenario.machine.grain),
                     self.topo.clone(),
                     self.procs.len(),
                     self.memcg.low.clone(),
@@ -1430,6 +1460,7 @@ fn compare_result(
         duration_s: sc.duration_s,
         fast_node: world.fast_node,
         thp: thp_label(sc),
+        grain: sc.machine.grain,
         version: env!("CARGO_PKG_VERSION").to_string(),
         op,
         baseline,
@@ -1442,6 +1473,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::memory::units_for;
 
     const MIB2: u64 = 2 << 20;
 

@@ -65,6 +65,21 @@ use crate::memory::UnitId;
 use crate::numab::{HintFault, Scanner};
 use crate::scenario::{DamonSourceToml, TierdToml};
 
+/// Whether an engine counter counts pages, bytes or per-page observations (as opposed to
+/// its own passes and batches, and huge folios, which no grained machine has): the ones a
+/// grained unit's pages each add to.
+fn counts_pages(d: &tierd_engine::stats::StatDesc) -> bool {
+    use tierd_engine::stats::StatUnit;
+    match d.unit {
+        StatUnit::Pages | StatUnit::Bytes => true,
+        StatUnit::Events => !matches!(
+            d.name,
+            "promoter_runs" | "plan_batches" | "thp_migration_success" | "thp_migration_fail"
+        ),
+        StatUnit::Milliseconds => false,
+    }
+}
+
 /// A cgroup's `memory.low`, by id.
 pub type CgroupLows = BTreeMap<CgroupId, Bytes>;
 
@@ -312,7 +327,7 @@ impl Tierd {
             cfg.demotion.enabled = false;
         }
         let tuner = IntervalTuner::new(params.abit_interval_ms, params.abit_goal);
-        let engine = Engine::new(cfg, topo)?;
+        let engine = Engine::new(cfg, grained_topology(topo, params.grain))?;
         let scanner = params
             .sources
             .contains(&SourceKind::HintFault)
@@ -357,6 +372,30 @@ struct SimBackend<'c, 'm> {
     lows: &'c CgroupLows,
     kernel_pghot: bool,
     kswapd_woken: &'c mut Vec<tierd_engine::types::NodeId>,
+    /// `machine.grain`: the engine's memory is this many times smaller (see
+    /// [`grained_topology`]).
+    grain: u64,
+}
+
+/// The machine as the engine of a grained machine sees it (`TierdToml::grained`): it is
+/// given one 4 KiB page per unit of `grain` base pages, so every amount of memory it weighs
+/// pages against (capacities, free memory, watermarks, cgroup usage and memory.low) is
+/// divided by the grain, as `Scenario::scaled` divides the machine. Its tests then decide
+/// as at grain 1: a unit planned takes one page of a free amount `grain` times smaller.
+/// Exact but for `pgdat_free_space_enough()`'s floor of 1 GiB (`free_space_margin`), which
+/// counts `grain` GiB of the real node: the same as at grain 1 while `grain` is at most the
+/// node's size over 16 GiB (8 for seed C's 128 GiB nodes).
+fn grained_topology(topo: Topology, grain: u32) -> Topology {
+    if grain <= 1 {
+        return topo;
+    }
+    let (mut specs, distance) = topo.describe();
+    for s in &mut specs {
+        s.capacity = Bytes(s.capacity.0 / u64::from(grain));
+    }
+    // A node too small to divide keeps the machine as it was (the engine then sees units
+    // as pages of the real machine: the room it plans is `grain` times too large).
+    Topology::new(specs, distance).unwrap_or(topo)
 }
 
 /// `EAGAIN`: what `migrate_misplaced_folio_prepare()` returns for a target that is not
@@ -408,8 +447,8 @@ impl Backend for SimBackend<'_, '_> {
             u.nodes.insert(
                 *id,
                 NodeUsage {
-                    free: m.free().bytes(),
-                    promo_watermark: Some(promo.bytes()),
+                    free: Bytes(m.free().bytes().0 / self.grain),
+                    promo_watermark: Some(Bytes(promo.bytes().0 / self.grain)),
                 },
             );
         }
@@ -433,8 +472,8 @@ impl Backend for SimBackend<'_, '_> {
             u.cgroups.insert(
                 *cg,
                 CgroupUsage {
-                    low: *low,
-                    fast_usage: Bytes(fast.get(cg).copied().unwrap_or(0)),
+                    low: Bytes(low.0 / self.grain),
+                    fast_usage: Bytes(fast.get(cg).copied().unwrap_or(0) / self.grain),
                 },
             );
         }
@@ -681,7 +720,9 @@ impl Mechanism for Tierd {
         if !obs.is_sorted_by_key(|o| o.time) {
             obs.sort_by_key(|o| o.time);
         }
-        ctx.charge_promoter(obs.len() as f64 * ENGINE_NS_PER_OBSERVATION);
+        // A grained unit's observation stands for one of each of its pages.
+        let grain = f64::from(self.params.grain.max(1));
+        ctx.charge_promoter(obs.len() as f64 * grain * ENGINE_NS_PER_OBSERVATION);
         let now = Nanos(ctx.now + ctx.dt);
         let mut backend = SimBackend {
             ctx,
@@ -690,13 +731,17 @@ impl Mechanism for Tierd {
             lows: &self.lows,
             kernel_pghot: self.params.kernel_pghot,
             kswapd_woken: &mut self.kswapd_woken,
+            grain: u64::from(self.params.grain.max(1)),
         };
         // The simulator backend never fails.
         let _ = tierd_engine::step(&mut self.engine, &mut backend, now, &mut self.bufs);
         self.obs = std::mem::take(&mut backend.observations);
-        // Mirror the engine's counters as vmstat-like counters.
+        // Mirror the engine's counters as vmstat-like counters; in a grained machine those
+        // per page or per observation count each unit's pages.
+        let grain = u64::from(self.params.grain.max(1));
         for (d, v) in self.engine.stats().engine.values() {
             if d.kind == tierd_engine::stats::StatKind::Counter && v > 0 {
+                let v = if counts_pages(d) { v * grain } else { v };
                 match backend.ctx.acct.vmstat.get_mut(d.name) {
                     Some(x) => *x = v,
                     None => {

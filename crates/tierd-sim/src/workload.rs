@@ -282,6 +282,20 @@ impl Load {
         }
     }
 
+    /// The access rate of one of unit `u`'s pages, per second: [`Load::unit_rate`] over the
+    /// unit's grain ([`Memory::grain_of`]; the unit's rate itself but in a grained region).
+    /// What draws an event per page (a hint fault after a scan, a reference bit) draws it
+    /// at this rate.
+    #[must_use]
+    #[inline]
+    pub fn page_rate(&self, mem: &Memory, u: UnitId) -> f64 {
+        let rate = self.unit_rate(mem, u);
+        match mem.grain_of(u) {
+            1 => rate,
+            g => rate / g as f64,
+        }
+    }
+
     /// Whether unit `u` is accessed at all: [`Load::unit_rate`] `> 0`, without its Zipf
     /// weight. A weight `(rank + 1)^-s` is never 0, so the rate is positive exactly when its
     /// class is accessed and the unit has a position in it; a hint fault asks only that, once

@@ -80,6 +80,12 @@ struct RunArgs {
     /// (`never`), whatever the scenario's regions say (their `thp` / `huge`).
     #[arg(long, value_enum)]
     thp: Option<ThpArg>,
+    /// Base pages per simulated unit (a power of two up to 512), whatever the scenario's
+    /// `machine.grain` says after `--scale`: 1 simulates every page; a larger grain is faster
+    /// and approximate (docs/simulator.md, "Grain"). Needs base pages and mechanisms whose
+    /// events are drawn per page (NUMA balancing, kernel-pghot rows with hint faults).
+    #[arg(long)]
+    grain: Option<u32>,
 }
 
 /// `--thp`: the THP share every region of the scenario gets.
@@ -348,6 +354,14 @@ fn run(sc: &Scenario, only: &[String], args: &RunArgs) -> Result<()> {
             ThpArg::Always => tierd_sim::scenario::Thp::ALWAYS,
             ThpArg::Never => tierd_sim::scenario::Thp::NEVER,
         });
+    }
+    if let Some(grain) = args.grain {
+        anyhow::ensure!(
+            (1..=tierd_sim::scenario::MAX_GRAIN).contains(&grain) && grain.is_power_of_two(),
+            "--grain must be a power of two from 1 to {}, got {grain}",
+            tierd_sim::scenario::MAX_GRAIN
+        );
+        sc = sc.with_grain(grain);
     }
     if let Some(seed) = args.seed {
         sc.seed = seed;

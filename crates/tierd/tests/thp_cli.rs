@@ -70,3 +70,64 @@ fn a_bad_thp_value_is_refused_by_the_parser() {
     assert!(!ok);
     assert!(err.contains("invalid value 'sometimes'"), "{err}");
 }
+
+/// `--grain N`: the table names the grain, the JSON carries it, and the row's figures are
+/// counted in pages. A grain the scenario cannot take is refused in one line before any run.
+#[test]
+fn grain_is_applied_named_and_refused_where_it_cannot_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("c.json");
+    let (ok, out, err) = tierd(&[
+        "compare",
+        "three-node",
+        "--scale",
+        "0.03125",
+        "--only",
+        "N2",
+        "--no-progress",
+        "--grain",
+        "4",
+        "--json",
+        json.to_str().expect("utf-8 path"),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("grain 4 (a unit = 4 base pages)"), "{out}");
+    let text = std::fs::read_to_string(&json).expect("the JSON");
+    let v: serde_norway::Value = serde_norway::from_str(&text).expect("JSON");
+    assert_eq!(v["grain"].as_u64(), Some(4));
+    // 5 GiB of ranks' memory, every page promoted once, counted in pages.
+    let c = &v["configs"][0]["counters"];
+    assert_eq!(c["pgpromote_success"].as_u64(), Some(5 << 18));
+    for (args, want) in [
+        (
+            &["compare", "three-node", "--grain", "3"][..],
+            "--grain must be a power of two from 1 to 512, got 3",
+        ),
+        (
+            &["compare", "pointer-chase", "--grain", "8"][..],
+            "grain 8 cannot run config D3",
+        ),
+        (
+            &[
+                "compare",
+                "three-node",
+                "--grain",
+                "8",
+                "--thp",
+                "always",
+                "--scale",
+                "0.01",
+            ][..],
+            "",
+        ),
+    ] {
+        let (ok, _, err) = tierd(args);
+        if want.is_empty() {
+            // `--grain` is applied after `--thp`, which left none: refused, named.
+            assert!(!ok && err.contains("THP"), "{args:?}: {err}");
+        } else {
+            assert!(!ok && err.contains(want), "{args:?}: {err}");
+        }
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    }
+}
