@@ -53,7 +53,7 @@ use crate::hotness::{
     fit_threshold, HeatMap, HotnessMode, HotnessParams, HotnessStore, ReadyPage, Tier,
     DENSITY_BINS, NO_PROMOTION_BIN, SIZE_SHIFT_MAX,
 };
-use crate::pagemap::SizedPageMap;
+use crate::pagemap::{SizedPageMap, SparsePageMap};
 use crate::plan::{
     MigrationBatch, MigrationKind, MigrationPlan, MigrationReport, MoveError, MoveOutcome,
     PageResult, PlannedMove, SystemUsage,
@@ -320,10 +320,11 @@ impl Claimed {
 
 /// When a page last moved, for ping-pong counting.
 ///
-/// The map holds an entry for every page moved within the ping-pong window, in chunks of 512
-/// entries whether or not the other 511 are in use ([`SizedPageMap`]): pages demoted at
-/// random over a large buffer leave the chunks sparse, and with 256 GB of fast memory this
-/// was the engine's largest table (2-4 GB in the simulator's scenario D). So each time is a
+/// The map holds an entry for every page moved within the ping-pong window. Pages demoted at
+/// random over a large buffer are a few percent of the pages they fall among (in D's tierd
+/// rows ~1.5 M of 67 M), so in chunks of 512 entries every chunk held a few and the table
+/// was the engine's largest (1 GiB of 16-byte entries, 2-4 GB before the stamps below); in
+/// 8-page chunks ([`SparsePageMap`]) most chunks are never allocated. Each time is a
 /// [`MoveStamp`], whose zero niche keeps the map's `Option<MoveHistory>` at 16 bytes where two
 /// `Option<Nanos>` took 32.
 #[derive(Clone, Copy, Debug)]
@@ -454,7 +455,7 @@ impl DemotionFilter {
         &self,
         fast: &mut FastIndex,
         owners: &OwnerMap,
-        backoff: &mut SizedPageMap<Backoff>,
+        backoff: &mut SparsePageMap<Backoff>,
         heat: &mut HeatMap,
         head: u64,
         after: Option<DemotionCandidate>,
@@ -604,7 +605,7 @@ impl DemotionFilter {
         &self,
         c: DemotionCandidate,
         sampled: bool,
-        backoff: &mut SizedPageMap<Backoff>,
+        backoff: &mut SparsePageMap<Backoff>,
         heat: &mut HeatMap,
     ) -> bool {
         if !backoff.is_empty() && backoff.get(c.2).is_some_and(|b| self.now < b.until) {
@@ -703,7 +704,7 @@ pub struct Engine {
     stores: BTreeMap<NodeId, HotnessStore>,
     /// Top-tier pages the engine has seen or promoted: the demoter's candidates.
     fast: FastIndex,
-    history: SizedPageMap<MoveHistory>,
+    history: SparsePageMap<MoveHistory>,
     /// Whether the engine keeps what only its demoter reads: the fast index (which relative
     /// mode's threshold also counts) and the move history (ping-pong is a demotion within the
     /// window of a promotion, or the reverse, of the engine's own moves). Without a demoter
@@ -714,7 +715,7 @@ pub struct Engine {
     /// it on (the index then starts from what the sources report next); never off again.
     demoter_state: bool,
     /// Pages backed off after failing to move (see [`Backoff`]).
-    backoff: SizedPageMap<Backoff>,
+    backoff: SparsePageMap<Backoff>,
     owners: OwnerMap,
     targets: BTreeMap<NodeId, TargetState>,
     /// Fractional admission credit per cgroup for thinning (see `cgroup_promotion_scale`).
@@ -800,9 +801,9 @@ impl Engine {
             target,
             stores,
             fast: FastIndex::default(),
-            history: SizedPageMap::default(),
+            history: SparsePageMap::default(),
             demoter_state: config.demotion.enabled || config.threshold == ThresholdMode::Relative,
-            backoff: SizedPageMap::default(),
+            backoff: SparsePageMap::default(),
             owners: OwnerMap::default(),
             targets,
             cgroup_credit: BTreeMap::new(),

@@ -1867,7 +1867,7 @@ fn coldest_by_ranking_all(
     f: &DemotionFilter,
     fast: &FastIndex,
     owners: &OwnerMap,
-    backoff: &mut SizedPageMap<Backoff>,
+    backoff: &mut SparsePageMap<Backoff>,
     heat: &mut HeatMap,
     head: u64,
     after: Option<DemotionCandidate>,
@@ -1927,10 +1927,10 @@ proptest! {
         for space in 0..3u32 {
             owners.set_owner(SpaceId(space), Owner { pid: space, cgroup: CgroupId(space) });
         }
-        let mut backoff: SizedPageMap<Backoff> = SizedPageMap::default();
+        let mut backoff: SparsePageMap<Backoff> = SparsePageMap::default();
         let mut heat = HeatMap::new(1000);
         let ms = Nanos::from_millis;
-        let run_passes = |fast: &mut FastIndex, backoff: &mut SizedPageMap<Backoff>,
+        let run_passes = |fast: &mut FastIndex, backoff: &mut SparsePageMap<Backoff>,
                           heat: &mut HeatMap, at: u64| -> Result<(), TestCaseError> {
             for &(kind, head, use_over, node, now_ms, after_k) in &passes {
                 let filter = DemotionFilter {

@@ -1,4 +1,4 @@
-//! [`PageMap`]: a map from pages to small values, stored in dense 512-page chunks.
+//! [`PageMap`]: a map from pages to small values, stored in dense chunks of pages.
 //!
 //! The engine's per-page side tables (the demoter's fast-page index, the ping-pong history)
 //! hold millions of entries on a large machine. As plain hash maps keyed by page they cost a
@@ -24,6 +24,11 @@
 //! pages, and behaves as one map keyed by folio in which no two folios overlap: putting in a
 //! folio evicts the entries it covers or that cover it (a split, a collapse, a remap).
 //!
+//! Chunks are 512 pages by default (a PMD, as the store's records). A table whose entries are
+//! a few percent of the pages they fall among, scattered, would still fill every such chunk,
+//! so [`SparsePageMap`] takes chunks of 8 pages (the move history and the back-off list);
+//! a chunk under 64 pages uses the low bits of its one bitmap word.
+//!
 //! A chunk is freed when its last entry goes; when more than half the arena is free after a
 //! [`PageMap::retain`], live chunks are moved down and the arena shrunk. Iteration order is
 //! unspecified (as a hash map's is).
@@ -31,30 +36,27 @@
 use rustc_hash::FxHashMap;
 
 // The same chunking as the hotness store's records, and the same key.
-use crate::hotness::store::{ChunkKey, CHUNK_PAGES, CHUNK_SHIFT};
+use crate::hotness::store::{ChunkKey, CHUNK_SHIFT};
 use crate::types::{PageKey, PageSize, Vpn, HPAGE_PMD_NR, HPAGE_PUD_NR};
 
-const CHUNK_MASK: u64 = (1 << CHUNK_SHIFT) - 1;
 /// The cache's "no such chunk" slot.
 const ABSENT: u32 = u32::MAX;
-/// Bitmap words per chunk.
-const WORDS: usize = CHUNK_PAGES / 64;
 
-/// The position of a page inside its chunk.
-fn offset(key: PageKey) -> usize {
-    // Masked to 9 bits before the cast: cannot truncate.
-    #[allow(clippy::cast_possible_truncation)]
-    let off = (key.vpn.0 & CHUNK_MASK) as usize;
-    off
-}
+/// log2 of the pages in a chunk of a [`SparsePageMap`]: 8 pages, two cache lines of 16-byte
+/// entries. A table whose entries are a few percent of the pages they fall among, scattered
+/// (the move history holds the pages moved within the ping-pong window: in D's tierd rows
+/// ~1.5 M of the 67 M fast pages, at random), fills every 512-page chunk with a few entries
+/// and 500 empty ones; with 8-page chunks 85 % of them stay unallocated at that density. The
+/// price is a chunk-index entry per 8 pages rather than per 512, which a sparse table pays on
+/// few chunks.
+pub(crate) const SPARSE_SHIFT: u32 = 3;
+
+/// A [`SizedPageMap`] in small chunks, for tables whose entries are few and scattered
+/// (see [`SPARSE_SHIFT`]).
+pub(crate) type SparsePageMap<V> = SizedPageMap<V, SPARSE_SHIFT>;
 
 fn slot_idx(slot: u32) -> usize {
     slot as usize
-}
-
-/// The bitmap word and mask of entry `i` of the arena.
-fn bit(i: usize) -> (usize, u64) {
-    (i / 64, 1 << (i % 64))
 }
 
 /// The positions of the set bits of `word`, lowest first.
@@ -68,17 +70,10 @@ fn set_bits(mut word: u64) -> impl Iterator<Item = usize> {
     })
 }
 
-/// The key of the page at `off` in chunk `ck`.
-fn chunk_key(ck: ChunkKey, off: usize) -> PageKey {
-    PageKey {
-        space: ck.space,
-        vpn: Vpn((ck.index << CHUNK_SHIFT) | off as u64),
-    }
-}
-
-/// A map from [`PageKey`] to `V` (see the module docs).
+/// A map from [`PageKey`] to `V` (see the module docs), in chunks of `2^SHIFT` pages (at most
+/// 512, the hotness store's chunk, which the default takes).
 #[derive(Clone, Debug)]
-pub(crate) struct PageMap<V: Copy> {
+pub(crate) struct PageMap<V: Copy, const SHIFT: u32 = CHUNK_SHIFT> {
     index: FxHashMap<ChunkKey, u32>,
     keys: Vec<ChunkKey>,
     vals: Vec<Option<V>>,
@@ -90,7 +85,7 @@ pub(crate) struct PageMap<V: Copy> {
     len: usize,
 }
 
-impl<V: Copy> Default for PageMap<V> {
+impl<V: Copy, const SHIFT: u32> Default for PageMap<V, SHIFT> {
     fn default() -> Self {
         PageMap {
             index: FxHashMap::default(),
@@ -105,7 +100,65 @@ impl<V: Copy> Default for PageMap<V> {
     }
 }
 
-impl<V: Copy> PageMap<V> {
+impl<V: Copy, const SHIFT: u32> PageMap<V, SHIFT> {
+    /// Pages per chunk.
+    const CHUNK: usize = {
+        assert!(
+            SHIFT <= CHUNK_SHIFT,
+            "chunks of at most 512 pages (`live` is a u16)"
+        );
+        1 << SHIFT
+    };
+    /// Bitmap words per chunk: a chunk owns whole words, so a chunk under 64 pages uses the
+    /// low bits of its one word.
+    const WORDS: usize = Self::CHUNK.div_ceil(64);
+
+    /// The chunk of `key`.
+    #[inline]
+    fn chunk_of(key: PageKey) -> ChunkKey {
+        ChunkKey {
+            space: key.space,
+            index: key.vpn.0 >> SHIFT,
+        }
+    }
+
+    /// The position of a page inside its chunk.
+    #[inline]
+    fn offset(key: PageKey) -> usize {
+        // Masked to at most 9 bits before the cast: cannot truncate.
+        #[allow(clippy::cast_possible_truncation)]
+        let off = (key.vpn.0 & ((1 << SHIFT) - 1)) as usize;
+        off
+    }
+
+    /// The key of the page at `off` in chunk `ck`.
+    fn chunk_key(ck: ChunkKey, off: usize) -> PageKey {
+        PageKey {
+            space: ck.space,
+            vpn: Vpn((ck.index << SHIFT) | off as u64),
+        }
+    }
+
+    /// The arena index of the entry at `off` in slot `slot`.
+    #[inline]
+    fn entry_idx(slot: u32, off: usize) -> usize {
+        slot_idx(slot) * Self::CHUNK + off
+    }
+
+    /// The bitmap word and mask of the entry at `off` in slot `slot`.
+    #[inline]
+    fn bit(slot: u32, off: usize) -> (usize, u64) {
+        (slot_idx(slot) * Self::WORDS + off / 64, 1 << (off % 64))
+    }
+
+    /// The offsets of the entries present in slot `s`, lowest first.
+    fn present(bits: &[u64], s: usize) -> impl Iterator<Item = usize> + '_ {
+        bits[s * Self::WORDS..(s + 1) * Self::WORDS]
+            .iter()
+            .enumerate()
+            .flat_map(|(w, &word)| set_bits(word).map(move |b| w * 64 + b))
+    }
+
     /// Entries in the map.
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -143,8 +196,8 @@ impl<V: Copy> PageMap<V> {
             self.keys[slot_idx(s)] = ck;
             s
         } else {
-            self.vals.resize(self.vals.len() + CHUNK_PAGES, None);
-            self.bits.resize(self.bits.len() + WORDS, 0);
+            self.vals.resize(self.vals.len() + Self::CHUNK, None);
+            self.bits.resize(self.bits.len() + Self::WORDS, 0);
             self.keys.push(ck);
             self.live.push(0);
             // Fewer than 2^32 chunks: the arena would be 2^41 entries.
@@ -167,13 +220,13 @@ impl<V: Copy> PageMap<V> {
 
     /// The value of `key`.
     pub(crate) fn get(&mut self, key: PageKey) -> Option<&V> {
-        let slot = self.find(ChunkKey::of(key))?;
-        let i = slot_idx(slot) * CHUNK_PAGES + offset(key);
-        let (w, m) = bit(i);
+        let slot = self.find(Self::chunk_of(key))?;
+        let off = Self::offset(key);
+        let (w, m) = Self::bit(slot, off);
         if self.bits[w] & m == 0 {
             return None;
         }
-        self.vals[i].as_ref()
+        self.vals[Self::entry_idx(slot, off)].as_ref()
     }
 
     /// Reads the entry of `key` without using or changing the lookup cache, and returns
@@ -182,12 +235,12 @@ impl<V: Copy> PageMap<V> {
     /// instruction without `unsafe`).
     #[inline]
     pub(crate) fn warm(&self, key: PageKey) -> bool {
-        match self.index.get(&ChunkKey::of(key)) {
+        match self.index.get(&Self::chunk_of(key)) {
             Some(&slot) => {
-                let i = slot_idx(slot) * CHUNK_PAGES + offset(key);
+                let off = Self::offset(key);
                 // The bit too: a removal reads it before the entry.
-                let (w, m) = bit(i);
-                (self.bits[w] & m != 0) & self.vals[i].is_some()
+                let (w, m) = Self::bit(slot, off);
+                (self.bits[w] & m != 0) & self.vals[Self::entry_idx(slot, off)].is_some()
             }
             None => false,
         }
@@ -196,12 +249,13 @@ impl<V: Copy> PageMap<V> {
     /// The value of `key`, inserted as `f()` first if absent.
     #[inline]
     pub(crate) fn get_or_insert_with(&mut self, key: PageKey, f: impl FnOnce() -> V) -> &mut V {
-        let slot = self.find_or_alloc(ChunkKey::of(key));
-        let i = slot_idx(slot) * CHUNK_PAGES + offset(key);
+        let slot = self.find_or_alloc(Self::chunk_of(key));
+        let off = Self::offset(key);
+        let i = Self::entry_idx(slot, off);
         // Presence from the entry itself (the line is needed anyway); the bitmap is only
         // written, which does not hold up what follows.
         if self.vals[i].is_none() {
-            let (w, m) = bit(i);
+            let (w, m) = Self::bit(slot, off);
             self.bits[w] |= m;
             self.live[slot_idx(slot)] += 1;
             self.len += 1;
@@ -211,11 +265,11 @@ impl<V: Copy> PageMap<V> {
 
     /// Sets the value of `key`; returns the old one.
     pub(crate) fn insert(&mut self, key: PageKey, v: V) -> Option<V> {
-        let slot = self.find_or_alloc(ChunkKey::of(key));
-        let i = slot_idx(slot) * CHUNK_PAGES + offset(key);
-        let old = self.vals[i].replace(v);
+        let slot = self.find_or_alloc(Self::chunk_of(key));
+        let off = Self::offset(key);
+        let old = self.vals[Self::entry_idx(slot, off)].replace(v);
         if old.is_none() {
-            let (w, m) = bit(i);
+            let (w, m) = Self::bit(slot, off);
             self.bits[w] |= m;
             self.live[slot_idx(slot)] += 1;
             self.len += 1;
@@ -226,14 +280,14 @@ impl<V: Copy> PageMap<V> {
     /// Removes `key`; returns its value.
     #[inline]
     pub(crate) fn remove(&mut self, key: PageKey) -> Option<V> {
-        let slot = self.find(ChunkKey::of(key))?;
-        let i = slot_idx(slot) * CHUNK_PAGES + offset(key);
-        let (w, m) = bit(i);
+        let slot = self.find(Self::chunk_of(key))?;
+        let off = Self::offset(key);
+        let (w, m) = Self::bit(slot, off);
         if self.bits[w] & m == 0 {
             return None;
         }
         self.bits[w] &= !m;
-        let old = self.vals[i].take();
+        let old = self.vals[Self::entry_idx(slot, off)].take();
         self.len -= 1;
         let live = &mut self.live[slot_idx(slot)];
         *live -= 1;
@@ -249,15 +303,13 @@ impl<V: Copy> PageMap<V> {
             return;
         };
         let s = slot_idx(slot);
-        for w in s * WORDS..(s + 1) * WORDS {
-            for b in set_bits(std::mem::take(&mut self.bits[w])) {
-                let i = w * 64 + b;
-                if let Some(v) = self.vals[i].take() {
-                    self.len -= 1;
-                    f(chunk_key(ck, i - s * CHUNK_PAGES), v);
-                }
+        for off in Self::present(&self.bits, s) {
+            if let Some(v) = self.vals[Self::entry_idx(slot, off)].take() {
+                self.len -= 1;
+                f(Self::chunk_key(ck, off), v);
             }
         }
+        self.bits[s * Self::WORDS..(s + 1) * Self::WORDS].fill(0);
         self.live[s] = 0;
         self.release(slot);
     }
@@ -269,11 +321,14 @@ impl<V: Copy> PageMap<V> {
             .enumerate()
             .filter(|(_, n)| **n > 0)
             .flat_map(move |(s, _)| {
-                chunk_entries(
-                    self.keys[s],
-                    &self.vals[s * CHUNK_PAGES..(s + 1) * CHUNK_PAGES],
-                    &self.bits[s * WORDS..(s + 1) * WORDS],
-                )
+                // Only the entries present: the bitmap says where they are, so a sparse chunk
+                // costs its words and the lines of its entries, not all its pages (pages
+                // promoted and demoted at random leave chunks of the fast index sparse). A
+                // set bit means the entry is present (the map's invariant); an absent one is
+                // skipped rather than trusted.
+                let (ck, vals) = (self.keys[s], &self.vals[s * Self::CHUNK..]);
+                Self::present(&self.bits, s)
+                    .filter_map(move |off| Some((Self::chunk_key(ck, off), vals[off].as_ref()?)))
             })
     }
 
@@ -287,11 +342,12 @@ impl<V: Copy> PageMap<V> {
             let mut removed = 0u16;
             // Only the entries present: the bitmap says where they are, so a sparse chunk
             // costs a few cache lines, not the whole 512 entries.
-            for w in s * WORDS..(s + 1) * WORDS {
+            for w in s * Self::WORDS..(s + 1) * Self::WORDS {
                 for b in set_bits(self.bits[w]) {
-                    let i = w * 64 + b;
+                    let off = (w - s * Self::WORDS) * 64 + b;
+                    let i = s * Self::CHUNK + off;
                     let Some(x) = &mut self.vals[i] else { continue };
-                    if !f(chunk_key(ck, i - s * CHUNK_PAGES), x) {
+                    if !f(Self::chunk_key(ck, off), x) {
                         self.vals[i] = None;
                         self.bits[w] &= !(1u64 << b);
                         removed += 1;
@@ -319,19 +375,21 @@ impl<V: Copy> PageMap<V> {
             }
             if from != to {
                 self.vals.copy_within(
-                    from * CHUNK_PAGES..(from + 1) * CHUNK_PAGES,
-                    to * CHUNK_PAGES,
+                    from * Self::CHUNK..(from + 1) * Self::CHUNK,
+                    to * Self::CHUNK,
                 );
-                self.bits
-                    .copy_within(from * WORDS..(from + 1) * WORDS, to * WORDS);
+                self.bits.copy_within(
+                    from * Self::WORDS..(from + 1) * Self::WORDS,
+                    to * Self::WORDS,
+                );
                 self.keys[to] = self.keys[from];
                 self.live[to] = self.live[from];
             }
             to += 1;
         }
-        self.vals.truncate(to * CHUNK_PAGES);
+        self.vals.truncate(to * Self::CHUNK);
         self.vals.shrink_to_fit();
-        self.bits.truncate(to * WORDS);
+        self.bits.truncate(to * Self::WORDS);
         self.bits.shrink_to_fit();
         self.keys.truncate(to);
         self.keys.shrink_to_fit();
@@ -356,23 +414,6 @@ impl<V: Copy> PageMap<V> {
     }
 }
 
-/// The entries of chunk `ck`, whose 512 values are `vals` and presence words `bits`, in
-/// address order. Only the entries present are read: the bitmap says where they are, so a
-/// sparse chunk costs its eight words and the lines of its entries, not all 512 (pages
-/// promoted and demoted at random leave chunks of the fast index sparse).
-fn chunk_entries<'a, V>(
-    ck: ChunkKey,
-    vals: &'a [Option<V>],
-    bits: &'a [u64],
-) -> impl Iterator<Item = (PageKey, &'a V)> + 'a {
-    bits.iter()
-        .enumerate()
-        .flat_map(|(w, &word)| set_bits(word).map(move |b| w * 64 + b))
-        // A set bit means the entry is present (the map's invariant); an absent one is
-        // skipped rather than trusted.
-        .filter_map(move |off| Some((chunk_key(ck, off), vals.get(off)?.as_ref()?)))
-}
-
 /// One map keyed by folio: base pages in a [`PageMap`], 2 MiB folios in a second
 /// [`PageMap`] indexed by huge page number (a chunk spans 512 of them, 1 GiB), 1 GiB folios
 /// in a hash map (see the module docs).
@@ -383,18 +424,18 @@ fn chunk_entries<'a, V>(
 /// hands each evicted entry to the caller, which keeps its counts exact. Keys of huge folios
 /// are their heads (callers align them: [`PageSize::head`]).
 #[derive(Clone, Debug)]
-pub(crate) struct SizedPageMap<V: Copy> {
-    base: PageMap<V>,
+pub(crate) struct SizedPageMap<V: Copy, const SHIFT: u32 = CHUNK_SHIFT> {
+    base: PageMap<V, SHIFT>,
     /// 2 MiB folios, keyed by `(space, head >> 9)`. A hash map of them cost two cache misses
     /// a lookup (control bytes, then the entry) on a terabyte of THPs, and an accessed-bit
     /// scan in address order missed as often as random samples; dense chunks cost one miss,
     /// or none in address order.
-    pmd: PageMap<V>,
+    pmd: PageMap<V, SHIFT>,
     /// 1 GiB folios (hugetlb only, few).
     pud: FxHashMap<PageKey, V>,
 }
 
-impl<V: Copy> Default for SizedPageMap<V> {
+impl<V: Copy, const SHIFT: u32> Default for SizedPageMap<V, SHIFT> {
     fn default() -> Self {
         SizedPageMap {
             base: PageMap::default(),
@@ -441,7 +482,7 @@ fn pmd_head(k: PageKey) -> PageKey {
     }
 }
 
-impl<V: Copy> SizedPageMap<V> {
+impl<V: Copy, const SHIFT: u32> SizedPageMap<V, SHIFT> {
     /// Entries in the map.
     pub(crate) fn len(&self) -> usize {
         self.base.len() + self.pmd.len() + self.pud.len()
@@ -509,12 +550,12 @@ impl<V: Copy> SizedPageMap<V> {
                 }
             }
             PageSize::Huge2M | PageSize::Huge1G => {
-                let chunks = size.nr_pages().0 >> CHUNK_SHIFT;
+                let chunks = size.nr_pages().0 >> SHIFT;
                 if !self.base.is_empty() {
                     for c in 0..chunks {
                         let ck = ChunkKey {
                             space: key.space,
-                            index: (key.vpn.0 >> CHUNK_SHIFT) + c,
+                            index: (key.vpn.0 >> SHIFT) + c,
                         };
                         self.base
                             .drain_chunk(ck, |k, v| evicted(k, PageSize::Base, v));
@@ -707,6 +748,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::hotness::store::CHUNK_PAGES;
     use crate::types::SpaceId;
 
     fn k(space: u32, vpn: u64) -> PageKey {
@@ -726,7 +768,15 @@ mod tests {
 
     #[test]
     fn behaves_like_a_btreemap_under_random_operations() {
-        let mut m: PageMap<u64> = PageMap::default();
+        like_a_btreemap::<CHUNK_SHIFT>();
+        like_a_btreemap::<SPARSE_SHIFT>();
+        // A chunk of one word, and one of a single page.
+        like_a_btreemap::<6>();
+        like_a_btreemap::<0>();
+    }
+
+    fn like_a_btreemap<const SHIFT: u32>() {
+        let mut m: PageMap<u64, SHIFT> = PageMap::default();
         let mut model: BTreeMap<PageKey, u64> = BTreeMap::new();
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for round in 0..40_000u64 {
@@ -792,6 +842,32 @@ mod tests {
         assert_eq!(keys, vec![k(1, 63 * CHUNK_PAGES as u64), k(2, 5)]);
     }
 
+    /// Entries scattered over 2 % of the pages (the move history of D's tierd rows) fill every
+    /// 512-page chunk; the sparse map allocates about one 8-page chunk in six and holds the
+    /// same entries.
+    #[test]
+    fn a_sparse_map_holds_scattered_entries_in_a_fraction_of_the_memory() {
+        let mut dense: SizedPageMap<u128> = SizedPageMap::default();
+        let mut sparse: SparsePageMap<u128> = SparsePageMap::default();
+        let mut x = 0x1234_5678_9abc_def1u64;
+        let pages: usize = 1 << 20;
+        for i in 0..pages as u64 / 50 {
+            let key = k(1, next(&mut x) % pages as u64);
+            dense.insert(key, PageSize::Base, u128::from(i), |_, _, _| {});
+            sparse.insert(key, PageSize::Base, u128::from(i), |_, _, _| {});
+        }
+        assert_eq!(dense.len(), sparse.len());
+        let (d, sp) = (dense.memory_bytes(), sparse.memory_bytes());
+        // Every dense chunk is allocated: 2^20 pages of 32-byte entries (Option<u128>).
+        assert!(d >= pages * 32, "dense {d}");
+        assert!(sp * 3 < d, "sparse {sp} vs dense {d}");
+        let mut a: Vec<(PageKey, u128)> = dense.iter().map(|(k, _, v)| (k, *v)).collect();
+        let mut b: Vec<(PageKey, u128)> = sparse.iter().map(|(k, _, v)| (k, *v)).collect();
+        a.sort_unstable();
+        b.sort_unstable();
+        assert_eq!(a, b);
+    }
+
     #[test]
     fn sized_map_is_one_map_keyed_by_folio() {
         let mut m: SizedPageMap<u32> = SizedPageMap::default();
@@ -836,6 +912,11 @@ mod tests {
     /// eviction was handed back.
     #[test]
     fn sized_map_never_holds_overlapping_folios() {
+        never_overlapping::<CHUNK_SHIFT>();
+        never_overlapping::<SPARSE_SHIFT>();
+    }
+
+    fn never_overlapping<const SHIFT: u32>() {
         type Model = BTreeMap<PageKey, (PageSize, u64)>;
         fn overlapping(model: &Model, key: PageKey, size: PageSize) -> Vec<PageKey> {
             let r = key.vpn.0..key.vpn.0 + size.nr_pages().0;
@@ -847,7 +928,7 @@ mod tests {
                 .map(|(h, _)| *h)
                 .collect()
         }
-        let mut m: SizedPageMap<u64> = SizedPageMap::default();
+        let mut m: SizedPageMap<u64, SHIFT> = SizedPageMap::default();
         let mut model = Model::new();
         let mut x = 0x2545_f491_4f6c_dd1du64;
         for round in 0..20_000u64 {
