@@ -78,8 +78,48 @@ struct FastPage {
     /// sightings (a fault, an accessed bit, a DAMON region, an idle fact, a move) are of the
     /// folio as a whole, and its idleness is the clock's.
     sampled: bool,
+    /// Last access the engine knows of ([`FastPage::last_access`]).
+    last: SplitNanos,
+}
+
+/// A time as two 32-bit halves, so that a [`FastPage`] is 4-byte aligned and its
+/// `Option` takes 12 bytes, not 16: the fast index holds one per sampled top-tier page
+/// (14.7 M in D's tierd rows, in chunks over all 67 M), and a quarter less is 270 MB less
+/// there. Exact: the full 64-bit nanoseconds.
+#[derive(Clone, Copy, Debug)]
+struct SplitNanos([u32; 2]);
+
+impl SplitNanos {
+    #[inline]
+    fn new(t: Nanos) -> Self {
+        // The halves of a u64: each fits.
+        #[allow(clippy::cast_possible_truncation)]
+        SplitNanos([(t.0 >> 32) as u32, t.0 as u32])
+    }
+
+    #[inline]
+    fn get(self) -> Nanos {
+        Nanos(u64::from(self.0[0]) << 32 | u64::from(self.0[1]))
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<Option<FastPage>>() == 12);
+
+impl FastPage {
+    fn new(node: NodeId, size: PageSize, sampled: bool, last_access: Nanos) -> Self {
+        FastPage {
+            node,
+            size,
+            sampled,
+            last: SplitNanos::new(last_access),
+        }
+    }
+
     /// Last access the engine knows of.
-    last_access: Nanos,
+    #[inline]
+    fn last_access(&self) -> Nanos {
+        self.last.get()
+    }
 }
 
 /// The demoter's index of top-tier pages, with its size in base pages kept as entries come
@@ -146,7 +186,7 @@ impl AgeIndex {
         self.gens.clear();
         self.entries = 0;
         for (key, _, f) in map.iter() {
-            self.push(key, f.last_access);
+            self.push(key, f.last_access());
         }
     }
 }
@@ -162,7 +202,7 @@ impl FastIndex {
             self.pages -= old.size.nr_pages().0;
         }
         if self.ages.on {
-            self.aged(key, page.last_access);
+            self.aged(key, page.last_access());
         }
     }
 
@@ -194,12 +234,7 @@ impl FastIndex {
             size,
             || {
                 fresh = true;
-                FastPage {
-                    node,
-                    size,
-                    sampled,
-                    last_access: time,
-                }
+                FastPage::new(node, size, sampled, time)
             },
             |_, s, _| *pages -= s.nr_pages().0,
         );
@@ -208,13 +243,14 @@ impl FastIndex {
             Some(time)
         } else {
             f.node = node;
-            let old = f.last_access;
+            let old = f.last_access();
             if time >= old {
                 // The kind of the sighting that sets the last access.
                 f.sampled = sampled;
             }
-            f.last_access = old.max(time);
-            (age_gen(f.last_access) != age_gen(old)).then_some(f.last_access)
+            let last = old.max(time);
+            f.last = SplitNanos::new(last);
+            (age_gen(last) != age_gen(old)).then_some(last)
         };
         if let (true, Some(t)) = (self.ages.on, entered) {
             self.aged(key, t);
@@ -499,7 +535,7 @@ impl DemotionFilter {
                 let Some(f) = map.get(key) else {
                     return false;
                 };
-                if age_gen(f.last_access) != g {
+                if age_gen(f.last_access()) != g {
                     return false;
                 }
                 let size = f.size;
@@ -516,7 +552,7 @@ impl DemotionFilter {
                             v
                         }
                     };
-                let c = (not_over, f.last_access, key, size);
+                let c = (not_over, f.last_access(), key, size);
                 if after.is_some_and(|a| c <= a)
                     || bound.is_some_and(|b| c >= b)
                     || !self.admits(c, f.sampled, backoff, heat)
@@ -1864,15 +1900,8 @@ impl Engine {
                     if self.topo.is_toptier(node) {
                         self.heat.set_tier(key, Tier::Fast);
                         if self.demoter_state {
-                            self.fast.insert(
-                                key,
-                                FastPage {
-                                    node,
-                                    size: r.page.size,
-                                    sampled: false,
-                                    last_access: now,
-                                },
-                            );
+                            self.fast
+                                .insert(key, FastPage::new(node, r.page.size, false, now));
                         }
                     }
                 }

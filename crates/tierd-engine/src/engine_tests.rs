@@ -1879,7 +1879,7 @@ fn coldest_by_ranking_all(
         .map(|(key, size, p)| {
             let cg = owners.owner(key.space).cgroup;
             let not_over = !f.over.get(&cg).copied().unwrap_or(false);
-            ((not_over, p.last_access, key, size), p.sampled)
+            ((not_over, p.last_access(), key, size), p.sampled)
         })
         .filter(|(c, sampled)| {
             after.is_none_or(|a| *c > a) && f.admits(*c, *sampled, backoff, heat)
@@ -1964,7 +1964,7 @@ proptest! {
             let node = NodeId(node);
             match op {
                 0 | 1 => fast.touch(key, node, size, ms(t), op == 0),
-                2 => fast.insert(key, FastPage { node, size, sampled: false, last_access: ms(t) }),
+                2 => fast.insert(key, FastPage::new(node, size, false, ms(t))),
                 3 => fast.remove(key),
                 4 => fast.remove_overlapping(key, size),
                 _ => {
@@ -1988,7 +1988,7 @@ proptest! {
                 prop_assert!(fast
                     .ages
                     .gens
-                    .get(&age_gen(p.last_access))
+                    .get(&age_gen(p.last_access()))
                     .is_some_and(|l| l.contains(&key)), "{key:?} {size:?}");
             }
         }
