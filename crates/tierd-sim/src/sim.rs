@@ -278,6 +278,18 @@ pub fn thp_parts(bytes: Bytes, share: f64) -> Vec<(PageSize, Bytes, bool)> {
 }
 
 impl World {
+    /// Units in the built machine.
+    #[must_use]
+    pub fn units(&self) -> u32 {
+        self.mem.units()
+    }
+
+    /// What the built machine holds, by [`MACHINE_BYTES_PER_UNIT`].
+    #[must_use]
+    pub fn machine_bytes(&self) -> Bytes {
+        Bytes(u64::from(self.units()).saturating_mul(MACHINE_BYTES_PER_UNIT))
+    }
+
     /// Builds the machine and maps the memory of processes that start at time 0.
     ///
     /// # Errors
@@ -1342,6 +1354,83 @@ pub fn compare(
     Ok(compare_result(sc, scale, &world, configs))
 }
 
+/// Bytes per unit of the machine that a comparison's memory budget counts
+/// ([`compare_jobs_within`]). Measured, not derived: peak RSS at full scale on 2026-12-06
+/// (`tierd compare NAME --only ID --jobs 1`), divided by the scenario's units, taking the
+/// largest of A (16.8 M units), C (5.3 M at grain 8) and D (70.8 M). Bytes held, not time:
+/// they do not depend on the host's speed. An upper end meant to keep a comparison out of
+/// the OOM killer, not a model of anything.
+///
+/// The built machine, which every worker copies from: half of a baseline row's peak (the
+/// built machine and one copy): 12 B in A, 16.5 in D, 20.5 in C (its Zipf classes' tables).
+pub const MACHINE_BYTES_PER_UNIT: u64 = 21;
+
+/// What a running configuration holds beyond the built machine: its copy of the machine and
+/// its mechanism's per-page state (the NUMA scanner's, the LRU's, DAMON's): 22 B in D's
+/// K-stack and K-low, 26.5 in A's N2, 27 in C's N2.
+pub const CONFIG_BYTES_PER_UNIT: u64 = 28;
+
+/// What tierd's engine adds in a configuration that runs it: the fast index, the heat map,
+/// the slow tier's hotness records and the move history. Most on a slow tier (a hotness
+/// record each): 80 B in all in A's T1 (most of its buffer starts on CXL), 57 in C's PD,
+/// 42 in D's T-stack (most of it on DRAM); 84 in all here.
+pub const ENGINE_BYTES_PER_UNIT: u64 = 56;
+
+/// The bytes `c` holds while it runs on `world` ([`CONFIG_BYTES_PER_UNIT`],
+/// [`ENGINE_BYTES_PER_UNIT`]): what [`compare_jobs_within`] budgets per worker.
+#[must_use]
+pub fn config_bytes(world: &World, c: &ConfigToml) -> Bytes {
+    let units = u64::from(world.units());
+    let per = CONFIG_BYTES_PER_UNIT
+        + if c.mechanism == MechanismKind::Tierd {
+            ENGINE_BYTES_PER_UNIT
+        } else {
+            0
+        };
+    Bytes(units.saturating_mul(per))
+}
+
+/// How many configurations `compare_jobs_within` ran at once, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobPlan {
+    /// Workers started.
+    pub jobs: usize,
+    /// Workers asked for (at most one per configuration).
+    pub asked: usize,
+    /// The largest configuration's estimate ([`config_bytes`]).
+    pub largest: Bytes,
+    /// The built machine, which every worker copies from ([`World::machine_bytes`]).
+    pub machine: Bytes,
+}
+
+impl JobPlan {
+    /// Whether memory, not the number asked for, set the number of workers.
+    #[must_use]
+    pub fn limited(&self) -> bool {
+        self.jobs < self.asked
+    }
+}
+
+/// The most of `estimates` (bytes per configuration) that may run at once within
+/// `available` bytes beside the built machine's `machine`: the largest `k` for which the
+/// `k` largest fit (workers take the costliest configurations first, and those are the
+/// largest: tierd's), at least one, at most `asked`.
+#[must_use]
+pub fn jobs_within(estimates: &[Bytes], machine: Bytes, available: Bytes, asked: usize) -> usize {
+    let mut sorted: Vec<u64> = estimates.iter().map(|b| b.0).collect();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    let mut used = machine.0;
+    let mut k = 0;
+    for e in sorted.iter().take(asked) {
+        used = used.saturating_add(*e);
+        if used > available.0 {
+            break;
+        }
+        k += 1;
+    }
+    k.max(1)
+}
+
 /// [`compare`] with up to `jobs` configurations running at once, one thread each.
 ///
 /// Every configuration's run is seeded from the scenario alone (never from another run's
@@ -1359,6 +1448,23 @@ pub fn compare_jobs(
     jobs: usize,
     progress: &(dyn Fn(usize, &str, f64) + Sync),
 ) -> Result<CompareResult, SimError> {
+    compare_jobs_within(sc, scale, only, jobs, None, progress).map(|(r, _)| r)
+}
+
+/// [`compare_jobs`] within a memory budget: with `available` bytes, at most as many
+/// configurations run at once as [`jobs_within`] lets fit beside the built machine, by
+/// [`config_bytes`]; the plan says how many ran. The output is the same whatever the number.
+///
+/// # Errors
+/// As [`compare_jobs`].
+pub fn compare_jobs_within(
+    sc: &Scenario,
+    scale: f64,
+    only: &[String],
+    jobs: usize,
+    available: Option<Bytes>,
+    progress: &(dyn Fn(usize, &str, f64) + Sync),
+) -> Result<(CompareResult, JobPlan), SimError> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
 
@@ -1368,11 +1474,28 @@ pub fn compare_jobs(
         .enumerate()
         .filter(|(_, c)| only.is_empty() || only.contains(&c.id))
         .collect();
-    let jobs = jobs.clamp(1, picked.len().max(1));
-    if jobs == 1 {
-        return compare(sc, scale, only, |i, id, f| progress(i, id, f));
-    }
     let world = World::build(sc)?;
+    let asked = jobs.clamp(1, picked.len().max(1));
+    let estimates: Vec<Bytes> = picked
+        .iter()
+        .map(|(_, c)| config_bytes(&world, c))
+        .collect();
+    let machine = world.machine_bytes();
+    let jobs = available.map_or(asked, |a| jobs_within(&estimates, machine, a, asked));
+    let plan = JobPlan {
+        jobs,
+        asked,
+        largest: estimates.iter().copied().max().unwrap_or(Bytes(0)),
+        machine,
+    };
+    if jobs == 1 {
+        let mut configs = Vec::new();
+        let mut spare = None;
+        for (i, c) in &picked {
+            configs.push(world.run_reusing(c, &mut spare, |f| progress(*i, &c.id, f), |_| {})?);
+        }
+        return Ok((compare_result(sc, scale, &world, configs), plan));
+    }
     // Workers take configurations in this order; results keep the scenario's.
     let order = start_order(&picked.iter().map(|(_, c)| *c).collect::<Vec<_>>());
     let next = AtomicUsize::new(0);
@@ -1401,7 +1524,7 @@ pub fn compare_jobs(
     for r in slots.into_iter().flatten() {
         configs.push(r?);
     }
-    Ok(compare_result(sc, scale, &world, configs))
+    Ok((compare_result(sc, scale, &world, configs), plan))
 }
 
 /// The order in which `compare_jobs`' workers start `configs` (indices into it): the costliest

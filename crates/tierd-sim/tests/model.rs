@@ -53,6 +53,48 @@ fn running_configurations_in_parallel_gives_the_same_output() {
     assert!(seen.contains(&(0, "B0".to_string())) && seen.contains(&(5, "T1".to_string())));
 }
 
+/// Within a memory budget the comparison runs fewer configurations at once, the largest
+/// first counted (tierd's), and gives the same output.
+#[test]
+fn a_memory_budget_caps_the_workers_and_keeps_the_output() {
+    use tierd_engine::types::Bytes;
+    use tierd_sim::sim::{
+        compare_jobs_within, jobs_within, World, CONFIG_BYTES_PER_UNIT, ENGINE_BYTES_PER_UNIT,
+        MACHINE_BYTES_PER_UNIT,
+    };
+    let sc = Scenario::find("pointer-chase").unwrap().scaled(1.0 / 64.0);
+    let only: Vec<String> = ["B0", "N2", "H10", "T1"].map(String::from).to_vec();
+    let one = compare(&sc, 1.0 / 64.0, &only, |_, _, _| {}).unwrap();
+    let units = u64::from(World::build(&sc).unwrap().units());
+    let (machine, kernel, tierd) = (
+        units * MACHINE_BYTES_PER_UNIT,
+        units * CONFIG_BYTES_PER_UNIT,
+        units * (CONFIG_BYTES_PER_UNIT + ENGINE_BYTES_PER_UNIT),
+    );
+    // Room for the machine, H10 and T1 (tierd's two) but not a third.
+    let budget = Bytes(machine + 2 * tierd + kernel - 1);
+    let (two, plan) =
+        compare_jobs_within(&sc, 1.0 / 64.0, &only, 4, Some(budget), &|_, _, _| {}).unwrap();
+    assert_eq!((plan.jobs, plan.asked), (2, 4));
+    assert!(plan.limited());
+    assert_eq!(plan.largest, Bytes(tierd));
+    assert_eq!(plan.machine, Bytes(machine));
+    assert_eq!(
+        serde_json::to_string(&one).unwrap(),
+        serde_json::to_string(&two).unwrap()
+    );
+    // Without a budget, or with room for all, as many as asked.
+    let (_, plan) = compare_jobs_within(&sc, 1.0 / 64.0, &only, 3, None, &|_, _, _| {}).unwrap();
+    assert_eq!((plan.jobs, plan.limited()), (3, false));
+    let room = Bytes(machine + 2 * tierd + 2 * kernel);
+    let est = [Bytes(kernel), Bytes(kernel), Bytes(tierd), Bytes(tierd)];
+    assert_eq!(jobs_within(&est, Bytes(machine), room, 4), 4);
+    assert_eq!(jobs_within(&est, Bytes(machine), Bytes(room.0 - 1), 4), 3);
+    assert_eq!(jobs_within(&est, Bytes(machine), room, 2), 2);
+    // Never fewer than one, even when nothing fits.
+    assert_eq!(jobs_within(&est, Bytes(machine), Bytes(0), 4), 1);
+}
+
 #[test]
 fn halving_the_sample_period_raises_placement() {
     let r = run("pointer-chase", 1.0 / 32.0, &["H10", "H5"]);
