@@ -1401,6 +1401,9 @@ pub struct JobPlan {
     pub largest: Bytes,
     /// The built machine, which every worker copies from ([`World::machine_bytes`]).
     pub machine: Bytes,
+    /// What the run may hold at its peak: the built machine and the `jobs` largest
+    /// estimates.
+    pub need: Bytes,
 }
 
 impl JobPlan {
@@ -1417,18 +1420,22 @@ impl JobPlan {
 /// largest: tierd's), at least one, at most `asked`.
 #[must_use]
 pub fn jobs_within(estimates: &[Bytes], machine: Bytes, available: Bytes, asked: usize) -> usize {
+    (2..=asked.min(estimates.len()))
+        .take_while(|&k| need_of(estimates, machine, k) <= available)
+        .last()
+        .unwrap_or(1)
+}
+
+/// The built machine and the `k` largest of `estimates`.
+fn need_of(estimates: &[Bytes], machine: Bytes, k: usize) -> Bytes {
     let mut sorted: Vec<u64> = estimates.iter().map(|b| b.0).collect();
     sorted.sort_unstable_by(|a, b| b.cmp(a));
-    let mut used = machine.0;
-    let mut k = 0;
-    for e in sorted.iter().take(asked) {
-        used = used.saturating_add(*e);
-        if used > available.0 {
-            break;
-        }
-        k += 1;
-    }
-    k.max(1)
+    Bytes(
+        sorted
+            .iter()
+            .take(k)
+            .fold(machine.0, |used, e| used.saturating_add(*e)),
+    )
 }
 
 /// [`compare`] with up to `jobs` configurations running at once, one thread each.
@@ -1448,12 +1455,14 @@ pub fn compare_jobs(
     jobs: usize,
     progress: &(dyn Fn(usize, &str, f64) + Sync),
 ) -> Result<CompareResult, SimError> {
-    compare_jobs_within(sc, scale, only, jobs, None, progress).map(|(r, _)| r)
+    compare_jobs_within(sc, scale, only, jobs, None, &|_| {}, progress).map(|(r, _)| r)
 }
 
 /// [`compare_jobs`] within a memory budget: with `available` bytes, at most as many
 /// configurations run at once as [`jobs_within`] lets fit beside the built machine, by
-/// [`config_bytes`]; the plan says how many ran. The output is the same whatever the number.
+/// [`config_bytes`]. The plan, handed to `on_plan` once the machine is built and before any
+/// configuration runs, and returned, says how many run and what they may hold. The output is
+/// the same whatever the number.
 ///
 /// # Errors
 /// As [`compare_jobs`].
@@ -1463,6 +1472,7 @@ pub fn compare_jobs_within(
     only: &[String],
     jobs: usize,
     available: Option<Bytes>,
+    on_plan: &dyn Fn(&JobPlan),
     progress: &(dyn Fn(usize, &str, f64) + Sync),
 ) -> Result<(CompareResult, JobPlan), SimError> {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -1487,7 +1497,9 @@ pub fn compare_jobs_within(
         asked,
         largest: estimates.iter().copied().max().unwrap_or(Bytes(0)),
         machine,
+        need: need_of(&estimates, machine, jobs),
     };
+    on_plan(&plan);
     if jobs == 1 {
         let mut configs = Vec::new();
         let mut spare = None;

@@ -73,19 +73,39 @@ fn a_memory_budget_caps_the_workers_and_keeps_the_output() {
     );
     // Room for the machine, H10 and T1 (tierd's two) but not a third.
     let budget = Bytes(machine + 2 * tierd + kernel - 1);
-    let (two, plan) =
-        compare_jobs_within(&sc, 1.0 / 64.0, &only, 4, Some(budget), &|_, _, _| {}).unwrap();
+    // The plan is handed over before any configuration runs.
+    let seen = std::sync::Mutex::new(None);
+    let started = std::sync::atomic::AtomicBool::new(false);
+    let (two, plan) = compare_jobs_within(
+        &sc,
+        1.0 / 64.0,
+        &only,
+        4,
+        Some(budget),
+        &|p| {
+            assert!(!started.load(std::sync::atomic::Ordering::Relaxed));
+            *seen.lock().unwrap() = Some(*p);
+        },
+        &|_, _, _| started.store(true, std::sync::atomic::Ordering::Relaxed),
+    )
+    .unwrap();
+    assert!(started.into_inner());
+    assert_eq!(*seen.lock().unwrap(), Some(plan));
     assert_eq!((plan.jobs, plan.asked), (2, 4));
     assert!(plan.limited());
     assert_eq!(plan.largest, Bytes(tierd));
     assert_eq!(plan.machine, Bytes(machine));
+    assert_eq!(plan.need, Bytes(machine + 2 * tierd));
     assert_eq!(
         serde_json::to_string(&one).unwrap(),
         serde_json::to_string(&two).unwrap()
     );
     // Without a budget, or with room for all, as many as asked.
-    let (_, plan) = compare_jobs_within(&sc, 1.0 / 64.0, &only, 3, None, &|_, _, _| {}).unwrap();
+    let (_, plan) =
+        compare_jobs_within(&sc, 1.0 / 64.0, &only, 3, None, &|_| {}, &|_, _, _| {}).unwrap();
     assert_eq!((plan.jobs, plan.limited()), (3, false));
+    // What three at once may hold, for a warning to an explicit --jobs.
+    assert_eq!(plan.need, Bytes(machine + 2 * tierd + kernel));
     let room = Bytes(machine + 2 * tierd + 2 * kernel);
     let est = [Bytes(kernel), Bytes(kernel), Bytes(tierd), Bytes(tierd)];
     assert_eq!(jobs_within(&est, Bytes(machine), room, 4), 4);

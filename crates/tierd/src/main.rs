@@ -56,9 +56,10 @@ struct RunArgs {
     #[arg(long)]
     seed: Option<u64>,
     /// Run up to this many configurations at once, one thread each (default: the CPUs this
-    /// process may use, fewer if their estimated memory would exceed MemAvailable). The output
-    /// is the same whatever the number; each running configuration holds its own copy of the
-    /// simulated machine's page tables.
+    /// process may use, fewer if their estimated memory would exceed MemAvailable; a number
+    /// given here is used as given, with a warning if it may not fit). The output is the same
+    /// whatever the number; each running configuration holds its own copy of the simulated
+    /// machine's page tables.
     #[arg(long)]
     jobs: Option<usize>,
     /// Write the full result (table data and time series) as JSON to this file (`-` = stdout).
@@ -377,13 +378,34 @@ fn run(sc: &Scenario, only: &[String], args: &RunArgs) -> Result<()> {
     });
     // By default, as many configurations at once as fit in the memory available now, each
     // by its estimate (`tierd_sim::sim::config_bytes`): one per CPU overran 16 GB with D at
-    // full scale. `--jobs` is taken as asked. Without a readable /proc/meminfo, no budget.
-    let available = if args.jobs.is_none() {
-        tierd_linux::read::meminfo::read_meminfo(std::path::Path::new("/proc"))
-            .ok()
-            .and_then(|m| m.mem_available())
-    } else {
-        None
+    // full scale. `--jobs` is taken as asked, with a warning when it may not fit. Without a
+    // readable /proc/meminfo, no budget and no warning.
+    let available = tierd_linux::read::meminfo::read_meminfo(std::path::Path::new("/proc"))
+        .ok()
+        .and_then(|m| m.mem_available());
+    let explicit = args.jobs.is_some();
+    let on_plan = |plan: &tierd_sim::sim::JobPlan| {
+        let Some(a) = available else { return };
+        if plan.limited() {
+            eprintln!(
+                "tierd: running {} at once, not {}: each may hold up to {} beside the simulated \
+                 machine's {}, and {a} is available (--jobs N to choose)",
+                if plan.jobs == 1 {
+                    "one configuration".to_string()
+                } else {
+                    format!("{} configurations", plan.jobs)
+                },
+                plan.asked,
+                plan.largest,
+                plan.machine
+            );
+        } else if explicit && plan.need > a {
+            eprintln!(
+                "tierd: warning: --jobs {} may hold up to {} at once and {a} is available; \
+                 fewer jobs use less memory",
+                plan.jobs, plan.need
+            );
+        }
     };
     let progress = |i: usize, id: &str, f: f64| {
         if !show {
@@ -402,24 +424,12 @@ fn run(sc: &Scenario, only: &[String], args: &RunArgs) -> Result<()> {
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         bars[i].set_position((f.clamp(0.0, 1.0) * 1000.0) as u64);
     };
-    let (result, plan): (CompareResult, _) =
-        tierd_sim::sim::compare_jobs_within(&sc, args.scale, only, jobs, available, &progress)?;
+    let budget = if explicit { None } else { available };
+    let (result, _): (CompareResult, _) = tierd_sim::sim::compare_jobs_within(
+        &sc, args.scale, only, jobs, budget, &on_plan, &progress,
+    )?;
     for b in bars.lock().iter().flat_map(|b| b.iter()) {
         b.finish_and_clear();
-    }
-    if let (true, Some(a)) = (plan.limited(), available) {
-        eprintln!(
-            "tierd: ran {} at once, not {}: each may hold up to {} beside the simulated \
-             machine's {}, and {a} was available (--jobs N to choose)",
-            if plan.jobs == 1 {
-                "one configuration".to_string()
-            } else {
-                format!("{} configurations", plan.jobs)
-            },
-            plan.asked,
-            plan.largest,
-            plan.machine
-        );
     }
     let to_stdout = |p: &Option<PathBuf>| p.as_ref().is_some_and(|p| p.as_os_str() == "-");
     if !to_stdout(&args.json) && !to_stdout(&args.csv) {
