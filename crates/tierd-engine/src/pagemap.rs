@@ -116,10 +116,7 @@ impl<V: Copy, const SHIFT: u32> PageMap<V, SHIFT> {
     /// The chunk of `key`.
     #[inline]
     fn chunk_of(key: PageKey) -> ChunkKey {
-        ChunkKey {
-            space: key.space,
-            index: key.vpn.0 >> SHIFT,
-        }
+        ChunkKey::at_shift(key, SHIFT)
     }
 
     /// The position of a page inside its chunk.

@@ -1340,18 +1340,34 @@ pub fn compare(
     sc: &Scenario,
     scale: f64,
     only: &[String],
-    mut progress: impl FnMut(usize, &str, f64),
+    progress: impl FnMut(usize, &str, f64),
 ) -> Result<CompareResult, SimError> {
     let world = World::build(sc)?;
-    let mut configs = Vec::new();
-    let mut spare = None;
-    for (i, c) in sc.config.iter().enumerate() {
-        if !only.is_empty() && !only.contains(&c.id) {
-            continue;
-        }
-        configs.push(world.run_reusing(c, &mut spare, |f| progress(i, &c.id, f), |_| {})?);
-    }
+    let configs = run_in_turn(&world, &picked(sc, only), progress)?;
     Ok(compare_result(sc, scale, &world, configs))
+}
+
+/// The configurations of `sc` that `only` names (all when it is empty), with their index in
+/// the scenario.
+fn picked<'a>(sc: &'a Scenario, only: &[String]) -> Vec<(usize, &'a ConfigToml)> {
+    sc.config
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| only.is_empty() || only.contains(&c.id))
+        .collect()
+}
+
+/// Runs `picked` one after the other on `world`, reusing one copy of its machine.
+fn run_in_turn(
+    world: &World,
+    picked: &[(usize, &ConfigToml)],
+    mut progress: impl FnMut(usize, &str, f64),
+) -> Result<Vec<ConfigResult>, SimError> {
+    let mut spare = None;
+    picked
+        .iter()
+        .map(|&(i, c)| world.run_reusing(c, &mut spare, |f| progress(i, &c.id, f), |_| {}))
+        .collect()
 }
 
 /// Bytes per unit of the machine that a comparison's memory budget counts
@@ -1420,22 +1436,24 @@ impl JobPlan {
 /// largest: tierd's), at least one, at most `asked`.
 #[must_use]
 pub fn jobs_within(estimates: &[Bytes], machine: Bytes, available: Bytes, asked: usize) -> usize {
+    let needs = needs(estimates, machine);
     (2..=asked.min(estimates.len()))
-        .take_while(|&k| need_of(estimates, machine, k) <= available)
+        .take_while(|&k| needs[k] <= available)
         .last()
         .unwrap_or(1)
 }
 
-/// The built machine and the `k` largest of `estimates`.
-fn need_of(estimates: &[Bytes], machine: Bytes, k: usize) -> Bytes {
+/// What `k` configurations at once may hold, for every `k` from 0 to all: the built machine
+/// and the `k` largest of `estimates`.
+fn needs(estimates: &[Bytes], machine: Bytes) -> Vec<Bytes> {
     let mut sorted: Vec<u64> = estimates.iter().map(|b| b.0).collect();
     sorted.sort_unstable_by(|a, b| b.cmp(a));
-    Bytes(
-        sorted
-            .iter()
-            .take(k)
-            .fold(machine.0, |used, e| used.saturating_add(*e)),
-    )
+    std::iter::once(machine)
+        .chain(sorted.iter().scan(machine.0, |used, e| {
+            *used = used.saturating_add(*e);
+            Some(Bytes(*used))
+        }))
+        .collect()
 }
 
 /// [`compare`] with up to `jobs` configurations running at once, one thread each.
@@ -1478,12 +1496,7 @@ pub fn compare_jobs_within(
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
 
-    let picked: Vec<(usize, &ConfigToml)> = sc
-        .config
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| only.is_empty() || only.contains(&c.id))
-        .collect();
+    let picked = picked(sc, only);
     let world = World::build(sc)?;
     let asked = jobs.clamp(1, picked.len().max(1));
     let estimates: Vec<Bytes> = picked
@@ -1497,15 +1510,11 @@ pub fn compare_jobs_within(
         asked,
         largest: estimates.iter().copied().max().unwrap_or(Bytes(0)),
         machine,
-        need: need_of(&estimates, machine, jobs),
+        need: needs(&estimates, machine)[jobs.min(estimates.len())],
     };
     on_plan(&plan);
     if jobs == 1 {
-        let mut configs = Vec::new();
-        let mut spare = None;
-        for (i, c) in &picked {
-            configs.push(world.run_reusing(c, &mut spare, |f| progress(*i, &c.id, f), |_| {})?);
-        }
+        let configs = run_in_turn(&world, &picked, |i, id, f| progress(i, id, f))?;
         return Ok((compare_result(sc, scale, &world, configs), plan));
     }
     // Workers take configurations in this order; results keep the scenario's.

@@ -228,9 +228,15 @@ pub(crate) struct ChunkKey {
 
 impl ChunkKey {
     pub(crate) fn of(key: PageKey) -> Self {
+        Self::at_shift(key, CHUNK_SHIFT)
+    }
+
+    /// The chunk of `key` in chunks of `2^shift` pages (`PageMap`'s sizes).
+    #[inline]
+    pub(crate) fn at_shift(key: PageKey, shift: u32) -> Self {
         ChunkKey {
             space: key.space,
-            index: key.vpn.0 >> CHUNK_SHIFT,
+            index: key.vpn.0 >> shift,
         }
     }
 }
