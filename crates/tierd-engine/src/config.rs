@@ -243,6 +243,8 @@ pub enum PreferredMany {
     FollowFlag,
 }
 
+/// The smallest `batch_nr` (`kmigrated_batch_nr`'s range starts here).
+pub const MIN_BATCH_NR: u32 = 64;
 /// pghot's default-mode frequency window (`PGHOT_DEFAULT_FREQ_WINDOW`, 3 s).
 pub const DEFAULT_MODE_WINDOW_MS: u32 = 3000;
 /// pghot's precise-mode frequency window (5 s).
@@ -340,7 +342,12 @@ impl EngineConfig {
             MAX_RATE_LIMIT_MBPS,
         )?;
         check("heat_cooling_ms", self.heat_cooling_ms, 100, 3_600_000)?;
-        check("batch_nr", u64::from(self.batch_nr), 64, 1024)?;
+        check(
+            "batch_nr",
+            u64::from(self.batch_nr),
+            u64::from(MIN_BATCH_NR),
+            1024,
+        )?;
         check(
             "pingpong_window_ms",
             self.pingpong_window_ms,

@@ -11,9 +11,10 @@
 //! criterion: each run takes seconds to minutes, and the figure wanted is the wall time of one
 //! run, as a user would see it. `TIERD_BENCH_ONLY=a,c` limits the runs (names: a, c, d, 1tb).
 //!
-//! C runs at its shipped `machine.grain` (8 base pages a unit, docs/simulator.md "Grain"),
-//! which the line names; `TIERD_BENCH_ONLY=c1` (never part of the default set: minutes) runs
-//! it page by page as well, the run the grained one is checked against.
+//! C and D run at their shipped `machine.grain` (8 base pages a unit, docs/simulator.md
+//! "Grain"), which the line names; `TIERD_BENCH_ONLY=c1` or `d1` (never part of the default
+//! set: minutes) runs the scenario page by page as well, the run the grained one is checked
+//! against.
 #![allow(missing_docs)]
 
 use std::sync::Mutex;
@@ -124,9 +125,14 @@ fn main() {
         }
     }
     let explicit = std::env::var("TIERD_BENCH_ONLY").unwrap_or_default();
-    if explicit.split(',').any(|w| w.trim() == "c1") {
-        let sc = Scenario::find("three-node").expect("shipped").with_grain(1);
-        time_each("C three-node (grain 1), full scale", &sc);
+    for (key, name, label) in [
+        ("c1", "three-node", "C three-node (grain 1)"),
+        ("d1", "cgroup-fairness", "D cgroup-fairness (grain 1)"),
+    ] {
+        if explicit.split(',').any(|w| w.trim() == key) {
+            let sc = Scenario::find(name).expect("shipped").with_grain(1);
+            time_each(&format!("{label}, full scale"), &sc);
+        }
     }
     if want("1tb") {
         let big = Scenario::parse(

@@ -418,12 +418,22 @@ pub struct Sampled {
 /// Each sample interrupts the sampled CPU ([`crate::cost::SAMPLE_INTERRUPT_NS`], charged to
 /// the application) and is counted as `hwhint_total_events`, split into
 /// `hwhint_dram_accesses` / `hwhint_extmem_accesses` as the IBS memory profiler counts them.
+///
+/// In a grained machine (`machine.grain = k`, [`Memory::grain`]) a unit stands for `k` pages
+/// of one rate, and a sample lands on one page: samples are drawn at `1 / k` of that rate, so
+/// that each unit is sampled at one page's rate, as the page it stands for would be, and each
+/// drawn sample stands for one sample on each of the unit's `k` pages: its interrupt is
+/// charged and the counters count it `k` times. A source that keeps a record per page (tierd's
+/// engine, given one page per unit) then sees each unit as one of its pages, not as one page
+/// `k` times as hot.
 pub fn draw_samples(ctx: &mut Ctx<'_>, period: u64, out: &mut Vec<Sampled>) {
     use rand::Rng;
     use rand_distr::{Distribution, Poisson};
+    let grain = ctx.mem.grain();
     let expected =
         ctx.load.total_rate * (ctx.dt as f64 / 1e9) * crate::cost::IBS_SAMPLES_PER_ACCESS
-            / period.max(1) as f64;
+            / period.max(1) as f64
+            / grain as f64;
     if expected <= 0.0 {
         return;
     }
@@ -437,7 +447,12 @@ pub fn draw_samples(ctx: &mut Ctx<'_>, period: u64, out: &mut Vec<Sampled>) {
             break;
         };
         let time_ns = ctx.now + ctx.rng.gen_range(0..ctx.dt.max(1));
-        ctx.charge_app(process, crate::cost::SAMPLE_INTERRUPT_NS);
+        debug_assert_eq!(
+            ctx.mem.grain_of(unit),
+            grain,
+            "a grained machine is uniform"
+        );
+        ctx.charge_app(process, crate::cost::SAMPLE_INTERRUPT_NS * grain as f64);
         out.push(Sampled {
             unit,
             node,
@@ -455,6 +470,7 @@ pub fn draw_samples(ctx: &mut Ctx<'_>, period: u64, out: &mut Vec<Sampled>) {
             ext += 1;
         }
     }
+    let (dram, ext) = (dram * grain, ext * grain);
     // Counted once per step: the counters are keyed by name.
     ctx.acct.count("hwhint_total_events", dram + ext);
     ctx.acct.count("hwhint_dram_accesses", dram);

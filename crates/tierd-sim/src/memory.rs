@@ -887,6 +887,19 @@ impl Memory {
         u64::from(self.region_of(u).grain)
     }
 
+    /// The machine's grain: base pages per unit of its base-page regions (1 when every page
+    /// is simulated). A grained machine has no huge regions (`Scenario::grain_problem`), so
+    /// every unit then stands for this many pages; events drawn over the whole machine at one
+    /// page's rate (hardware samples: [`crate::mechanism::draw_samples`]) use it.
+    #[must_use]
+    pub fn grain(&self) -> u64 {
+        self.regions
+            .iter()
+            .map(|r| u64::from(r.grain))
+            .max()
+            .unwrap_or(1)
+    }
+
     /// Base pages per folio of `u`: all of its pages for a THP, 1 for a base page or a split
     /// THP (whose base pages are then each their own folio).
     #[must_use]
@@ -1188,7 +1201,8 @@ impl Memory {
         }
         self.block_moves
             .resize((total as usize).div_ceil(MOVE_BLOCK), 0);
-        let pages = page_size.nr_pages().0;
+        // Room is counted in units: a unit takes all of its `grain` pages.
+        let pages = page_size.nr_pages().0 * u64::from(grain);
         let (mut order, mut next) = (Vec::new(), Vec::new());
         let mut i = 0u32;
         while i < units {
@@ -1686,6 +1700,32 @@ mod tests {
         assert!(m.check().is_none());
         assert_eq!(m.unit_at(SpaceId(1), Vpn((1 << 20) + 7)), Some(UnitId(7)));
         assert_eq!(m.unit_at(SpaceId(1), Vpn((1 << 20) + 1000)), None);
+    }
+
+    #[test]
+    fn a_grained_region_larger_than_its_first_node_spills_whole_units() {
+        // 64 MiB of node 0 (16384 pages) and a region of 5000 units of 8 pages (40000 pages)
+        // preferring node 0: node 0 takes 2048 units, all its room, and node 1 the rest.
+        let mut m = machine();
+        let r = m
+            .map_region_grained(
+                "p.buf",
+                SpaceId(1),
+                CgroupId::ROOT,
+                Vpn(1 << 20),
+                5000,
+                (PageSize::Base, 8),
+                MemPolicy::DEFAULT,
+                Vec::new(),
+                42,
+                |_, o| o.extend([NodeId(0), NodeId(1)]),
+            )
+            .unwrap();
+        let placed = m.region_placement(r);
+        assert_eq!(placed[&NodeId(0)], Pages(16_384));
+        assert_eq!(placed[&NodeId(1)], Pages(40_000 - 16_384));
+        assert_eq!(m.grain(), 8);
+        assert!(m.check().is_none(), "{:?}", m.check());
     }
 
     #[test]

@@ -562,9 +562,12 @@ impl TierdToml {
     /// The table for a machine of grain `grain`. The engine is given one page per unit
     /// ([`crate::memory::Memory::map_region_grained`]): its rate limits in MB/s shrink by the
     /// grain (at least 1), so that the pages it lets through per window, each a unit, are
-    /// as many base pages as at grain 1; the simulator counts its per-page counters `grain`
-    /// times. Free memory and cgroup usage reach it in bytes, unscaled: its free-space
-    /// tests and memory.low compare like quantities.
+    /// as many base pages as at grain 1, and so does its batch (`batch_nr` folios, down to
+    /// the engine's floor of 64), so that a `move_pages(2)` call moves as many base pages
+    /// as at grain 1; the
+    /// simulator counts its per-page counters `grain` times. Free memory, watermarks, cgroup
+    /// usage and memory.low reach it divided by the grain too (`tierd::grained_topology`),
+    /// so its free-space tests and memory.low compare like quantities.
     #[must_use]
     pub fn grained(&self, grain: u32) -> TierdToml {
         let mut t = self.clone();
@@ -576,6 +579,11 @@ impl TierdToml {
         t.engine.promote_rate_limit_mbps = (t.engine.promote_rate_limit_mbps / g).max(1);
         t.engine.demotion.idle_rate_limit_mbps =
             (t.engine.demotion.idle_rate_limit_mbps / g).max(1);
+        // Not below the engine's floor (`kmigrated_batch_nr`'s range starts at 64): past
+        // grain 8 a batch of the default 512 holds more base pages than at grain 1.
+        t.engine.batch_nr = u32::try_from(u64::from(t.engine.batch_nr) / g)
+            .unwrap_or(u32::MAX)
+            .max(t.engine.batch_nr.min(tierd_engine::config::MIN_BATCH_NR));
         t
     }
 }
@@ -1673,10 +1681,12 @@ impl Scenario {
     /// Why `machine.grain` cannot be what it is, if it cannot. A grained unit's events are
     /// drawn once at one page's rate and counted for each of its pages (the scanner's hint
     /// faults and PTE updates, the LRU's reference bits, migrations and reclaim), which is
-    /// exact in expectation for pages of one rate. Sources that sample a page's accesses or
-    /// a region's (hardware samples, accessed-bit scans, DAMON) would see a unit's pages as
-    /// one page `grain` times as hot, and tierd's own demoter and thresholds would rank such
-    /// heats against base pages' and folios': they are not grained, and neither are THPs.
+    /// exact in expectation for pages of one rate. tierd's hardware samples are drawn the same
+    /// way, at one page's rate per unit ([`crate::mechanism::draw_samples`]), and its engine
+    /// is given one page per unit of a machine `grain` times smaller, so its thresholds and
+    /// its demoter rank units as pages of one size: no THP may sit beside them. Accessed-bit
+    /// scans and DAMON read a unit's bits as one page's and NUMA balancing fed by samples
+    /// migrates on each: they are not grained, and neither are THPs.
     #[must_use]
     pub fn grain_problem(&self) -> Option<String> {
         let g = self.machine.grain;
@@ -1698,12 +1708,17 @@ impl Scenario {
                     .map(|_| "NUMA balancing fed by samples sees a unit's pages as one".into()),
                 MechanismKind::Damon => Some("DAMON samples a page of each region".to_string()),
                 MechanismKind::Tierd => c.tierd.as_ref().and_then(|t| {
-                    if !t.kernel_pghot {
-                        Some("tierd's own rows rank heats per page (kernel_pghot rows only)".into())
-                    } else if t.damon.is_some()
-                        || t.sources.iter().any(|s| *s != SourceKind::HintFault)
+                    if t.damon.is_some() || t.sources.contains(&SourceKind::AccessedBitScan) {
+                        Some(
+                            "only hint faults and hardware samples are drawn per page, not accessed-bit scans or DAMON"
+                                .into(),
+                        )
+                    } else if t
+                        .kernel_numab
+                        .as_ref()
+                        .is_some_and(|n| n.source == crate::numab::NumabSource::Samples)
                     {
-                        Some("only the hint-fault source is drawn per page".into())
+                        Some("NUMA balancing fed by samples sees a unit's pages as one".into())
                     } else {
                         None
                     }
@@ -2090,16 +2105,20 @@ mod range_tests {
         // THP regions do not.
         let thp = a.with_thp(Thp::ALWAYS).with_grain(8);
         assert!(thp.grain_problem().is_some_and(|m| m.contains("THP")));
-        // Nor do tierd's own rows (T1), or kernel-pghot rows fed by samples (H5).
-        for (id, why) in [
-            ("T1", "tierd's own rows"),
-            ("H5", "only the hint-fault source"),
-        ] {
-            let mut t = Scenario::parse(A, Path::new("s.toml")).unwrap();
-            t.config.retain(|c| c.id == id);
-            let m = t.with_grain(2).grain_problem().unwrap_or_default();
-            assert!(m.contains(why) && m.contains(id), "{m}");
+        // Nor do tierd's rows with an accessed-bit scan (T1)...
+        let mut t = Scenario::parse(A, Path::new("s.toml")).unwrap();
+        t.config.retain(|c| c.id == "T1");
+        let m = t.with_grain(2).grain_problem().unwrap_or_default();
+        assert!(m.contains("accessed-bit scans") && m.contains("T1"), "{m}");
+        // ...but rows fed by hardware samples do, kernel-pghot (H5) or tierd's own: samples
+        // are drawn at one page's rate per unit.
+        let mut t = Scenario::parse(A, Path::new("s.toml")).unwrap();
+        t.config.retain(|c| c.id == "H5");
+        assert_eq!(t.with_grain(2).grain_problem(), None);
+        for c in &mut t.config {
+            c.tierd.as_mut().unwrap().kernel_pghot = false;
         }
+        assert_eq!(t.with_grain(2).grain_problem(), None);
     }
 
     use proptest::prelude::*;

@@ -411,9 +411,34 @@ fn page_ref(ctx: &Ctx<'_>, u: UnitId) -> PageRef {
 }
 
 /// [`page_ref`] when the unit's region is known (a sample knows its class).
+///
+/// The engine is given one page per unit (see [`grained_topology`]), at consecutive virtual
+/// pages from the region's start: a grained region's units, `grain` pages apart in the
+/// simulated address space, are packed, so the engine's per-page tables (indexed by virtual
+/// page in chunks) hold a unit per slot rather than one in every `grain`. The order of units
+/// is kept, so nothing the engine does in address order changes; at grain 1 the address is
+/// the unit's own.
 fn page_ref_in(r: &crate::memory::Region, u: UnitId) -> PageRef {
-    let vpn = r.vpn_of(u);
+    let vpn = Vpn(r.start_vpn.0 + u64::from(u.0 - r.first_unit) * engine_pages(r));
     PageRef::sized(r.space, vpn, r.page_size)
+}
+
+/// Base pages of one unit as the engine sees it: its page size's (a grained unit is one
+/// base page to the engine).
+fn engine_pages(r: &crate::memory::Region) -> u64 {
+    r.page_size.nr_pages().0
+}
+
+/// The unit the engine's page `vpn` of `space` stands for ([`page_ref_in`]'s inverse).
+fn unit_of_engine_page(mem: &crate::memory::Memory, space: SpaceId, vpn: Vpn) -> Option<UnitId> {
+    mem.regions()
+        .iter()
+        .filter(|r| r.alive && r.space == space)
+        .find_map(|r| {
+            let off = vpn.0.checked_sub(r.start_vpn.0)? / engine_pages(r);
+            (off < u64::from(r.units))
+                .then(|| UnitId(r.first_unit + u32::try_from(off).unwrap_or(0)))
+        })
 }
 
 impl Backend for SimBackend<'_, '_> {
@@ -496,7 +521,7 @@ impl Backend for SimBackend<'_, '_> {
         let units: Vec<Option<crate::memory::UnitId>> = batch
             .pages
             .iter()
-            .map(|m| self.ctx.mem.unit_at(m.page.space, m.page.vpn))
+            .map(|m| unit_of_engine_page(self.ctx.mem, m.page.space, m.page.vpn))
             .collect();
         // Touch every unit's state before moving any, so the cache misses overlap.
         let warm = units
@@ -557,7 +582,7 @@ impl Tierd {
                 .map(|r| {
                     (
                         r.start_vpn,
-                        Vpn(r.start_vpn.0 + u64::from(r.units) * r.unit_pages()),
+                        Vpn(r.start_vpn.0 + u64::from(r.units) * engine_pages(r)),
                         r.policy,
                     )
                 })
