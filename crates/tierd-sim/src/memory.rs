@@ -961,11 +961,24 @@ impl Memory {
     /// The unit holding `vpn` in `space`, if mapped.
     #[must_use]
     pub fn unit_at(&self, space: SpaceId, vpn: Vpn) -> Option<UnitId> {
+        self.unit_at_stride(space, vpn, Region::unit_pages)
+    }
+
+    /// The unit at `vpn` in `space` when each region's units are laid out `stride(region)`
+    /// virtual pages apart from its start: [`Memory::unit_at`] with the units' own size, or
+    /// a denser layout of the same units (tierd's engine sees a grained unit as one page).
+    #[must_use]
+    pub fn unit_at_stride(
+        &self,
+        space: SpaceId,
+        vpn: Vpn,
+        stride: impl Fn(&Region) -> u64,
+    ) -> Option<UnitId> {
         self.regions
             .iter()
             .filter(|r| r.alive && r.space == space)
             .find_map(|r| {
-                let off = vpn.0.checked_sub(r.start_vpn.0)? / r.unit_pages();
+                let off = vpn.0.checked_sub(r.start_vpn.0)? / stride(r).max(1);
                 (off < u64::from(r.units))
                     .then(|| UnitId(r.first_unit + u32::try_from(off).unwrap_or(0)))
             })

@@ -563,11 +563,11 @@ impl TierdToml {
     /// ([`crate::memory::Memory::map_region_grained`]): its rate limits in MB/s shrink by the
     /// grain (at least 1), so that the pages it lets through per window, each a unit, are
     /// as many base pages as at grain 1, and so does its batch (`batch_nr` folios, down to
-    /// the engine's floor of 64), so that a `move_pages(2)` call moves as many base pages
-    /// as at grain 1; the
-    /// simulator counts its per-page counters `grain` times. Free memory, watermarks, cgroup
-    /// usage and memory.low reach it divided by the grain too (`tierd::grained_topology`),
-    /// so its free-space tests and memory.low compare like quantities.
+    /// the engine's floor of 64), so that a `move_pages(2)` call moves as many base pages as
+    /// at grain 1; the simulator counts its per-page counters `grain` times. Free memory,
+    /// watermarks, cgroup usage and memory.low reach it divided by the grain too
+    /// (`tierd::grained_topology`), so its free-space tests and memory.low compare like
+    /// quantities.
     #[must_use]
     pub fn grained(&self, grain: u32) -> TierdToml {
         let mut t = self.clone();

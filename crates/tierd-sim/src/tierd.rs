@@ -431,14 +431,7 @@ fn engine_pages(r: &crate::memory::Region) -> u64 {
 
 /// The unit the engine's page `vpn` of `space` stands for ([`page_ref_in`]'s inverse).
 fn unit_of_engine_page(mem: &crate::memory::Memory, space: SpaceId, vpn: Vpn) -> Option<UnitId> {
-    mem.regions()
-        .iter()
-        .filter(|r| r.alive && r.space == space)
-        .find_map(|r| {
-            let off = vpn.0.checked_sub(r.start_vpn.0)? / engine_pages(r);
-            (off < u64::from(r.units))
-                .then(|| UnitId(r.first_unit + u32::try_from(off).unwrap_or(0)))
-        })
+    mem.unit_at_stride(space, vpn, engine_pages)
 }
 
 impl Backend for SimBackend<'_, '_> {
