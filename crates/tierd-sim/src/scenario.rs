@@ -1689,6 +1689,14 @@ impl Scenario {
     /// migrates on each: they are not grained, and neither are THPs.
     #[must_use]
     pub fn grain_problem(&self) -> Option<String> {
+        self.grain_problem_in(&[])
+    }
+
+    /// [`Scenario::grain_problem`] for the configurations `only` names (every one when it is
+    /// empty): a run of some rows (`tierd compare --only`) is not refused for a row it does
+    /// not run.
+    #[must_use]
+    pub fn grain_problem_in(&self, only: &[String]) -> Option<String> {
         let g = self.machine.grain;
         if g <= 1 {
             return None;
@@ -1698,7 +1706,11 @@ impl Scenario {
                 "grain {g} needs base pages only: a THP is already a unit of 512 pages (use grain 1 with THP)"
             ));
         }
-        for c in &self.config {
+        for c in self
+            .config
+            .iter()
+            .filter(|c| only.is_empty() || only.contains(&c.id))
+        {
             let why = match c.mechanism {
                 MechanismKind::Baseline => None,
                 MechanismKind::Numab => c
@@ -2110,6 +2122,15 @@ mod range_tests {
         t.config.retain(|c| c.id == "T1");
         let m = t.with_grain(2).grain_problem().unwrap_or_default();
         assert!(m.contains("accessed-bit scans") && m.contains("T1"), "{m}");
+        // A run of other rows is not refused for it.
+        let a = Scenario::parse(A, Path::new("s.toml"))
+            .unwrap()
+            .with_grain(2);
+        assert!(a.grain_problem().is_some());
+        assert_eq!(a.grain_problem_in(&["N2".into(), "H5".into()]), None);
+        assert!(a
+            .grain_problem_in(&["N2".into(), "T1".into()])
+            .is_some_and(|m| m.contains("T1")));
         // ...but rows fed by hardware samples do, kernel-pghot (H5) or tierd's own: samples
         // are drawn at one page's rate per unit.
         let mut t = Scenario::parse(A, Path::new("s.toml")).unwrap();

@@ -130,4 +130,29 @@ fn grain_is_applied_named_and_refused_where_it_cannot_run() {
         }
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
     }
+    // With `--only`, the rows not run do not matter: A's H5 (hardware samples) takes a grain
+    // beside its DAMON row, and T1 (accessed-bit scan) named is still refused.
+    let (ok, out, err) = tierd(&[
+        "compare",
+        "pointer-chase",
+        "--scale",
+        "0.03125",
+        "--only",
+        "H5",
+        "--no-progress",
+        "--grain",
+        "2",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("grain 2 (a unit = 2 base pages)"), "{out}");
+    let (ok, _, err) = tierd(&[
+        "compare",
+        "pointer-chase",
+        "--only",
+        "H5,T1",
+        "--grain",
+        "2",
+    ]);
+    assert!(!ok && err.contains("cannot run config T1"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
