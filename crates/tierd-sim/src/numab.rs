@@ -2516,6 +2516,50 @@ mod tests {
         assert!((0.95..1.05).contains(&ratio), "{grained} against {pages}");
     }
 
+    /// tierd's accessed-bit scan finds a grained unit accessed with one page's probability
+    /// (its other source, samples: `mechanism::draw_samples`). This bench drives any
+    /// mechanism, so the test sits here. A buffer on CXL whose pages are each touched about
+    /// once a second, scanned every second: the first scan finds about 1 - e^-1 = 63 % of
+    /// its pages accessed, in units of 8 pages as with pages, and reads every page. At the
+    /// unit's rate, 8 times a page's, it would find nearly all.
+    #[test]
+    fn a_grained_unit_is_found_accessed_at_one_page_s_rate() {
+        let found_at = |grain: u32| {
+            let mut b = Bench::new(
+                topo(&[(0, true, 8192), (1, false, 8192)]),
+                &[(0, 0, 100.0), (0, 1, 320.0)],
+                3,
+            );
+            b.grain = grain;
+            let (rid, _, all) =
+                b.region("buf", 1, 256, PageSize::Base, MemPolicy::DEFAULT, vec![], 1);
+            let p = b.process(1, &[(0, 1)], &[(all.unwrap(), 1.0)], &[rid]);
+            // 3.1 M accesses/s over 65,536 pages, thinned to about 1 per page per second.
+            b.procs[p].rate_scale = 0.02;
+            let params: crate::scenario::TierdToml =
+                toml::from_str("sources = [\"accessed_bit_scan\"]\nabit_interval_ms = 1000")
+                    .expect("parses");
+            let topo = b.mem.topology().clone();
+            let mut m = crate::tierd::Tierd::new(
+                &params.grained(grain),
+                topo,
+                1,
+                crate::tierd::CgroupLows::new(),
+            )
+            .expect("valid");
+            // The first scan reads the bits at 1 s.
+            b.run(&mut m, 1.5);
+            (b.vm("abit_pages_scanned"), b.vm("pghot_recorded_pgtscans"))
+        };
+        let (scanned1, pages) = found_at(1);
+        let (scanned8, grained) = found_at(8);
+        assert_eq!((scanned1, scanned8), (65_536, 65_536));
+        let share = pages as f64 / 65_536.0;
+        assert!((0.55..0.7).contains(&share), "{share}");
+        let ratio = grained as f64 / pages as f64;
+        assert!((0.95..1.05).contains(&ratio), "{grained} against {pages}");
+    }
+
     #[test]
     fn nothing_is_scanned_before_scan_delay() {
         let (mut b, hot, _) = two_tier_bench(2, MemPolicy::DEFAULT);

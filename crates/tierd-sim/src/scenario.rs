@@ -1681,12 +1681,13 @@ impl Scenario {
     /// Why `machine.grain` cannot be what it is, if it cannot. A grained unit's events are
     /// drawn once at one page's rate and counted for each of its pages (the scanner's hint
     /// faults and PTE updates, the LRU's reference bits, migrations and reclaim), which is
-    /// exact in expectation for pages of one rate. tierd's hardware samples are drawn the same
-    /// way, at one page's rate per unit ([`crate::mechanism::draw_samples`]), and its engine
-    /// is given one page per unit of a machine `grain` times smaller, so its thresholds and
-    /// its demoter rank units as pages of one size: no THP may sit beside them. Accessed-bit
-    /// scans and DAMON read a unit's bits as one page's and NUMA balancing fed by samples
-    /// migrates on each: they are not grained, and neither are THPs.
+    /// exact in expectation for pages of one rate. tierd's hardware samples and accessed-bit
+    /// scans are drawn the same way, at one page's rate per unit
+    /// ([`crate::mechanism::draw_samples`], `Tierd::abit_scan`), and its engine is given one
+    /// page per unit of a machine `grain` times smaller, so its thresholds and its demoter
+    /// rank units as pages of one size: no THP may sit beside them. DAMON's regions sample
+    /// a unit's bits at the unit's rate and NUMA balancing fed by samples migrates on each:
+    /// they are not grained, and neither are THPs.
     #[must_use]
     pub fn grain_problem(&self) -> Option<String> {
         self.grain_problem_in(&[])
@@ -1720,11 +1721,8 @@ impl Scenario {
                     .map(|_| "NUMA balancing fed by samples sees a unit's pages as one".into()),
                 MechanismKind::Damon => Some("DAMON samples a page of each region".to_string()),
                 MechanismKind::Tierd => c.tierd.as_ref().and_then(|t| {
-                    if t.damon.is_some() || t.sources.contains(&SourceKind::AccessedBitScan) {
-                        Some(
-                            "only hint faults and hardware samples are drawn per page, not accessed-bit scans or DAMON"
-                                .into(),
-                        )
+                    if t.damon.is_some() {
+                        Some("DAMON samples a page of each region".into())
                     } else if t
                         .kernel_numab
                         .as_ref()
@@ -2117,22 +2115,24 @@ mod range_tests {
         // THP regions do not.
         let thp = a.with_thp(Thp::ALWAYS).with_grain(8);
         assert!(thp.grain_problem().is_some_and(|m| m.contains("THP")));
-        // Nor do tierd's rows with an accessed-bit scan (T1)...
+        // Nor do tierd's rows fed by DAMON's regions...
         let mut t = Scenario::parse(A, Path::new("s.toml")).unwrap();
         t.config.retain(|c| c.id == "T1");
+        t.config[0].tierd.as_mut().unwrap().damon = Some(DamonSourceToml::default());
         let m = t.with_grain(2).grain_problem().unwrap_or_default();
-        assert!(m.contains("accessed-bit scans") && m.contains("T1"), "{m}");
-        // A run of other rows is not refused for it.
+        assert!(m.contains("DAMON") && m.contains("T1"), "{m}");
+        // A run of other rows is not refused for them (D3 is a DAMON row).
         let a = Scenario::parse(A, Path::new("s.toml"))
             .unwrap()
             .with_grain(2);
         assert!(a.grain_problem().is_some());
         assert_eq!(a.grain_problem_in(&["N2".into(), "H5".into()]), None);
         assert!(a
-            .grain_problem_in(&["N2".into(), "T1".into()])
-            .is_some_and(|m| m.contains("T1")));
-        // ...but rows fed by hardware samples do, kernel-pghot (H5) or tierd's own: samples
-        // are drawn at one page's rate per unit.
+            .grain_problem_in(&["N2".into(), "D3".into()])
+            .is_some_and(|m| m.contains("D3")));
+        // ...but rows fed by hardware samples and accessed-bit scans do, kernel-pghot (H5) or
+        // tierd's own (T1): both are drawn at one page's rate per unit.
+        assert_eq!(a.grain_problem_in(&["T1".into()]), None);
         let mut t = Scenario::parse(A, Path::new("s.toml")).unwrap();
         t.config.retain(|c| c.id == "H5");
         assert_eq!(t.with_grain(2).grain_problem(), None);

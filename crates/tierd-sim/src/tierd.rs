@@ -640,7 +640,10 @@ impl Tierd {
                     continue;
                 }
                 let unit_pages = region.unit_pages();
-                scanned += units;
+                // A grained unit's pages are each read (and charged); one of them, at one
+                // page's rate, stands for all: found, it is found on each of its pages.
+                let grain = u64::from(region.grain);
+                scanned += units * grain;
                 slow_scanned += class
                     .units_on
                     .iter()
@@ -653,11 +656,13 @@ impl Tierd {
                     continue;
                 }
                 // Each unit is found accessed at most once per scan, with probability
-                // 1 - exp(-its rate x interval).
+                // 1 - exp(-its page's rate x interval) (a unit of a base-page region; a THP's
+                // head carries the folio's bit, at the folio's rate).
                 // The probability of the last rate seen: a uniform class has one for all.
                 let mut last_p: Option<(f64, f64)> = None;
+                let per_page = 1.0 / grain as f64;
                 for (idx, u) in class.iter_units() {
-                    let unit_rate = rate * class.weight(idx) / class.total_weight;
+                    let unit_rate = rate * class.weight(idx) / class.total_weight * per_page;
                     let p = match last_p {
                         Some((r, p)) if r == unit_rate => p,
                         _ => {

@@ -86,7 +86,7 @@ struct RunArgs {
     /// `machine.grain` says after `--scale`: 1 simulates every page; a larger grain is faster
     /// and approximate (docs/simulator.md, "Grain"). Needs base pages and mechanisms whose
     /// events are drawn per page (NUMA balancing fed by hint faults, tierd rows fed by hint
-    /// faults or hardware samples; not DAMON or accessed-bit scans), in the rows run.
+    /// faults, hardware samples or accessed-bit scans; not DAMON), in the rows run.
     #[arg(long)]
     grain: Option<u32>,
 }

@@ -131,7 +131,7 @@ fn grain_is_applied_named_and_refused_where_it_cannot_run() {
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
     }
     // With `--only`, the rows not run do not matter: A's H5 (hardware samples) takes a grain
-    // beside its DAMON row, and T1 (accessed-bit scan) named is still refused.
+    // beside its DAMON row, and D3 (DAMON) named is still refused.
     let (ok, out, err) = tierd(&[
         "compare",
         "pointer-chase",
@@ -149,10 +149,10 @@ fn grain_is_applied_named_and_refused_where_it_cannot_run() {
         "compare",
         "pointer-chase",
         "--only",
-        "H5,T1",
+        "H5,D3",
         "--grain",
         "2",
     ]);
-    assert!(!ok && err.contains("cannot run config T1"), "{err}");
+    assert!(!ok && err.contains("cannot run config D3"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
