@@ -3,8 +3,10 @@
 //! The model follows `kdamond_fn()` in mm/damon/core.c sampling interval by sampling interval,
 //! with the `paddr` operations set of mm/damon/paddr.c. Accesses are never simulated one by
 //! one: a page with an access rate `λ` (from
-//! [`Load::unit_rate`](crate::workload::Load::unit_rate)) has its accessed bit found set `τ`
-//! after it was cleared with probability `1 - exp(-λτ)`.
+//! [`Load::page_rate`](crate::workload::Load::page_rate)) has its accessed bit found set `τ`
+//! after it was cleared with probability `1 - exp(-λτ)`. In a grained machine
+//! (`machine.grain`) a unit stands for `grain` pages of one rate: the sampled address is one
+//! of them, found at one page's rate, and a scheme walks (and charges) each of its frames.
 //!
 //! # Address space
 //!
@@ -741,10 +743,12 @@ impl Damon {
             // itself is only needed to track young pages or for a Zipf rank.
             let known = match space.hint(addr) {
                 SlotHint::Free => Some((u32::MAX, 0.0)),
-                SlotHint::Class(c) if !track_young => ctx
-                    .load
-                    .uniform_unit_rate(ctx.mem, c)
-                    .map(|rate| (CLASS_ONLY, rate)),
+                SlotHint::Class(c) if !track_young => {
+                    let grain = ctx.mem.regions()[ctx.mem.class(c).region.0 as usize].grain;
+                    ctx.load
+                        .uniform_unit_rate(ctx.mem, c)
+                        .map(|rate| (CLASS_ONLY, rate / f64::from(grain)))
+                }
                 _ => None,
             };
             let (raw, rate) =
@@ -753,7 +757,9 @@ impl Damon {
         }));
         for d in &mut draws {
             if d.1 != u32::MAX && d.1 != CLASS_ONLY {
-                d.2 = ctx.load.unit_rate(ctx.mem, UnitId(d.1));
+                // The sampled address is one page of the unit: a grained unit's page has
+                // one page's rate.
+                d.2 = ctx.load.page_rate(ctx.mem, UnitId(d.1));
             }
         }
         // The access probability of the last rate seen: units of a uniform class share one.
@@ -1206,14 +1212,21 @@ impl Damon {
         let mut passed = 0;
         let mut isolated: Vec<UnitId> = Vec::new();
         let mut mpol_skipped = 0;
+        // In a grained machine an address is `grain` frames, each walked (a free one as well:
+        // the walk steps a page at a time where there is no folio), and a unit's are each
+        // checked by the filter; one draw stands for all of them. A THP is one step.
+        let slot_frames = ctx.mem.grain() as f64;
         for addr in r.start..r.end {
             cost += APPLY_FRAME_NS;
             let Some(u) = unit_at(&self.p, ctx.mem, addr) else {
+                cost += APPLY_FRAME_NS * (slot_frames - 1.0);
                 continue;
             };
             let bytes = ctx.mem.unit_pages(u) * PAGE_SIZE;
+            let frames = ctx.mem.grain_of(u) as f64;
+            cost += APPLY_FRAME_NS * (frames - 1.0);
             if self.p.young_filter {
-                cost += YOUNG_CHECK_NS;
+                cost += YOUNG_CHECK_NS * frames;
                 let young = self.is_young(ctx, u, t_ms);
                 // A young page is made old by the filter; an old one stays old.
                 set_last_clear(&mut self.last_clear_ms, u, t_ms);
@@ -1280,7 +1293,7 @@ impl Damon {
         if since == KNOWN_YOUNG {
             return true;
         }
-        let rate = ctx.load.unit_rate(ctx.mem, u);
+        let rate = ctx.load.page_rate(ctx.mem, u);
         let dt_s = f64::from(t_ms.saturating_sub(since)) * 1e-3;
         rate > 0.0 && ctx.rng.gen::<f64>() < -(-rate * dt_s).exp_m1()
     }

@@ -1718,25 +1718,15 @@ impl Scenario {
                     .numab
                     .as_ref()
                     .filter(|n| n.source == crate::numab::NumabSource::Samples)
-                    .map(|_| "NUMA balancing fed by samples sees a unit's pages as one".into()),
-                MechanismKind::Damon => Some("DAMON samples a page of each region".to_string()),
-                MechanismKind::Tierd => c.tierd.as_ref().and_then(|t| {
-                    if t.damon.is_some() {
-                        Some("DAMON samples a page of each region".into())
-                    } else if t
-                        .kernel_numab
-                        .as_ref()
-                        .is_some_and(|n| n.source == crate::numab::NumabSource::Samples)
-                    {
-                        Some("NUMA balancing fed by samples sees a unit's pages as one".into())
-                    } else {
-                        None
-                    }
-                }),
+                    .map(|_| "NUMA balancing fed by samples sees a unit's pages as one"),
+                MechanismKind::Damon => None,
+                MechanismKind::Tierd => c
+                    .tierd
+                    .as_ref()
+                    .and_then(|t| t.kernel_numab.as_ref())
+                    .filter(|n| n.source == crate::numab::NumabSource::Samples)
+                    .map(|_| "NUMA balancing fed by samples sees a unit's pages as one"),
             };
-            let why = why.or_else(|| {
-                (!c.kdamonds.is_empty()).then(|| "DAMON samples a page of each region".to_string())
-            });
             if let Some(why) = why {
                 return Some(format!(
                     "grain {g} cannot run config {}: {why}; use grain 1",
@@ -2084,9 +2074,9 @@ mod range_tests {
         assert!(toml::to_string(&c).unwrap().contains("grain = 8"));
     }
 
-    /// A grain that is not a power of two up to 512, or that a row cannot take (a source or
-    /// a mechanism that samples pages, tierd's own rows, THP), is refused in one line that
-    /// names `machine.grain` and, for a row, the row.
+    /// A grain that is not a power of two up to 512, or that a row cannot take (NUMA
+    /// balancing fed by samples, THP), is refused in one line that names `machine.grain` and,
+    /// for a row, the row. Every other source is drawn at one page's rate per unit.
     #[test]
     fn a_grain_the_scenario_cannot_take_is_refused() {
         let with = |g: &str| A.replacen("[machine]", &format!("[machine]\ngrain = {g}"), 1);
@@ -2098,48 +2088,40 @@ mod range_tests {
             );
             assert!(!m.contains('\n'), "{m}");
         }
-        // Seed A's first row that cannot is its DAMON row.
-        let m = refused(&with("8"));
-        assert!(
-            m.contains("machine.grain") && m.contains("config D3"),
-            "{m}"
-        );
-        assert!(!m.contains('\n'), "{m}");
-        // Without its tierd and DAMON rows, A takes a grain.
-        let a = Scenario::parse(&with("8"), Path::new("s.toml"));
-        assert!(a.is_err());
-        let mut a = Scenario::parse(A, Path::new("s.toml")).unwrap();
-        a.config
-            .retain(|c| matches!(c.mechanism, MechanismKind::Baseline | MechanismKind::Numab));
-        assert_eq!(a.with_grain(8).grain_problem(), None);
+        // Every row of seed A takes a grain: NUMA balancing, DAMON (D3), pghot fed by samples
+        // (H5, H10), tierd with samples and an accessed-bit scan (T1).
+        let a = Scenario::parse(&with("8"), Path::new("s.toml")).unwrap();
+        assert_eq!(a.grain_problem(), None);
         // THP regions do not.
         let thp = a.with_thp(Thp::ALWAYS).with_grain(8);
         assert!(thp.grain_problem().is_some_and(|m| m.contains("THP")));
-        // Nor do tierd's rows fed by DAMON's regions...
-        let mut t = Scenario::parse(A, Path::new("s.toml")).unwrap();
-        t.config.retain(|c| c.id == "T1");
-        t.config[0].tierd.as_mut().unwrap().damon = Some(DamonSourceToml::default());
-        let m = t.with_grain(2).grain_problem().unwrap_or_default();
-        assert!(m.contains("DAMON") && m.contains("T1"), "{m}");
-        // A run of other rows is not refused for them (D3 is a DAMON row).
-        let a = Scenario::parse(A, Path::new("s.toml"))
+        // Nor does NUMA balancing fed by samples: seed B's IBS row, refused in one line...
+        const B: &str = include_str!("../../../scenarios/b-hint-vs-samples.toml");
+        let b = B.replacen("[machine]", "[machine]\ngrain = 8", 1);
+        let m = refused(&b);
+        assert!(
+            m.contains("machine.grain") && m.contains("config IBS"),
+            "{m}"
+        );
+        assert!(!m.contains('\n'), "{m}");
+        // ...unless the run leaves it out (`--only`).
+        let b = Scenario::parse(B, Path::new("s.toml"))
             .unwrap()
             .with_grain(2);
-        assert!(a.grain_problem().is_some());
-        assert_eq!(a.grain_problem_in(&["N2".into(), "H5".into()]), None);
-        assert!(a
-            .grain_problem_in(&["N2".into(), "D3".into()])
-            .is_some_and(|m| m.contains("D3")));
-        // ...but rows fed by hardware samples and accessed-bit scans do, kernel-pghot (H5) or
-        // tierd's own (T1): both are drawn at one page's rate per unit.
-        assert_eq!(a.grain_problem_in(&["T1".into()]), None);
+        assert!(b.grain_problem().is_some());
+        assert_eq!(b.grain_problem_in(&["HF".into()]), None);
+        assert!(b
+            .grain_problem_in(&["HF".into(), "IBS".into()])
+            .is_some_and(|m| m.contains("IBS")));
+        // Nor a tierd row running the kernel's NUMA balancing fed by samples beside it.
         let mut t = Scenario::parse(A, Path::new("s.toml")).unwrap();
-        t.config.retain(|c| c.id == "H5");
-        assert_eq!(t.with_grain(2).grain_problem(), None);
-        for c in &mut t.config {
-            c.tierd.as_mut().unwrap().kernel_pghot = false;
-        }
-        assert_eq!(t.with_grain(2).grain_problem(), None);
+        t.config.retain(|c| c.id == "T1");
+        t.config[0].tierd.as_mut().unwrap().kernel_numab = Some(crate::numab::NumabParams {
+            source: crate::numab::NumabSource::Samples,
+            ..crate::numab::NumabParams::default()
+        });
+        let m = t.with_grain(2).grain_problem().unwrap_or_default();
+        assert!(m.contains("samples") && m.contains("T1"), "{m}");
     }
 
     use proptest::prelude::*;

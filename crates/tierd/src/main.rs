@@ -85,8 +85,8 @@ struct RunArgs {
     /// Base pages per simulated unit (a power of two up to 512), whatever the scenario's
     /// `machine.grain` says after `--scale`: 1 simulates every page; a larger grain is faster
     /// and approximate (docs/simulator.md, "Grain"). Needs base pages and mechanisms whose
-    /// events are drawn per page (NUMA balancing fed by hint faults, tierd rows fed by hint
-    /// faults, hardware samples or accessed-bit scans; not DAMON), in the rows run.
+    /// events are drawn per page (every source but NUMA balancing fed by samples), in the rows
+    /// run.
     #[arg(long)]
     grain: Option<u32>,
 }

@@ -104,8 +104,8 @@ fn grain_is_applied_named_and_refused_where_it_cannot_run() {
             "--grain must be a power of two from 1 to 512, got 3",
         ),
         (
-            &["compare", "pointer-chase", "--grain", "8"][..],
-            "grain 8 cannot run config D3",
+            &["compare", "hint-vs-samples", "--grain", "8"][..],
+            "grain 8 cannot run config IBS",
         ),
         (
             &[
@@ -130,15 +130,15 @@ fn grain_is_applied_named_and_refused_where_it_cannot_run() {
         }
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
     }
-    // With `--only`, the rows not run do not matter: A's H5 (hardware samples) takes a grain
-    // beside its DAMON row, and D3 (DAMON) named is still refused.
+    // With `--only`, the rows not run do not matter: B's HF (hint faults) takes a grain beside
+    // its IBS row (NUMA balancing fed by samples), and IBS named is still refused.
     let (ok, out, err) = tierd(&[
         "compare",
-        "pointer-chase",
+        "hint-vs-samples",
         "--scale",
         "0.03125",
         "--only",
-        "H5",
+        "HF",
         "--no-progress",
         "--grain",
         "2",
@@ -147,12 +147,12 @@ fn grain_is_applied_named_and_refused_where_it_cannot_run() {
     assert!(out.contains("grain 2 (a unit = 2 base pages)"), "{out}");
     let (ok, _, err) = tierd(&[
         "compare",
-        "pointer-chase",
+        "hint-vs-samples",
         "--only",
-        "H5,D3",
+        "HF,IBS",
         "--grain",
         "2",
     ]);
-    assert!(!ok && err.contains("cannot run config D3"), "{err}");
+    assert!(!ok && err.contains("cannot run config IBS"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
