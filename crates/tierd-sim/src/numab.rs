@@ -2484,6 +2484,22 @@ mod tests {
         assert!(b.mem.check().is_none());
     }
 
+    /// DRAM node 0 and CXL node 1 (8 GiB each) and a 256 MiB buffer on node 1 in units of
+    /// `grain` pages, each page touched about once a second by one thread on node 0.
+    fn once_a_second_buffer(grain: u32) -> Bench {
+        let mut b = Bench::new(
+            topo(&[(0, true, 8192), (1, false, 8192)]),
+            &[(0, 0, 100.0), (0, 1, 320.0)],
+            3,
+        );
+        b.grain = grain;
+        let (rid, _, all) = b.region("buf", 1, 256, PageSize::Base, MemPolicy::DEFAULT, vec![], 1);
+        let p = b.process(1, &[(0, 1)], &[(all.unwrap(), 1.0)], &[rid]);
+        // 3.1 M accesses/s over 65,536 pages, thinned to about 1 per page per second.
+        b.procs[p].rate_scale = 0.02;
+        b
+    }
+
     /// A grained unit's pages each fault at one page's rate: half a second after the first
     /// pass armed a buffer touched about once a second per page, about 40 % of its pages have
     /// faulted, with units of 8 pages as with pages. At the unit's rate, 8 times a page's,
@@ -2491,17 +2507,7 @@ mod tests {
     #[test]
     fn a_grained_unit_faults_at_one_page_s_rate() {
         let faults_at = |grain: u32| {
-            let mut b = Bench::new(
-                topo(&[(0, true, 8192), (1, false, 8192)]),
-                &[(0, 0, 100.0), (0, 1, 320.0)],
-                3,
-            );
-            b.grain = grain;
-            let (rid, _, all) =
-                b.region("buf", 1, 256, PageSize::Base, MemPolicy::DEFAULT, vec![], 1);
-            let p = b.process(1, &[(0, 1)], &[(all.unwrap(), 1.0)], &[rid]);
-            // 3.1 M accesses/s over 65,536 pages, thinned to about 1 per page per second.
-            b.procs[p].rate_scale = 0.02;
+            let mut b = once_a_second_buffer(grain);
             let mut m = Numab::new(&params(2), 1);
             // The first pass comes at 1 s (scan_delay_ms) and arms the whole buffer.
             b.run(&mut m, 1.5);
@@ -2525,17 +2531,7 @@ mod tests {
     #[test]
     fn a_grained_unit_is_found_accessed_at_one_page_s_rate() {
         let found_at = |grain: u32| {
-            let mut b = Bench::new(
-                topo(&[(0, true, 8192), (1, false, 8192)]),
-                &[(0, 0, 100.0), (0, 1, 320.0)],
-                3,
-            );
-            b.grain = grain;
-            let (rid, _, all) =
-                b.region("buf", 1, 256, PageSize::Base, MemPolicy::DEFAULT, vec![], 1);
-            let p = b.process(1, &[(0, 1)], &[(all.unwrap(), 1.0)], &[rid]);
-            // 3.1 M accesses/s over 65,536 pages, thinned to about 1 per page per second.
-            b.procs[p].rate_scale = 0.02;
+            let mut b = once_a_second_buffer(grain);
             let params: crate::scenario::TierdToml =
                 toml::from_str("sources = [\"accessed_bit_scan\"]\nabit_interval_ms = 1000")
                     .expect("parses");

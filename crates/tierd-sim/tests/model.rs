@@ -3,7 +3,7 @@
 #![allow(clippy::tests_outside_test_module)]
 
 use tierd_sim::scenario::Scenario;
-use tierd_sim::sim::{compare, CompareResult};
+use tierd_sim::sim::{compare, CompareResult, ConfigResult};
 
 fn run(name: &str, scale: f64, only: &[&str]) -> CompareResult {
     let sc = Scenario::find(name).expect("shipped scenario parses");
@@ -293,6 +293,39 @@ fn a_grained_run_gives_the_page_by_page_figures_in_c() {
     );
 }
 
+/// One row of a shipped scenario at `scale`, page by page and in units of `grain` pages.
+fn page_and_grained_runs(
+    name: &str,
+    scale: f64,
+    id: &str,
+    grain: u32,
+) -> (ConfigResult, ConfigResult) {
+    let sc = Scenario::find(name).expect("shipped").scaled(scale);
+    assert_eq!(sc.machine.grain, 1, "{name} at {scale} runs page by page");
+    let only = vec![id.to_string()];
+    let pages = compare(&sc, scale, &only, |_, _, _| {}).expect("runs");
+    let units = compare(&sc.with_grain(grain), scale, &only, |_, _, _| {}).expect("runs");
+    assert_eq!((pages.grain, units.grain), (1, grain));
+    (pages.configs[0].clone(), units.configs[0].clone())
+}
+
+/// Asserts that the grained run's `what` (`b`) is within `tol` (relative) of the page run's
+/// (`a`).
+fn close_to_the_page_run(id: &str, what: &str, a: f64, b: f64, tol: f64) {
+    assert!(
+        (a - b).abs() <= tol * a.abs().max(1e-9),
+        "{id} {what}: {b} in units against {a} page by page"
+    );
+}
+
+fn counter(c: &ConfigResult, k: &str) -> u64 {
+    c.counters.get(k).copied().unwrap_or(0)
+}
+
+fn t90(c: &ConfigResult) -> Option<f64> {
+    c.time_to_hot.get("90").copied().flatten()
+}
+
 /// tierd's own rows fed by hardware samples take a grain too (seed D ships with 8): each
 /// unit is sampled at one page's rate and the engine is given one page per unit of a machine
 /// `grain` times smaller. D at 1/32, T-stack page by page and in units of 4 pages: the
@@ -302,39 +335,30 @@ fn a_grained_run_gives_the_page_by_page_figures_in_c() {
 /// if the engine is not given the smaller machine.
 #[test]
 fn a_grained_run_gives_the_page_by_page_figures_in_d_tierd_rows() {
-    let sc = Scenario::find("cgroup-fairness")
-        .unwrap()
-        .scaled(1.0 / 32.0);
-    assert_eq!(sc.machine.grain, 1);
-    let only: Vec<String> = ["T-stack"].map(String::from).to_vec();
-    let pages = compare(&sc, 1.0 / 32.0, &only, |_, _, _| {}).expect("runs");
-    let units = compare(&sc.with_grain(4), 1.0 / 32.0, &only, |_, _, _| {}).expect("runs");
-    assert_eq!((pages.grain, units.grain), (1, 4));
-    let (p, u) = (&pages.configs[0], &units.configs[0]);
-    let close = |what: &str, a: f64, b: f64, tol: f64| {
-        assert!(
-            (a - b).abs() <= tol * a.abs().max(1e-9),
-            "T-stack {what}: {b} in units of 4 pages against {a} page by page"
-        );
-    };
+    let (p, u) = page_and_grained_runs("cgroup-fairness", 1.0 / 32.0, "T-stack", 4);
+    let close =
+        |what: &str, a: f64, b: f64, tol: f64| close_to_the_page_run("T-stack", what, a, b, tol);
     close("throughput", p.throughput, u.throughput, 0.02);
     close("fast GiB", p.fast_gib, u.fast_gib, 0.03);
     close("demoted GiB", p.demoted_gib, u.demoted_gib, 0.02);
     close("promoted GiB", p.promoted_gib, u.promoted_gib, 0.08);
     close("app tax s", p.app_overhead_s, u.app_overhead_s, 0.02);
     close("promoter CPU s", p.promoter_cpu_s, u.promoter_cpu_s, 0.02);
-    let get = |c: &tierd_sim::sim::ConfigResult, k: &str| c.counters.get(k).copied().unwrap_or(0);
     for (k, tol) in [
         ("hwhint_total_events", 0.02),
         ("pgdemote_success", 0.02),
         ("pgpromote_success", 0.08),
     ] {
-        close(k, get(p, k) as f64, get(u, k) as f64, tol);
+        close(k, counter(&p, k) as f64, counter(&u, k) as f64, tol);
     }
     // There is something to match: samples by the hundred thousand, promotions and
     // demotions by the thousand.
-    assert!(get(p, "hwhint_total_events") > 100_000, "{:?}", p.counters);
-    assert!(get(p, "pgpromote_success") > 1_000, "{:?}", p.counters);
+    assert!(
+        counter(&p, "hwhint_total_events") > 100_000,
+        "{:?}",
+        p.counters
+    );
+    assert!(counter(&p, "pgpromote_success") > 1_000, "{:?}", p.counters);
 }
 
 /// tierd's accessed-bit scan takes a grain as its samples do: each unit is found accessed
@@ -347,41 +371,29 @@ fn a_grained_run_gives_the_page_by_page_figures_in_d_tierd_rows() {
 /// `a_grained_unit_is_found_accessed_at_one_page_s_rate`.
 #[test]
 fn a_grained_run_gives_the_page_by_page_figures_of_a_tierd_row_that_scans_bits() {
-    let sc = Scenario::find("pointer-chase").unwrap().scaled(1.0 / 16.0);
-    let only: Vec<String> = ["T1"].map(String::from).to_vec();
-    let pages = compare(&sc, 1.0 / 16.0, &only, |_, _, _| {}).expect("runs");
-    let units = compare(&sc.with_grain(4), 1.0 / 16.0, &only, |_, _, _| {}).expect("runs");
-    assert_eq!((pages.grain, units.grain), (1, 4));
-    let (p, u) = (&pages.configs[0], &units.configs[0]);
-    let close = |what: &str, a: f64, b: f64, tol: f64| {
-        assert!(
-            (a - b).abs() <= tol * a.abs().max(1e-9),
-            "T1 {what}: {b} in units of 4 pages against {a} page by page"
-        );
-    };
+    let (p, u) = page_and_grained_runs("pointer-chase", 1.0 / 16.0, "T1", 4);
+    let close = |what: &str, a: f64, b: f64, tol: f64| close_to_the_page_run("T1", what, a, b, tol);
     close("latency", p.latency_ns, u.latency_ns, 0.005);
     close("promoted GiB", p.promoted_gib, u.promoted_gib, 0.01);
     close("promoter CPU s", p.promoter_cpu_s, u.promoter_cpu_s, 0.01);
     close("app tax s", p.app_overhead_s, u.app_overhead_s, 0.01);
-    let get = |c: &tierd_sim::sim::ConfigResult, k: &str| c.counters.get(k).copied().unwrap_or(0);
     for (k, tol) in [
         ("abit_pages_scanned", 0.01),
         ("abit_scans", 0.0),
         ("hwhint_total_events", 0.02),
         ("pgpromote_success", 0.01),
     ] {
-        close(k, get(p, k) as f64, get(u, k) as f64, tol);
+        close(k, counter(&p, k) as f64, counter(&u, k) as f64, tol);
     }
-    let t90 = |c: &tierd_sim::sim::ConfigResult| c.time_to_hot.get("90").copied().flatten();
-    assert!(t90(p).is_some(), "{:?}", p.time_to_hot);
+    assert!(t90(&p).is_some(), "{:?}", p.time_to_hot);
     close(
         "t90 s",
-        t90(p).unwrap_or(0.0),
-        t90(u).unwrap_or(f64::INFINITY),
+        t90(&p).unwrap_or(0.0),
+        t90(&u).unwrap_or(f64::INFINITY),
         0.02,
     );
     // The scan tuned its interval: more than one scan, each reading the whole buffer.
-    assert!(get(p, "abit_scans") > 2, "{:?}", p.counters);
+    assert!(counter(&p, "abit_scans") > 2, "{:?}", p.counters);
 }
 
 /// DAMON takes a grain too: the address a region samples is one page of a unit, found at
@@ -393,27 +405,17 @@ fn a_grained_run_gives_the_page_by_page_figures_of_a_tierd_row_that_scans_bits()
 /// hot: more promoted, over-promotion up).
 #[test]
 fn a_grained_run_gives_about_the_page_by_page_figures_of_a_damon_row() {
-    let sc = Scenario::find("pointer-chase").unwrap().scaled(1.0 / 16.0);
-    let only: Vec<String> = ["D3"].map(String::from).to_vec();
-    let pages = compare(&sc, 1.0 / 16.0, &only, |_, _, _| {}).expect("runs");
-    let units = compare(&sc.with_grain(4), 1.0 / 16.0, &only, |_, _, _| {}).expect("runs");
-    let (p, u) = (&pages.configs[0], &units.configs[0]);
-    let close = |what: &str, a: f64, b: f64, tol: f64| {
-        assert!(
-            (a - b).abs() <= tol * a.abs().max(1e-9),
-            "D3 {what}: {b} in units of 4 pages against {a} page by page"
-        );
-    };
+    let (p, u) = page_and_grained_runs("pointer-chase", 1.0 / 16.0, "D3", 4);
+    let close = |what: &str, a: f64, b: f64, tol: f64| close_to_the_page_run("D3", what, a, b, tol);
     close("latency", p.latency_ns, u.latency_ns, 0.005);
     close("promoted GiB", p.promoted_gib, u.promoted_gib, 0.05);
     close("over-promotion", p.over_promotion, u.over_promotion, 0.1);
     close("kdamond CPU s", p.promoter_cpu_s, u.promoter_cpu_s, 0.15);
-    let t90 = |c: &tierd_sim::sim::ConfigResult| c.time_to_hot.get("90").copied().flatten();
-    assert!(t90(p).is_some(), "{:?}", p.time_to_hot);
+    assert!(t90(&p).is_some(), "{:?}", p.time_to_hot);
     close(
         "t90 s",
-        t90(p).unwrap_or(0.0),
-        t90(u).unwrap_or(f64::INFINITY),
+        t90(&p).unwrap_or(0.0),
+        t90(&u).unwrap_or(f64::INFINITY),
         0.06,
     );
 }
