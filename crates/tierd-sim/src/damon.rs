@@ -743,12 +743,10 @@ impl Damon {
             // itself is only needed to track young pages or for a Zipf rank.
             let known = match space.hint(addr) {
                 SlotHint::Free => Some((u32::MAX, 0.0)),
-                SlotHint::Class(c) if !track_young => {
-                    let grain = ctx.mem.regions()[ctx.mem.class(c).region.0 as usize].grain;
-                    ctx.load
-                        .uniform_unit_rate(ctx.mem, c)
-                        .map(|rate| (CLASS_ONLY, rate / f64::from(grain)))
-                }
+                SlotHint::Class(c) if !track_young => ctx
+                    .load
+                    .uniform_page_rate(ctx.mem, c)
+                    .map(|rate| (CLASS_ONLY, rate)),
                 _ => None,
             };
             let (raw, rate) =

@@ -319,15 +319,21 @@ impl Load {
         (rate != 0.0 && class.total_weight > 0.0).then_some(rate)
     }
 
-    /// The access rate of every unit of `c` when the class is uniform (then it is the same
-    /// for all, the value [`Load::unit_rate`] gives), `None` for a Zipf class.
+    /// The access rate of every page of `c`'s units when the class is uniform (then it is
+    /// the same for all, the value [`Load::page_rate`] gives), `None` for a Zipf class.
     #[must_use]
     #[inline]
-    pub fn uniform_unit_rate(&self, mem: &Memory, c: ClassId) -> Option<f64> {
+    pub fn uniform_page_rate(&self, mem: &Memory, c: ClassId) -> Option<f64> {
         let class = mem.class(c);
+        let grain = mem.regions()[class.region.0 as usize].grain;
         (class.spread == Spread::Uniform).then(|| {
-            self.accessed_rate(c, class)
-                .map_or(0.0, |rate| rate / class.total_weight)
+            let unit_rate = self
+                .accessed_rate(c, class)
+                .map_or(0.0, |rate| rate / class.total_weight);
+            match grain {
+                1 => unit_rate,
+                g => unit_rate / f64::from(g),
+            }
         })
     }
 
