@@ -204,7 +204,7 @@ impl DamonFeed {
         let mut work = moved;
         while self.next_read_ns <= end {
             let t = self.next_read_ns.max(ctx.now);
-            work |= read_regions(ctx, kdamond.regions(), &self.params, Nanos(t), out);
+            work |= read_regions(ctx, kdamond, &self.params, Nanos(t), out);
             // The daemon reads at most once per aggregation (`DamonFeed::poll`): a second
             // read of the same aggregation would report its accesses twice.
             let aggr_ns = kdamond.params().aggr_us.saturating_mul(1000);
@@ -231,14 +231,17 @@ impl DamonFeed {
 /// `hidden_below_floor`: a few hot pages DAMON still sees diluted).
 fn read_regions(
     ctx: &Ctx<'_>,
-    regions: &[crate::damon::DamonRegion],
+    kdamond: &crate::damon::Damon,
     p: &DamonSourceToml,
     now: Nanos,
     out: &mut Vec<Observation>,
 ) -> bool {
     use tierd_engine::regions::{fast_heat_estimate, relative_min_nr_accesses, slow_part_is_hot};
-    let mut accessed: Vec<&crate::damon::DamonRegion> =
-        regions.iter().filter(|r| r.last_nr_accesses >= 1).collect();
+    let mut accessed: Vec<&crate::damon::DamonRegion> = kdamond
+        .regions()
+        .iter()
+        .filter(|r| r.last_nr_accesses >= 1)
+        .collect();
     // Hottest first (stable: address order among equals), as the daemon's sources order them.
     accessed.sort_by_key(|r| std::cmp::Reverse(r.last_nr_accesses));
     let hottest = accessed.first().map_or(0, |r| r.last_nr_accesses);
@@ -256,7 +259,10 @@ fn read_regions(
         }
         let first = located.len();
         let (mut fast, mut present) = (0u64, 0u64);
-        for a in r.start..r.end.min(ctx.mem.units()) {
+        // A unit astride two accessed regions is read in both (rare: regions are mostly
+        // many units long), as each of its pages would be read in its own.
+        let slots = kdamond.slots_in(r);
+        for a in slots.start..slots.end.min(ctx.mem.units()) {
             if budget == 0 {
                 break;
             }

@@ -396,27 +396,29 @@ fn a_grained_run_gives_the_page_by_page_figures_of_a_tierd_row_that_scans_bits()
     assert!(counter(&p, "abit_scans") > 2, "{:?}", p.counters);
 }
 
-/// DAMON takes a grain too: the address a region samples is one page of a unit, found at
-/// one page's rate, and a scheme walks each of a unit's frames. Seed A's D3 at 1/16, page by
-/// page and in units of 4 pages. DAMON's regions adapt to what they sample, and the grained
-/// run is further from the page run than the other rows (docs/simulator.md "Grain"):
-/// placement within 0.5 %, promotions within 5 %, t90 within 6 % and the kdamond's CPU
-/// within 15 %. It fails if a unit is found at the unit's rate (each region looks 4 times as
-/// hot: more promoted, over-promotion up).
+/// DAMON takes a grain too: its addresses stay base pages, so its regions split and merge at
+/// any page; the page a region samples is found at one page's rate; a scheme walks each frame
+/// and takes a unit it holds only part of with that part's share as probability. Seed A's D3
+/// at 1/16, page by page and in units of 4 pages: placement within 0.5 %, the kdamond's CPU
+/// within 3 %, t90 within 2.5 % and promotions within 5 % (DAMON's over-promotion is the
+/// noisiest figure: four seeds of the page run spread by 4 %). With an address per unit
+/// instead (regions no smaller than a unit, the build before 2026-12-07) the CPU is 10 % low
+/// and t90 4 % early, and it fails; with a unit found at the unit's rate each region looks 4
+/// times as hot and it fails too.
 #[test]
-fn a_grained_run_gives_about_the_page_by_page_figures_of_a_damon_row() {
+fn a_grained_run_gives_the_page_by_page_figures_of_a_damon_row() {
     let (p, u) = page_and_grained_runs("pointer-chase", 1.0 / 16.0, "D3", 4);
     let close = |what: &str, a: f64, b: f64, tol: f64| close_to_the_page_run("D3", what, a, b, tol);
     close("latency", p.latency_ns, u.latency_ns, 0.005);
+    close("hot on fast", p.hot_on_fast, u.hot_on_fast, 0.005);
     close("promoted GiB", p.promoted_gib, u.promoted_gib, 0.05);
-    close("over-promotion", p.over_promotion, u.over_promotion, 0.1);
-    close("kdamond CPU s", p.promoter_cpu_s, u.promoter_cpu_s, 0.15);
+    close("kdamond CPU s", p.promoter_cpu_s, u.promoter_cpu_s, 0.03);
     assert!(t90(&p).is_some(), "{:?}", p.time_to_hot);
     close(
         "t90 s",
         t90(&p).unwrap_or(0.0),
         t90(&u).unwrap_or(f64::INFINITY),
-        0.06,
+        0.025,
     );
 }
 
