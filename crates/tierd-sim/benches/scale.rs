@@ -11,10 +11,10 @@
 //! criterion: each run takes seconds to minutes, and the figure wanted is the wall time of one
 //! run, as a user would see it. `TIERD_BENCH_ONLY=a,c` limits the runs (names: a, c, d, 1tb).
 //!
-//! C and D run at their shipped `machine.grain` (8 base pages a unit, docs/simulator.md
-//! "Grain"), which the line names; `TIERD_BENCH_ONLY=c1` or `d1` (never part of the default
-//! set: minutes) runs the scenario page by page as well, the run the grained one is checked
-//! against.
+//! A, C and D run at their shipped `machine.grain` (8 base pages a unit, docs/simulator.md
+//! "Grain"), which the line names; `TIERD_BENCH_ONLY=a1`, `c1` or `d1` (never part of the
+//! default set: C and D take minutes) runs the scenario page by page as well, the run the
+//! grained one is checked against.
 #![allow(missing_docs)]
 
 use std::sync::Mutex;
@@ -92,6 +92,14 @@ fn time_jobs(name: &str, sc: &Scenario, only: &[String], jobs: usize) {
     );
 }
 
+/// `label`, naming the grain when it is not 1.
+fn grained_label(label: &str, grain: u32) -> String {
+    match grain {
+        1 => label.to_string(),
+        g => format!("{label} (grain {g})"),
+    }
+}
+
 fn main() {
     // `cargo bench` passes --bench; filters are not supported, hence the variable.
     let want = std::env::var("TIERD_BENCH_ONLY").unwrap_or_default();
@@ -99,9 +107,10 @@ fn main() {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     if want("a") {
         let a = Scenario::find("pointer-chase").expect("shipped");
-        time("A pointer-chase, full scale", &a, &[]);
+        let label = grained_label("A pointer-chase", a.machine.grain);
+        time(&format!("{label}, full scale"), &a, &[]);
         if cores > 1 {
-            time_jobs(&format!("A pointer-chase, {cores} jobs"), &a, &[], cores);
+            time_jobs(&format!("{label}, {cores} jobs"), &a, &[], cores);
         }
         for c in &a.config {
             time(&format!("  A {}", c.id), &a, std::slice::from_ref(&c.id));
@@ -115,10 +124,7 @@ fn main() {
             continue;
         }
         let sc = Scenario::find(name).expect("shipped");
-        let label = match sc.machine.grain {
-            1 => label.to_string(),
-            g => format!("{label} (grain {g})"),
-        };
+        let label = grained_label(label, sc.machine.grain);
         time_each(&format!("{label}, full scale"), &sc);
         if cores > 1 {
             time_jobs(&format!("{label}, {cores} jobs"), &sc, &[], cores);
@@ -126,6 +132,7 @@ fn main() {
     }
     let explicit = std::env::var("TIERD_BENCH_ONLY").unwrap_or_default();
     for (key, name, label) in [
+        ("a1", "pointer-chase", "A pointer-chase (grain 1)"),
         ("c1", "three-node", "C three-node (grain 1)"),
         ("d1", "cgroup-fairness", "D cgroup-fairness (grain 1)"),
     ] {
