@@ -91,8 +91,8 @@ exec /bin/tierd-workload {workload}
 EOS
 sh /tmp/w.sh > /tmp/w.log 2>&1 &
 PID_launch=$!
-i=0; while [ $(grep -c ' ready' /tmp/w.log) -lt {procs} ]; do sleep 0.2; i=$((i+1)); [ $i -gt 900 ] && break; done
-READY=$(grep ' ready' /tmp/w.log | head -n1)
+{lab_count}LAB_PROCS={procs}
+{wait_ready}READY=$(grep ' ready' /tmp/w.log | head -n1)
 echo "LAB READY $READY"
 {ready_pid}{proc_setup}{app_prepare}lab_sample
 lab_huge start
@@ -135,9 +135,26 @@ sed 's/^/LAB W /' /tmp/w.log
         },
         proc_setup = if exp.procs > 1 { PROC_SETUP } else { "" },
         ready_pid = READY_PID,
+        lab_count = LAB_COUNT,
+        wait_ready = WAIT_READY,
         stop_workload = STOP_WORKLOAD,
     )
 }
+
+/// Shell function `lab_count PATTERN FILE`: the lines of `FILE` that match, 0 when `FILE` does
+/// not exist yet. `$(grep -c ...)` alone is empty then, and `[ -lt N ]` is a syntax error
+/// that ends a `while` at once: the wait for the workload's ready line below ended before it
+/// began whenever the launched shell had not yet created `/tmp/w.log`, which a loaded host
+/// makes likely, and the run then sampled a workload still filling its buffer, with no part
+/// addresses (two CI failures of lab A on 2026-12-07: 0 % of the hot set measured on node 0
+/// while tierd had moved all of it).
+pub(crate) const LAB_COUNT: &str = r#"lab_count() { n=$(grep -c -- "$1" "$2" 2>/dev/null); echo "${n:-0}"; }
+"#;
+
+/// Shell that waits, up to 180 s, for `$LAB_PROCS` ready lines in `/tmp/w.log` (needs
+/// [`LAB_COUNT`]); `i` counts its 0.2 s naps, for [`READY_PID`]'s message.
+const WAIT_READY: &str = r#"i=0; while [ "$(lab_count ' ready' /tmp/w.log)" -lt "$LAB_PROCS" ]; do sleep 0.2; i=$((i+1)); [ $i -gt 900 ] && break; done
+"#;
 
 /// Shell that takes the workload's pid from its ready line (`READY`), or, when there is none
 /// (the workload did not say it was ready within the wait), says so on the console and takes
@@ -613,7 +630,8 @@ LAB NM t=2.0 800000 default anon=3 N0=3 kernelpagesize_kB=4
         let exp = experiment_three_node_procs();
         let s = script(&exp, &exp.runs[0].1);
         // Both ready lines are waited for, each process's home node found from its CPU.
-        assert!(s.contains("-lt 2 ]; do sleep 0.2"), "{s}");
+        assert!(s.contains("LAB_PROCS=2\n"), "{s}");
+        assert!(s.contains(WAIT_READY), "{s}");
         assert!(s.contains("ls -d /sys/devices/system/cpu/cpu$c/node[0-9]*"));
         assert!(s.contains("LAB NMP t=$T proc=${e%%:*} /\" /proc/${e#*:}/numa_maps"));
         assert!(s.contains("--procs 2 --cpus 0,1"), "{s}");
@@ -667,6 +685,36 @@ LAB NMP t=6.0 proc=1 200000000 default anon=49152 N1=52 N2=49100 kernelpagesize_
         }
         let out = child.wait_with_output().expect("output");
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The wait for the ready line holds until the line comes, even when the log it reads
+    /// does not exist yet (the launched shell creates it), and gives up after its 180 s.
+    #[test]
+    fn the_wait_for_the_ready_line_holds_until_the_log_exists() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("w.log");
+        let log = log.to_str().expect("utf-8 path");
+        let wait = WAIT_READY.replace("/tmp/w.log", log);
+        let out = run_sh(&format!(
+            "{LAB_COUNT}(sleep 0.6; echo 'chase pid=7 addr=0x1 ready' > {log}) &\n\
+             LAB_PROCS=1\n{wait}echo \"naps=$i lines=$(lab_count ' ready' {log})\"\n"
+        ));
+        let naps: u32 = out
+            .trim()
+            .strip_prefix("naps=")
+            .and_then(|r| r.split_once(' '))
+            .and_then(|(n, _)| n.parse().ok())
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(naps >= 2, "the wait ended before the log existed: {out}");
+        assert!(out.trim().ends_with("lines=1"), "{out}");
+        // A log that never comes: the wait gives up (here after 2 naps, not 900).
+        let never = WAIT_READY
+            .replace("/tmp/w.log", &format!("{log}.never"))
+            .replace("-gt 900", "-gt 2");
+        let out = run_sh(&format!(
+            "{LAB_COUNT}LAB_PROCS=1\n{never}echo \"naps=$i\"\n"
+        ));
+        assert_eq!(out, "naps=3\n");
     }
 
     #[test]

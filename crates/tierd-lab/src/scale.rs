@@ -172,7 +172,7 @@ EOS
 T0=$(lab_t)
 sh /tmp/w.sh > /tmp/w.log 2>&1 &
 PID_workload=$!
-i=0; while [ $(grep -c ' ready$' /tmp/w.log) -lt $N ]; do sleep 0.5; i=$((i+1)); [ $i -gt 1800 ] && break; kill -0 $PID_workload 2>/dev/null || break; done
+{lab_count}i=0; while [ "$(lab_count ' ready$' /tmp/w.log)" -lt $N ]; do sleep 0.5; i=$((i+1)); [ $i -gt 1800 ] && break; kill -0 $PID_workload 2>/dev/null || break; done
 grep ' ready$' /tmp/w.log | sed -n 's/^chase pid=\([0-9]*\)\(.*\) addr=0x\([0-9a-f]*\) .* hot_pages=\([0-9]*\) .*/\1 \3 \4/p' > /tmp/hot.txt
 HOTMAPS=$(while read p a n; do printf '/proc/%s/numa_maps ' $p; done < /tmp/hot.txt)
 echo "LAB SCALE ready=$(wc -l < /tmp/hot.txt) of=$N start_s=$(awk -v a=$T0 -v b=$(lab_t) 'BEGIN {{ print b - a }}') node0_free_kb=$(sed -n 's/.*MemFree: *\([0-9]*\).*/\1/p' /sys/devices/system/node/node0/meminfo)"
@@ -198,6 +198,7 @@ kill $PID_eater 2>/dev/null; wait $PID_eater 2>/dev/null
 {migrate_sh}echo "LAB SCALE finished"
 "#,
         procs = procs,
+        lab_count = crate::run::LAB_COUNT,
         total = p.total_mib,
         hot = p.hot_mib,
         leave = p.leave_free_mib,

@@ -390,7 +390,7 @@ pub fn summarize(exp: &Experiment, id: &str, mechanism: &str, d: &RunData) -> Su
         checksum_failures: failures,
         workload_cuts,
         wall_s: d.wall_s,
-        error: None,
+        error: unmeasured(d),
         skipped: d
             .notes
             .iter()
@@ -502,6 +502,25 @@ fn wrong_node_procs(exp: &Experiment, d: &RunData) -> Option<f64> {
         }
     }
     (on_fast > 0).then(|| 100.0 * wrong as f64 / on_fast as f64)
+}
+
+/// Why a run that sampled placement measured none of it: no sample holds any part, so every
+/// figure read from placement would be 0 (the workload's pid or part addresses were never
+/// known: a `LAB WARN` line says which, and is quoted). A run is then an error, not a row
+/// that placed nothing.
+fn unmeasured(d: &RunData) -> Option<String> {
+    if d.samples.is_empty() || d.samples.iter().any(|s| !s.parts.is_empty()) {
+        return None;
+    }
+    let warn = d
+        .notes
+        .iter()
+        .find_map(|n| n.strip_prefix("WARN "))
+        .map_or_else(String::new, |w| format!(": {w}"));
+    Some(format!(
+        "no sample measured the parts' placement ({} samples){warn}",
+        d.samples.len()
+    ))
 }
 
 /// Pages of `part` on the experiment's fast nodes in one sample.
@@ -1101,6 +1120,31 @@ mod tests {
         s.cpu_ticks
             .insert("workload".into(), if t > 0.0 { 100 } else { 0 });
         s
+    }
+
+    /// A run whose samples hold no part (the workload's part addresses never known) is an
+    /// error naming why, not a row that placed 0 % of the hot set; one sample with its parts
+    /// is enough for a row.
+    #[test]
+    fn a_run_that_measured_no_placement_is_an_error() {
+        let exp = experiment_a(true);
+        let bare = |t: f64| Sample {
+            t,
+            ..Sample::default()
+        };
+        let mut d = RunData {
+            samples: vec![bare(0.0), bare(1.0)],
+            notes: vec!["WARN no ready line from the workload after 180 s".into()],
+            ..RunData::default()
+        };
+        let s = summarize(&exp, "T1", "tierd", &d);
+        let e = s.error.expect("an error");
+        assert!(
+            e.contains("no sample measured") && e.contains("no ready line"),
+            "{e}"
+        );
+        d.samples.push(sample(2.0, 32768, 0, 32768, None));
+        assert_eq!(summarize(&exp, "T1", "tierd", &d).error, None);
     }
 
     #[test]
