@@ -1190,13 +1190,18 @@ impl Damon {
         if self.quota_is_set() && self.quota.charged_sz + sz > self.quota.esz {
             let left = self.quota.esz.saturating_sub(self.quota.charged_sz) / self.unit_bytes;
             if left == 0 {
-                self.update_stat(ctx, 0, 0, 0);
+                self.update_stat(ctx, 0, 0, 0, false);
                 return 0.0;
             }
             self.split_at(i, u32::try_from(left).unwrap_or(u32::MAX));
             sz = left * self.unit_bytes;
         }
-        let (applied, passed, cost) = self.migrate_region(ctx, i, t);
+        let Migrated {
+            bytes: applied,
+            passed,
+            cost,
+            any,
+        } = self.migrate_region(ctx, i, t);
         self.quota.total_charged_ns += cost;
         // damos_charge_quota() with fail_charge_denom = 0: the whole region is charged.
         self.quota.charged_sz += sz;
@@ -1204,17 +1209,25 @@ impl Damon {
             self.quota.charge_addr_from = Some(self.regions[i].end);
         }
         self.regions[i].age = 0;
-        self.update_stat(ctx, sz, applied, passed);
+        self.update_stat(ctx, sz, applied, passed, any);
         cost
     }
 
-    /// `damos_update_stat()`.
-    fn update_stat(&mut self, ctx: &mut Ctx<'_>, sz_tried: u64, sz_applied: u64, passed: u64) {
+    /// `damos_update_stat()`; `any`: the action applied to at least one page (counted in
+    /// `nr_applied`).
+    fn update_stat(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        sz_tried: u64,
+        sz_applied: u64,
+        passed: u64,
+        any: bool,
+    ) {
         self.stats.nr_tried += 1;
         self.stats.sz_tried += sz_tried;
         ctx.acct.count("damos_nr_tried", 1);
         ctx.acct.count("damos_sz_tried", sz_tried);
-        if sz_applied > 0 {
+        if any {
             self.stats.nr_applied += 1;
             ctx.acct.count("damos_nr_applied", 1);
         }
@@ -1225,9 +1238,8 @@ impl Damon {
     }
 
     /// `damon_pa_migrate()` then `damon_migrate_pages()`: every page in the region goes to
-    /// `target_nid`, in address order. Returns (bytes migrated, bytes that passed the filters,
-    /// CPU time in ns).
-    fn migrate_region(&mut self, ctx: &mut Ctx<'_>, i: usize, t: u64) -> (u64, u64, f64) {
+    /// `target_nid`, in address order.
+    fn migrate_region(&mut self, ctx: &mut Ctx<'_>, i: usize, t: u64) -> Migrated {
         let r = self.regions[i];
         let target = NodeId(self.p.target_nid);
         let t_ms = ms_of(t);
@@ -1235,6 +1247,7 @@ impl Damon {
         let mut passed = 0;
         let mut isolated: Vec<UnitId> = Vec::new();
         let mut mpol_skipped = 0;
+        let mut declined = false;
         // In a grained machine an address is a frame, each walked (a free one as well: the
         // walk steps a page at a time where there is no folio), and a unit's are each checked
         // by the filter; one draw stands for all of them. A THP is one step. A unit the region
@@ -1250,9 +1263,8 @@ impl Damon {
             let Some(u) = Space::of(&self.p, ctx.mem, 1).unit_at(slot) else {
                 continue;
             };
-            if held < g && ctx.rng.gen_range(0..g) >= held {
-                continue;
-            }
+            // The held part's share of the unit's bytes and pages (all of them at grain 1).
+            let part = |of: u64| of * u64::from(held) / u64::from(g);
             let bytes = ctx.mem.unit_pages(u) * PAGE_SIZE;
             let frames = f64::from(held);
             if self.p.young_filter {
@@ -1264,13 +1276,18 @@ impl Damon {
                     continue;
                 }
             }
-            passed += bytes;
+            passed += part(bytes);
             if ctx.mem.node_of(u) == target {
                 // vaddr: already there (__damon_migrate_folio_list() returns 0).
                 continue;
             }
             if !ctx.mem.region_of(u).policy.allows(target) {
-                mpol_skipped += ctx.mem.unit_pages(u);
+                mpol_skipped += part(ctx.mem.unit_pages(u));
+                continue;
+            }
+            if held < g && ctx.rng.gen_range(0..g) >= held {
+                // Page by page the held pages would have gone: the region counts as applied.
+                declined = true;
                 continue;
             }
             isolated.push(u);
@@ -1280,7 +1297,12 @@ impl Damon {
         }
         let Some(capacity) = ctx.mem.node(target).map(|n| n.capacity) else {
             // damon_migrate_pages(): an invalid target puts everything back.
-            return (0, passed, cost);
+            return Migrated {
+                bytes: 0,
+                passed,
+                cost,
+                any: false,
+            };
         };
         // The destination is allocated with __GFP_THISNODE | GFP_NOWAIT | __GFP_NOMEMALLOC
         // and no reclaim (ops-common.c __damon_migrate_folio_list()): it fails below the
@@ -1314,7 +1336,12 @@ impl Damon {
         if failed > 0 {
             ctx.acct.count("pgmigrate_fail", failed);
         }
-        (applied, passed, cost)
+        Migrated {
+            bytes: applied,
+            passed,
+            cost,
+            any: applied > 0 || declined,
+        }
     }
 
     /// The `young` filter's `damon_folio_young()`: is the page's accessed bit set now?
@@ -1400,6 +1427,20 @@ impl Mechanism for Kdamonds {
             d.step(ctx);
         }
     }
+}
+
+/// What a scheme's walk of one region did ([`Damon::migrate_region`]).
+struct Migrated {
+    /// Bytes migrated.
+    bytes: u64,
+    /// Bytes that passed the filters.
+    passed: u64,
+    /// kdamond's CPU time, ns.
+    cost: f64,
+    /// Whether the action applied to at least one page: a page migrated, or, in a grained
+    /// machine, a unit the region holds only part of that lost its draw (page by page, the
+    /// pages it holds would have moved).
+    any: bool,
 }
 
 /// The monitored address space, looked up once per pass.
@@ -2369,7 +2410,8 @@ mod tests {
 
     /// A unit moves whole, so a region that holds some of its pages takes it with their share
     /// as probability: a region of 3 of a unit's 8 pages moves 3/8 of such units, one that
-    /// holds all 8 moves every one.
+    /// holds all 8 moves every one. Each such region counts as applied, as page by page its 3
+    /// pages would have moved.
     #[test]
     fn a_region_holding_part_of_a_unit_moves_it_with_that_share() {
         let moved = |first: u32, len: u32| {
@@ -2380,11 +2422,12 @@ mod tests {
             damon.regions = (0..1024)
                 .map(|k| DamonRegion::new(8 * k + first, 8 * k + first + len))
                 .collect();
-            sim.with_ctx(|ctx| {
-                for i in 0..1024 {
-                    damon.migrate_region(ctx, i, 0);
-                }
+            let applied = sim.with_ctx(|ctx| {
+                (0..1024)
+                    .filter(|&i| damon.migrate_region(ctx, i, 0).any)
+                    .count()
             });
+            assert_eq!(applied, 1024, "regions applied");
             assert_eq!(sim.mem.check(), None);
             sim.on(hot, FAST)
         };
