@@ -1259,7 +1259,7 @@ impl Damon {
             let first = slot * g;
             let held = r.end.min(first + g) - r.start.max(first);
             cost += APPLY_FRAME_NS;
-            cost += APPLY_FRAME_NS * f64::from(held - 1);
+            cost += APPLY_FRAME_NS * f64::from(held.saturating_sub(1));
             let Some(u) = Space::of(&self.p, ctx.mem, 1).unit_at(slot) else {
                 continue;
             };
@@ -2543,24 +2543,12 @@ mod tests {
     #[test]
     fn splitting_cuts_each_region_into_two_or_three_pieces() {
         let mut sim = Sim::new(Bytes::mib(256), Bytes::mib(256), 14);
-        let load = Load::compute(&sim.procs, &sim.mem, &sim.lat, &[]);
-        let mut ctx = Ctx {
-            now: 0,
-            dt: STEP_NS,
-            mem: &mut sim.mem,
-            load: &load,
-            procs: &sim.procs,
-            rng: &mut sim.rng,
-            acct: &mut sim.acct,
-            kernel: &sim.knobs,
-            memcg: &crate::mechanism::NO_MEMCGS,
-        };
         let mut damon = Damon::new(&params());
         let before: Vec<DamonRegion> = (0..10)
             .map(|k| DamonRegion::new(k * 1000, k * 1000 + 1000))
             .collect();
         damon.regions = before.clone();
-        damon.split_regions(&mut ctx);
+        sim.with_ctx(|ctx| damon.split_regions(ctx));
         assert_eq!(damon.regions.len(), 20, "two pieces each the first time");
         for (r, pieces) in before.iter().zip(damon.regions.chunks(2)) {
             assert_eq!((pieces[0].start, pieces[1].end), (r.start, r.end));
@@ -2570,18 +2558,18 @@ mod tests {
         // Same count as last time: three pieces.
         damon.regions = before.clone();
         damon.last_nr_regions = 10;
-        damon.split_regions(&mut ctx);
+        sim.with_ctx(|ctx| damon.split_regions(ctx));
         assert_eq!(damon.regions.len(), 30);
         assert!(damon.regions.windows(2).all(|w| w[0].end == w[1].start));
         // Above max_nr_regions / 2: no split.
-        damon.split_regions(&mut ctx);
-        damon.split_regions(&mut ctx);
+        sim.with_ctx(|ctx| damon.split_regions(ctx));
+        sim.with_ctx(|ctx| damon.split_regions(ctx));
         let n = damon.regions.len();
         assert!(n <= 1000, "{n}");
         damon.regions = (0..501)
             .map(|k| DamonRegion::new(k * 10, k * 10 + 10))
             .collect();
-        damon.split_regions(&mut ctx);
+        sim.with_ctx(|ctx| damon.split_regions(ctx));
         assert_eq!(damon.regions.len(), 501);
     }
 

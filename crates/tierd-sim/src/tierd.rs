@@ -259,8 +259,8 @@ fn read_regions(
         }
         let first = located.len();
         let (mut fast, mut present) = (0u64, 0u64);
-        // A unit astride two accessed regions is read in both (rare: regions are mostly
-        // many units long), as each of its pages would be read in its own.
+        // A unit astride two accessed regions is read in both, where page by page each
+        // would read its own pages of it (rare: regions are mostly many units long).
         let slots = kdamond.slots_in(r);
         for a in slots.start..slots.end.min(ctx.mem.units()) {
             if budget == 0 {
