@@ -2033,10 +2033,13 @@ impl Mechanism for Numab {
                 crate::mechanism::draw_samples(ctx, self.params.sample_period, &mut samples);
                 for smp in samples {
                     // A sample stands in for a hint fault: counted as one, with no latency
-                    // (the page was just accessed).
-                    self.tally.add(T_NUMA_HINT_FAULTS, 1);
+                    // (the page was just accessed). In a grained machine a drawn sample stands
+                    // for one on each of the unit's pages (`draw_samples`), so for as many
+                    // faults.
+                    let grain = ctx.mem.grain_of(smp.unit);
+                    self.tally.add(T_NUMA_HINT_FAULTS, grain);
                     if ctx.mem.node_of(smp.unit) == smp.node {
-                        self.tally.add(T_NUMA_HINT_FAULTS_LOCAL, 1);
+                        self.tally.add(T_NUMA_HINT_FAULTS_LOCAL, grain);
                     }
                     faults.push(HintFault {
                         unit: smp.unit,

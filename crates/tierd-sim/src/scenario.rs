@@ -1682,59 +1682,19 @@ impl Scenario {
 
     /// Why `machine.grain` cannot be what it is, if it cannot. A grained unit's events are
     /// drawn once at one page's rate and counted for each of its pages (the scanner's hint
-    /// faults and PTE updates, the LRU's reference bits, migrations and reclaim), which is
-    /// exact in expectation for pages of one rate. tierd's hardware samples and accessed-bit
-    /// scans are drawn the same way, at one page's rate per unit
-    /// ([`crate::mechanism::draw_samples`], `Tierd::abit_scan`), and its engine is given one
+    /// faults and PTE updates, the LRU's reference bits, hardware samples, tierd's
+    /// accessed-bit scans, DAMON's samples, migrations and reclaim), which is exact in
+    /// expectation for pages of one rate, whatever the mechanism. tierd's engine is given one
     /// page per unit of a machine `grain` times smaller, so its thresholds and its demoter
-    /// rank units as pages of one size: no THP may sit beside them. DAMON's regions sample
-    /// a unit's bits at the unit's rate and NUMA balancing fed by samples migrates on each:
-    /// they are not grained, and neither are THPs.
+    /// rank units as pages of one size: no THP may sit beside them, and a THP is already a
+    /// unit of 512 pages. So THP regions are what a grain refuses.
     #[must_use]
     pub fn grain_problem(&self) -> Option<String> {
-        self.grain_problem_in(&[])
-    }
-
-    /// [`Scenario::grain_problem`] for the configurations `only` names (every one when it is
-    /// empty): a run of some rows (`tierd compare --only`) is not refused for a row it does
-    /// not run.
-    #[must_use]
-    pub fn grain_problem_in(&self, only: &[String]) -> Option<String> {
         let g = self.machine.grain;
-        if g <= 1 {
-            return None;
-        }
-        if self.has_thp() {
+        if g > 1 && self.has_thp() {
             return Some(format!(
                 "grain {g} needs base pages only: a THP is already a unit of 512 pages (use grain 1 with THP)"
             ));
-        }
-        for c in self
-            .config
-            .iter()
-            .filter(|c| only.is_empty() || only.contains(&c.id))
-        {
-            let why = match c.mechanism {
-                MechanismKind::Baseline => None,
-                MechanismKind::Numab => c
-                    .numab
-                    .as_ref()
-                    .filter(|n| n.source == crate::numab::NumabSource::Samples)
-                    .map(|_| "NUMA balancing fed by samples sees a unit's pages as one"),
-                MechanismKind::Damon => None,
-                MechanismKind::Tierd => c
-                    .tierd
-                    .as_ref()
-                    .and_then(|t| t.kernel_numab.as_ref())
-                    .filter(|n| n.source == crate::numab::NumabSource::Samples)
-                    .map(|_| "NUMA balancing fed by samples sees a unit's pages as one"),
-            };
-            if let Some(why) = why {
-                return Some(format!(
-                    "grain {g} cannot run config {}: {why}; use grain 1",
-                    c.id
-                ));
-            }
         }
         None
     }
@@ -2081,9 +2041,9 @@ mod range_tests {
         assert!(toml::to_string(&c).unwrap().contains("grain = 8"));
     }
 
-    /// A grain that is not a power of two up to 512, or that a row cannot take (NUMA
-    /// balancing fed by samples, THP), is refused in one line that names `machine.grain` and,
-    /// for a row, the row. Every other source is drawn at one page's rate per unit.
+    /// A grain that is not a power of two up to 512, or beside THP, is refused in one line
+    /// that names `machine.grain`. Every source is drawn at one page's rate per unit, so
+    /// every row takes one.
     #[test]
     fn a_grain_the_scenario_cannot_take_is_refused() {
         let with = |g: &str| A.replacen("\ngrain = 8\n", &format!("\ngrain = {g}\n"), 1);
@@ -2103,33 +2063,19 @@ mod range_tests {
         // THP regions do not.
         let thp = a.with_thp(Thp::ALWAYS).with_grain(8);
         assert!(thp.grain_problem().is_some_and(|m| m.contains("THP")));
-        // Nor does NUMA balancing fed by samples: seed B's IBS row, refused in one line...
+        // Every row of seed B takes one too, its IBS row (NUMA balancing fed by samples)
+        // included, and so does a tierd row running the kernel's NUMA balancing fed by samples.
         const B: &str = include_str!("../../../scenarios/b-hint-vs-samples.toml");
         let b = B.replacen("[machine]", "[machine]\ngrain = 8", 1);
-        let m = refused(&b);
-        assert!(
-            m.contains("machine.grain") && m.contains("config IBS"),
-            "{m}"
-        );
-        assert!(!m.contains('\n'), "{m}");
-        // ...unless the run leaves it out (`--only`).
-        let b = Scenario::parse(B, Path::new("s.toml"))
-            .unwrap()
-            .with_grain(2);
-        assert!(b.grain_problem().is_some());
-        assert_eq!(b.grain_problem_in(&["HF".into()]), None);
-        assert!(b
-            .grain_problem_in(&["HF".into(), "IBS".into()])
-            .is_some_and(|m| m.contains("IBS")));
-        // Nor a tierd row running the kernel's NUMA balancing fed by samples beside it.
+        let b = Scenario::parse(&b, Path::new("s.toml")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(b.machine.grain, 8);
         let mut t = Scenario::parse(A, Path::new("s.toml")).unwrap();
         t.config.retain(|c| c.id == "T1");
         t.config[0].tierd.as_mut().unwrap().kernel_numab = Some(crate::numab::NumabParams {
             source: crate::numab::NumabSource::Samples,
             ..crate::numab::NumabParams::default()
         });
-        let m = t.with_grain(2).grain_problem().unwrap_or_default();
-        assert!(m.contains("samples") && m.contains("T1"), "{m}");
+        assert_eq!(t.with_grain(2).grain_problem(), None);
     }
 
     use proptest::prelude::*;

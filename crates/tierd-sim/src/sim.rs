@@ -295,23 +295,13 @@ impl World {
     /// # Errors
     /// [`SimError`] if the machine or an allocation is impossible.
     pub fn build(sc: &Scenario) -> Result<World, SimError> {
-        Self::build_for(sc, &[])
-    }
-
-    /// [`World::build`] for a run of the configurations `only` names (every one when it is
-    /// empty): the machine is the same, and only those rows must be able to run on it
-    /// (a grain is refused for the rows that cannot take it, not for the others).
-    ///
-    /// # Errors
-    /// As [`World::build`].
-    pub fn build_for(sc: &Scenario, only: &[String]) -> Result<World, SimError> {
         let topo_err = |source| SimError::Topology {
             scenario: sc.name.clone(),
             source,
         };
         // `Scenario::validate` refuses these in a file; `--grain` and `--thp` change a
         // scenario after it.
-        if let Some(message) = sc.grain_problem_in(only) {
+        if let Some(message) = sc.grain_problem() {
             return Err(SimError::Grain {
                 scenario: sc.name.clone(),
                 message,
@@ -1352,7 +1342,7 @@ pub fn compare(
     only: &[String],
     progress: impl FnMut(usize, &str, f64),
 ) -> Result<CompareResult, SimError> {
-    let world = World::build_for(sc, only)?;
+    let world = World::build(sc)?;
     let configs = run_in_turn(&world, &picked(sc, only), progress)?;
     Ok(compare_result(sc, scale, &world, configs))
 }
@@ -1507,7 +1497,7 @@ pub fn compare_jobs_within(
     use std::sync::Mutex;
 
     let picked = picked(sc, only);
-    let world = World::build_for(sc, only)?;
+    let world = World::build(sc)?;
     let asked = jobs.clamp(1, picked.len().max(1));
     let estimates: Vec<Bytes> = picked
         .iter()

@@ -422,6 +422,34 @@ fn a_grained_run_gives_the_page_by_page_figures_of_a_damon_row() {
     );
 }
 
+/// NUMA balancing fed by samples takes a grain too: a unit is sampled at one page's rate
+/// (`draw_samples`), and each drawn sample is a hint fault on each of its pages, counted so.
+/// Seed B's IBS row at 1/32, page by page and in units of 4 pages: placement, the pages on
+/// the wrong node, the tax, hint faults and migrations within 2 %. It fails if a grained
+/// sample is counted as one fault (a quarter of the hint faults).
+#[test]
+fn a_grained_run_gives_the_page_by_page_figures_of_numa_balancing_fed_by_samples() {
+    let (p, u) = page_and_grained_runs("hint-vs-samples", 1.0 / 32.0, "IBS", 4);
+    let close = |what: &str, a: f64, b: f64| close_to_the_page_run("IBS", what, a, b, 0.02);
+    close("latency", p.latency_ns, u.latency_ns);
+    close("GiB on node 1", p.fast_gib, u.fast_gib);
+    close("wrong-node GiB", p.wrong_node_gib, u.wrong_node_gib);
+    close("app tax s", p.app_overhead_s, u.app_overhead_s);
+    for k in [
+        "numa_hint_faults",
+        "numa_hint_faults_local",
+        "numa_pages_migrated",
+        "hwhint_total_events",
+    ] {
+        close(k, counter(&p, k) as f64, counter(&u, k) as f64);
+    }
+    assert!(
+        counter(&p, "numa_pages_migrated") > 10_000,
+        "{:?}",
+        p.counters
+    );
+}
+
 #[test]
 fn precise_target_beats_default_on_two_dram_nodes_in_c() {
     let r = run("three-node", 1.0 / 32.0, &["B0", "N2", "PD", "PP", "PD3"]);

@@ -84,9 +84,7 @@ struct RunArgs {
     thp: Option<ThpArg>,
     /// Base pages per simulated unit (a power of two up to 512), whatever the scenario's
     /// `machine.grain` says after `--scale`: 1 simulates every page; a larger grain is faster
-    /// and approximate (docs/simulator.md, "Grain"). Needs base pages and mechanisms whose
-    /// events are drawn per page (every source but NUMA balancing fed by samples), in the rows
-    /// run.
+    /// and approximate (docs/simulator.md, "Grain"). Needs base pages (no THP).
     #[arg(long)]
     grain: Option<u32>,
 }
