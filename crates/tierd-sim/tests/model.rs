@@ -322,6 +322,19 @@ fn counter(c: &ConfigResult, k: &str) -> u64 {
     c.counters.get(k).copied().unwrap_or(0)
 }
 
+/// Asserts that the page run reached 90 % of the hot set and that the grained run (`u`) did
+/// within `tol` (relative) of its time.
+fn t90_close_to_the_page_run(id: &str, p: &ConfigResult, u: &ConfigResult, tol: f64) {
+    assert!(t90(p).is_some(), "{id}: {:?}", p.time_to_hot);
+    close_to_the_page_run(
+        id,
+        "t90 s",
+        t90(p).unwrap_or(0.0),
+        t90(u).unwrap_or(f64::INFINITY),
+        tol,
+    );
+}
+
 fn t90(c: &ConfigResult) -> Option<f64> {
     c.time_to_hot.get("90").copied().flatten()
 }
@@ -385,13 +398,7 @@ fn a_grained_run_gives_the_page_by_page_figures_of_a_tierd_row_that_scans_bits()
     ] {
         close(k, counter(&p, k) as f64, counter(&u, k) as f64, tol);
     }
-    assert!(t90(&p).is_some(), "{:?}", p.time_to_hot);
-    close(
-        "t90 s",
-        t90(&p).unwrap_or(0.0),
-        t90(&u).unwrap_or(f64::INFINITY),
-        0.02,
-    );
+    t90_close_to_the_page_run("T1", &p, &u, 0.02);
     // The scan tuned its interval: more than one scan, each reading the whole buffer.
     assert!(counter(&p, "abit_scans") > 2, "{:?}", p.counters);
 }
@@ -413,13 +420,7 @@ fn a_grained_run_gives_the_page_by_page_figures_of_a_damon_row() {
     close("hot on fast", p.hot_on_fast, u.hot_on_fast, 0.005);
     close("promoted GiB", p.promoted_gib, u.promoted_gib, 0.05);
     close("kdamond CPU s", p.promoter_cpu_s, u.promoter_cpu_s, 0.03);
-    assert!(t90(&p).is_some(), "{:?}", p.time_to_hot);
-    close(
-        "t90 s",
-        t90(&p).unwrap_or(0.0),
-        t90(&u).unwrap_or(f64::INFINITY),
-        0.025,
-    );
+    t90_close_to_the_page_run("D3", &p, &u, 0.025);
 }
 
 /// NUMA balancing fed by samples takes a grain too: a unit is sampled at one page's rate
