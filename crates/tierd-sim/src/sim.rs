@@ -28,7 +28,9 @@ use crate::mechanism::{
 use crate::memory::{align_vpn, ClassId, ClassSpec, Memory, RegionId, Spread};
 use crate::numab::Numab;
 use crate::observe::Observed;
-use crate::scenario::{ConfigToml, EventAction, MechanismKind, ProcessToml, Scenario, SpreadToml};
+use crate::scenario::{
+    ConfigToml, EventAction, EventToml, MechanismKind, ProcessToml, Scenario, SpreadToml,
+};
 use crate::tierd::{CgroupLows, Tierd};
 use crate::workload::{LatencyTable, Load, Process, Stream, ThreadGroup};
 
@@ -238,6 +240,24 @@ pub struct World {
 
 fn gib(x: f64) -> Bytes {
     Bytes((x * Bytes::GIB as f64) as u64)
+}
+
+/// GiB in `pages` base pages. The product comes before the division, as every report figure
+/// was computed, so the printed figures do not move by a rounding.
+fn pages_gib(pages: f64) -> f64 {
+    pages * 4096.0 / Bytes::GIB as f64
+}
+
+/// The means of latency, accesses/s and (when the measured process counts operations) ops/s
+/// over the last `fraction` of the samples: the report's steady state.
+fn steady_means(series: &[Sample], fraction: f64, counts_ops: bool) -> (f64, f64, Option<f64>) {
+    let steady_n = ((series.len() as f64 * fraction).ceil() as usize).clamp(1, series.len().max(1));
+    let tail = &series[series.len().saturating_sub(steady_n)..];
+    let latency_ns = tail.iter().map(|s| s.latency_ns).sum::<f64>() / tail.len().max(1) as f64;
+    let throughput = tail.iter().map(|s| s.accesses_per_s).sum::<f64>() / tail.len().max(1) as f64;
+    let ops_per_s = counts_ops
+        .then(|| tail.iter().filter_map(|s| s.ops_per_s).sum::<f64>() / tail.len().max(1) as f64);
+    (latency_ns, throughput, ops_per_s)
 }
 
 /// What is appended to a region's name for its base-page part when only a share of it is in
@@ -943,16 +963,10 @@ impl World {
         }
     }
 
-    /// [`World::run`], copying the machine into `spare` (left holding it afterwards for the
-    /// next configuration) instead of into a fresh allocation.
-    fn run_reusing(
-        &self,
-        c: &ConfigToml,
-        spare: &mut Option<Memory>,
-        mut progress: impl FnMut(f64),
-        mut observe: impl FnMut(&Observed<'_>),
-    ) -> Result<ConfigResult, SimError> {
-        let mut w = self.fresh(spare.take());
+    /// Applies a configuration's overrides to a fresh world: the latency profile, the
+    /// cgroups' memory.low and memory.high, the processes it skips, and the kernel knobs its
+    /// mechanism implies.
+    fn configure(&mut self, c: &ConfigToml) {
         if let Some(pairs) = c
             .profile
             .as_ref()
@@ -963,44 +977,106 @@ impl World {
                     .split_once('-')
                     .and_then(|(a, b)| Some((a.parse::<u16>().ok()?, b.parse::<u16>().ok()?)))
                 {
-                    w.lat.ns.insert((NodeId(a), NodeId(b)), *v);
+                    self.lat.ns.insert((NodeId(a), NodeId(b)), *v);
                 }
             }
         }
         for cg in &c.cgroup {
-            if let Some(id) = w.cgroups.get(&cg.name).copied() {
-                w.memcg.low.insert(id, gib(cg.low_gib));
+            if let Some(id) = self.cgroups.get(&cg.name).copied() {
+                self.memcg.low.insert(id, gib(cg.low_gib));
                 if cg.high_gib > 0.0 {
-                    w.memcg.high.insert(id, gib(cg.high_gib));
+                    self.memcg.high.insert(id, gib(cg.high_gib));
                 } else {
-                    w.memcg.high.remove(&id);
+                    self.memcg.high.remove(&id);
                 }
             }
         }
         for name in &c.skip {
-            for pi in w.procs_named(name) {
-                w.procs[pi].running = false;
-                w.procs[pi].streams.clear();
-                for r in w.procs[pi].regions.clone() {
-                    w.mem.unmap_region(r);
+            for pi in self.procs_named(name) {
+                self.procs[pi].running = false;
+                self.procs[pi].streams.clear();
+                for r in self.procs[pi].regions.clone() {
+                    self.mem.unmap_region(r);
                 }
             }
         }
-        let mut mech = w.mechanism(c)?;
         if c.mechanism == MechanismKind::Numab {
-            w.knobs.tiering_kswapd = c.numab.as_ref().is_none_or(|n| n.mode & 2 != 0);
-            w.knobs.memcg_tiering = c.numab.as_ref().is_some_and(|n| n.memcg_tiering);
+            self.knobs.tiering_kswapd = c.numab.as_ref().is_none_or(|n| n.mode & 2 != 0);
+            self.knobs.memcg_tiering = c.numab.as_ref().is_some_and(|n| n.memcg_tiering);
         } else if c.mechanism == MechanismKind::Tierd {
             // The kernel's pghot takes its hint faults from NUMA balancing's tiering mode
             // (numa_balancing=2, or 3 with kernel_numab), so its kswapd balances top-tier
             // nodes to the promotion watermark (mm/vmscan.c `pgdat_balanced()`); tierd's own
             // rows leave the kernel at its defaults.
-            w.knobs.tiering_kswapd = c.tierd.as_ref().is_some_and(|t| {
+            self.knobs.tiering_kswapd = c.tierd.as_ref().is_some_and(|t| {
                 t.kernel_pghot
                     && t.sources
                         .contains(&tierd_engine::sources::SourceKind::HintFault)
             });
         }
+    }
+
+    /// One scheduled event (scenario `[[event]]`) applied to the processes it names.
+    fn apply_event(&mut self, e: &EventToml) {
+        for pi in self.procs_named(&e.process) {
+            match e.action {
+                EventAction::Pause => self.procs[pi].running = false,
+                EventAction::Resume => self.procs[pi].running = true,
+                EventAction::Exit => {
+                    self.procs[pi].running = false;
+                    for r in self.procs[pi].regions.clone() {
+                        self.mem.unmap_region(r);
+                    }
+                }
+                EventAction::Migratepages => {
+                    if let Some(to) = e.to {
+                        for r in self.procs[pi].regions.clone() {
+                            let reg = self.mem.regions()[r.0 as usize].clone();
+                            for u in reg.first_unit..reg.first_unit + reg.units {
+                                // Pages that do not fit stay where they are, as
+                                // with migratepages(8).
+                                let _ = self.mem.migrate(crate::memory::UnitId(u), NodeId(to));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Pages of single-node processes that sit on another top-tier node than their threads'.
+    fn wrong_node_pages(&self) -> u64 {
+        let mut wrong_pages = 0u64;
+        for p in &self.procs {
+            let Some(home) = p.groups.first().map(|g| g.node) else {
+                continue;
+            };
+            if p.groups.iter().any(|g| g.node != home) {
+                continue;
+            }
+            for r in &p.regions {
+                for (n, pages) in self.mem.region_placement(*r) {
+                    if n != home && self.topo.is_toptier(n) {
+                        wrong_pages += pages.0;
+                    }
+                }
+            }
+        }
+        wrong_pages
+    }
+
+    /// [`World::run`], copying the machine into `spare` (left holding it afterwards for the
+    /// next configuration) instead of into a fresh allocation.
+    fn run_reusing(
+        &self,
+        c: &ConfigToml,
+        spare: &mut Option<Memory>,
+        mut progress: impl FnMut(f64),
+        mut observe: impl FnMut(&Observed<'_>),
+    ) -> Result<ConfigResult, SimError> {
+        let mut w = self.fresh(spare.take());
+        w.configure(c);
+        let mut mech = w.mechanism(c)?;
         let sc = &self.scenario;
         let mut rng = SimRng::seed_from_u64(sc.seed);
         let dt = sc.step_ms * 1_000_000;
@@ -1030,7 +1106,7 @@ impl World {
             .map(|p| sc.report.process.as_ref().is_none_or(|n| *n == p.name))
             .collect();
         let hot_pages: f64 = w.hot_classes.iter().map(|&c| w.class_pages(c)).sum();
-        let hot_gib = hot_pages * 4096.0 / Bytes::GIB as f64;
+        let hot_gib = pages_gib(hot_pages);
         let counts_ops = w
             .procs
             .iter()
@@ -1059,30 +1135,7 @@ impl World {
                 if c.skip.contains(&e.process) {
                     continue;
                 }
-                for pi in w.procs_named(&e.process) {
-                    match e.action {
-                        EventAction::Pause => w.procs[pi].running = false,
-                        EventAction::Resume => w.procs[pi].running = true,
-                        EventAction::Exit => {
-                            w.procs[pi].running = false;
-                            for r in w.procs[pi].regions.clone() {
-                                w.mem.unmap_region(r);
-                            }
-                        }
-                        EventAction::Migratepages => {
-                            if let Some(to) = e.to {
-                                for r in w.procs[pi].regions.clone() {
-                                    let reg = w.mem.regions()[r.0 as usize].clone();
-                                    for u in reg.first_unit..reg.first_unit + reg.units {
-                                        // Pages that do not fit stay where they are, as
-                                        // with migratepages(8).
-                                        let _ = w.mem.migrate(crate::memory::UnitId(u), NodeId(to));
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
+                w.apply_event(e);
             }
             let load = Load::compute(&w.procs, &w.mem, &w.lat, &tax);
             acct.app_overhead_ns.iter_mut().for_each(|x| *x = 0.0);
@@ -1140,8 +1193,8 @@ impl World {
                     ops_per_s: counts_ops.then(|| ops_acc / sample_every as f64),
                     node_gib: w.report_gib(&w.mem),
                     hot_on_fast: hot_fast,
-                    promoted_gib: acct.promoted_pages as f64 * 4096.0 / Bytes::GIB as f64,
-                    demoted_gib: acct.demoted_pages as f64 * 4096.0 / Bytes::GIB as f64,
+                    promoted_gib: pages_gib(acct.promoted_pages as f64),
+                    demoted_gib: pages_gib(acct.demoted_pages as f64),
                     promoter_cpu_s: acct.promoter_cpu_ns / 1e9,
                     counters: acct.vmstat.clone(),
                 });
@@ -1168,35 +1221,13 @@ impl World {
                 message,
             });
         }
-        let steady_n = ((series.len() as f64 * sc.report.steady_fraction).ceil() as usize)
-            .clamp(1, series.len().max(1));
-        let tail = &series[series.len().saturating_sub(steady_n)..];
-        let latency_ns = tail.iter().map(|s| s.latency_ns).sum::<f64>() / tail.len().max(1) as f64;
-        let throughput =
-            tail.iter().map(|s| s.accesses_per_s).sum::<f64>() / tail.len().max(1) as f64;
-        let ops_per_s = counts_ops.then(|| {
-            tail.iter().filter_map(|s| s.ops_per_s).sum::<f64>() / tail.len().max(1) as f64
-        });
+        let (latency_ns, throughput, ops_per_s) =
+            steady_means(&series, sc.report.steady_fraction, counts_ops);
         let node_gib = w.report_gib(&w.mem);
         let fast_gib = node_gib.get(&w.fast_node).copied().unwrap_or(0.0);
         let hot_on_fast = w.hot_share_on(w.fast_node);
         let counters = acct.vmstat.clone();
-        let mut wrong_pages = 0u64;
-        for p in &w.procs {
-            let Some(home) = p.groups.first().map(|g| g.node) else {
-                continue;
-            };
-            if p.groups.iter().any(|g| g.node != home) {
-                continue;
-            }
-            for r in &p.regions {
-                for (n, pages) in w.mem.region_placement(*r) {
-                    if n != home && w.topo.is_toptier(n) {
-                        wrong_pages += pages.0;
-                    }
-                }
-            }
-        }
+        let wrong_pages = w.wrong_node_pages();
         let pages_migrated = w.mem.stats.pages_migrated;
         let mempolicy_violations = w.mem.stats.mempolicy_violations;
         *spare = Some(w.mem);
@@ -1220,12 +1251,12 @@ impl World {
             } else {
                 0.0
             },
-            promoted_gib: acct.promoted_pages as f64 * 4096.0 / Bytes::GIB as f64,
-            demoted_gib: acct.demoted_pages as f64 * 4096.0 / Bytes::GIB as f64,
+            promoted_gib: pages_gib(acct.promoted_pages as f64),
+            demoted_gib: pages_gib(acct.demoted_pages as f64),
             promoter_cpu_s: acct.promoter_cpu_ns / 1e9,
             promoter_cpu_pct: acct.promoter_cpu_ns / 1e9 / sc.duration_s * 100.0,
             app_overhead_s: acct.app_overhead_total_ns / 1e9,
-            wrong_node_gib: wrong_pages as f64 * 4096.0 / Bytes::GIB as f64,
+            wrong_node_gib: pages_gib(wrong_pages as f64),
             pages_migrated,
             overhead_us_per_migrated_page,
             time_to_hot,
