@@ -76,79 +76,7 @@ use tierd_linux::source::verify::{AccessVerifier, Verdict};
 use tierd_linux::source::{AccessedRange, Feed, IdleRange};
 use tierd_linux::status::FolioSnapshot;
 
-/// Exit status of `tierd run` for a bad configuration (sysexits.h `EX_CONFIG`): the systemd
-/// unit does not restart on it (`RestartPreventExitStatus=78`).
-pub const EXIT_CONFIG: u8 = 78;
-/// Exit status when nothing can run here at start: one memory tier, or no configured source
-/// available (sysexits.h `EX_UNAVAILABLE`); restarted with systemd's back-off, since a
-/// module load or a hotplugged node can change it.
-pub const EXIT_UNAVAILABLE: u8 = 69;
-
-/// Why the daemon cannot start. Nothing that happens once it runs is one of these.
-#[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
-    /// A file the daemon needs at start could not be read.
-    #[error("reading the machine's description")]
-    Read(#[from] ReadError),
-    /// The machine has nothing to tier.
-    #[error("nothing to tier: {0}")]
-    NothingToTier(String),
-    /// The topology could not be turned into the engine's.
-    #[error("topology")]
-    Topology(#[from] tierd_linux::read::topology::ConvertError),
-    /// `[topology]` does not fit this machine (a node it names has no memory, a memory node
-    /// it leaves out, or tiers the engine refuses).
-    #[error("[topology]: {0}")]
-    TopologyOverride(String),
-    /// The engine refused the configuration.
-    #[error("engine configuration")]
-    Engine(#[from] tierd_engine::ConfigError),
-    /// No configured source can run here.
-    #[error("no hotness source can run here: {0}")]
-    NoSource(String),
-    /// `/proc` is not this process's pid namespace: the pids read there are not the ones
-    /// `move_pages(2)` would move.
-    #[error("{proc_root}: {reason}")]
-    PidNamespace {
-        /// The proc root.
-        proc_root: std::path::PathBuf,
-        /// What does not match.
-        reason: String,
-    },
-    /// The recording (`--record`) could not start.
-    #[error("starting the recording")]
-    Record(#[from] tierd_trace::FileError),
-}
-
-impl DaemonError {
-    /// The process exit status for this error ([`EXIT_CONFIG`] or [`EXIT_UNAVAILABLE`]).
-    #[must_use]
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            DaemonError::Engine(_)
-            | DaemonError::PidNamespace { .. }
-            | DaemonError::TopologyOverride(_)
-            | DaemonError::Record(_) => EXIT_CONFIG,
-            DaemonError::Read(_)
-            | DaemonError::NothingToTier(_)
-            | DaemonError::Topology(_)
-            | DaemonError::NoSource(_) => EXIT_UNAVAILABLE,
-        }
-    }
-}
-
-/// An error and its causes on one line (`a: b: c`), for logs: `Display` of a typed error
-/// shows only its own level.
-#[must_use]
-pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let _ = write!(s, ": {c}");
-        cur = c.source();
-    }
-    s
-}
+pub use crate::error::{chain, DaemonError, EXIT_CONFIG, EXIT_UNAVAILABLE};
 
 /// How often a repeated fault of one reason is logged (its count grows every time).
 const FAULT_LOG_EVERY: Duration = Duration::from_secs(60);
@@ -380,8 +308,8 @@ pub fn tiers_line(t: &Topology) -> String {
 ///
 /// # Errors
 /// [`DaemonError::TopologyOverride`] when a named node has no memory here, a memory node is
-/// not named, or the engine refuses the result (no node with CPUs in the top tier...);
-/// [`DaemonError::Topology`] when sysfs's description is incomplete.
+/// not named; [`DaemonError::TopologyRefused`] when the engine refuses the result (no node
+/// with CPUs in the top tier...); [`DaemonError::Topology`] when sysfs's description is incomplete.
 pub fn override_topology(
     system: &SystemTopology,
     o: &crate::config::TopologyOverride,
@@ -416,7 +344,7 @@ pub fn override_topology(
             missing.id.0
         )));
     }
-    Topology::new(specs, dist).map_err(|e| DaemonError::TopologyOverride(e.to_string()))
+    Topology::new(specs, dist).map_err(DaemonError::TopologyRefused)
 }
 
 /// The inode of the initial pid namespace (include/linux/proc_ns.h `PROC_PID_INIT_INO`), as
@@ -2800,6 +2728,14 @@ mod tests {
             DaemonError::NothingToTier("one tier".into()).exit_code(),
             EXIT_UNAVAILABLE
         );
+        // The engine's refusal of `[topology]`'s tiers is a configuration error that keeps
+        // the engine's reason as its cause, so `chain` prints it (it was cut to a string).
+        let refused = Topology::new(Vec::new(), Vec::new()).unwrap_err();
+        let e = DaemonError::TopologyRefused(refused);
+        assert_eq!(e.exit_code(), EXIT_CONFIG);
+        let line = chain(&e);
+        assert!(line.starts_with("[topology]: "), "{line}");
+        assert!(line.ends_with("the topology has no nodes"), "{line}");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use tierd_engine::types::{Nanos, NodeId, Vpn, PAGE_SHIFT};
 
 use crate::config::{DaemonConfig, SourceName as ConfigSource};
-use crate::daemon::DaemonError;
+use crate::error::{chain, DaemonError};
 use crate::marker::{Marker, Stale};
 use crate::metrics::{IntervalsSnapshot, SourceSnapshot};
 use tierd_linux::read::numa_maps::read_maps;
@@ -81,7 +81,7 @@ impl DamonFeed {
             match self.marker.write(lb) {
                 Ok(()) => self.marked = self.mon.on_count(),
                 Err(e) => {
-                    tracing::warn!(error = %crate::daemon::chain(&e), "damon: cannot write the restart marker; a restart after an unclean exit will refuse this kdamond");
+                    tracing::warn!(error = %chain(&e), "damon: cannot write the restart marker; a restart after an unclean exit will refuse this kdamond");
                     self.events.push("damon_marker_write");
                     self.marked = self.mon.on_count();
                 }
@@ -128,7 +128,7 @@ impl Feed for DamonFeed {
             // Typically EINVAL from the commit when a target exited meanwhile; the next
             // refresh tries again.
             Err(e) => {
-                tracing::debug!(error = %crate::daemon::chain(&e), "damon: cannot fit the regions");
+                tracing::debug!(error = %chain(&e), "damon: cannot fit the regions");
                 self.events.push("damon_fit_regions");
             }
         }
@@ -219,11 +219,11 @@ impl Feed for DamonFeed {
         match self.mon.stop() {
             Ok(()) => {
                 if let Err(e) = self.marker.remove() {
-                    tracing::warn!(error = %crate::daemon::chain(&e), "damon: cannot remove the restart marker");
+                    tracing::warn!(error = %chain(&e), "damon: cannot remove the restart marker");
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %crate::daemon::chain(&e), "damon: cannot hand the kdamond back; the restart marker stays")
+                tracing::warn!(error = %chain(&e), "damon: cannot hand the kdamond back; the restart marker stays")
             }
         }
     }
@@ -391,7 +391,7 @@ pub fn start_feeds(
                                     "damon: regions read from the damon_aggregated tracepoint"
                                 ),
                                 Err(e) => tracing::info!(
-                                    reason = %crate::daemon::chain(&e),
+                                    reason = %chain(&e),
                                     "damon: regions read through sysfs (tried_regions)"
                                 ),
                             }

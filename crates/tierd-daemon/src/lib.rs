@@ -11,6 +11,7 @@
 //! - [`marker`]: the restart marker naming the kdamond tierd runs, so that a restart after
 //!   an unclean exit takes it over.
 //! - [`hugepages`]: free hugetlb pages per node (sysfs), for `daemon.hugetlb = "move"`.
+//! - [`error`]: why the daemon cannot start ([`error::DaemonError`]) and its exit statuses.
 //! - [`feeds`]: the configured sources started behind `tierd_linux::source::Feed`.
 //! - [`daemon`]: preflight (tiers, the kernel's own tiering), [`daemon::LinuxBackend`] and the
 //!   run loop, which calls [`tierd_engine::step`] exactly as the simulator does.
@@ -21,6 +22,7 @@
 pub mod config;
 pub mod daemon;
 pub mod effective;
+pub mod error;
 pub mod feeds;
 pub mod hugepages;
 pub mod marker;
