@@ -2,7 +2,7 @@
 //! settings, with the kernel's defaults and ranges.
 //!
 //! Defaults and ranges come from mm/pghot.c, include/linux/pghot.h and
-//! Documentation/admin-guide/mm/pghot.rst (kernel.md section 1.6):
+//! Documentation/admin-guide/mm/pghot.rst:
 //!
 //! | knob | default | range |
 //! |---|---|---|

@@ -3,7 +3,7 @@
 //! Every tracked page has an owner (its process and that process's cgroup) and the owner's
 //! memory policy for the page's address range. Two constraints follow:
 //!
-//! - **Nodemasks** (mm/mempolicy.c `mpol_misplaced()`, merged form, kernel.md section 5):
+//! - **Nodemasks** (mm/mempolicy.c `mpol_misplaced()` as of commit 133d04b1eee9, 6.10):
 //!   a page whose policy is `MPOL_BIND` or `MPOL_PREFERRED_MANY` is never moved to a node
 //!   outside the policy's nodemask, by promotion or by demotion. A promotion toward the
 //!   accessing node happens only if that node is in the mask. (The kernel's own demotion

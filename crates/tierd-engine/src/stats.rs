@@ -4,7 +4,7 @@
 //! exporters (Prometheus text, JSON, the compare table) read the descriptions from
 //! [`StatDesc`] lists instead of repeating names. Names follow the kernel's vmstat names where
 //! the kernel has one (mm/vmstat.c `vmstat_text`: `pgpromote_success`, `pgpromote_candidate`,
-//! `pgpromote_candidate_nrl`, `pgdemote_*`; pghot's `pghot_recorded_*`, kernel.md 1.7);
+//! `pgpromote_candidate_nrl`, `pgdemote_*`; pghot's `pghot_recorded_*`, Documentation/admin-guide/mm/pghot.rst);
 //! tierd's own additions say so in their description.
 //!
 //! Huge pages: every `Pages` statistic counts base pages (a 2 MiB folio counts 512, a 1 GiB

@@ -987,7 +987,7 @@ mod tests {
 
     #[test]
     fn hmat_formula_matches_a_real_kernel() {
-        // vmlab.md 5.1, Linux 6.12 guest with QEMU HMAT: node0 100/100 ns, 20480/20480 MB/s;
+        // docs/lab.md, first guest runs, 1: Linux 6.12 guest with QEMU HMAT: node0 100/100 ns, 20480/20480 MB/s;
         // node1 300/300 ns, 5120/5120 MB/s. sysfs showed memory_tier4 = 0, memory_tier54 = 1.
         // 576 * 600 / 200 = 1728; * 40960 / 10240 = 6912; 6912 >> 7 = 54.
         let dram = perf((100, 100), (20_480, 20_480));

@@ -4,7 +4,7 @@
 //! The kernel's own mechanisms are set up exactly as an operator would: `numa_balancing=2`
 //! (kernel/sched/fair.c, Documentation/admin-guide/sysctl/kernel.rst), and a DAMOS
 //! `migrate_hot` scheme through DAMON's sysfs interface (Documentation/admin-guide/mm/damon/
-//! usage.rst), over the slow node's physical range, as in the team's vmlab notes.
+//! usage.rst), over the slow node's physical range, as in the lab's first guest runs (docs/lab.md).
 
 use serde::{Deserialize, Serialize};
 

@@ -42,7 +42,7 @@ pub const MPOL_PREFERRED_MANY: i32 = 5;
 pub const MPOL_WEIGHTED_INTERLEAVE: i32 = 6;
 
 /// Mode flag `MPOL_F_NUMA_BALANCING` (1 << 13): let NUMA balancing (and memory tiering
-/// promotion) act on a `MPOL_BIND` / `MPOL_PREFERRED_MANY` range (5.19+ / 6.x, see kernel.md §5).
+/// promotion) act on a `MPOL_BIND` / `MPOL_PREFERRED_MANY` range (`MPOL_BIND` since 5.12, `MPOL_PREFERRED_MANY` since 6.10, commit 133d04b1eee9).
 pub const MPOL_F_NUMA_BALANCING: i32 = 1 << 13;
 /// Mode flag `MPOL_F_RELATIVE_NODES`.
 pub const MPOL_F_RELATIVE_NODES: i32 = 1 << 14;

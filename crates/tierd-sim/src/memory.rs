@@ -21,8 +21,8 @@
 //! # Physical slots
 //!
 //! DAMON's `paddr` operations set works on physical address ranges of a node, so the layout of
-//! pages inside a node matters (vmlab.md 5.4: how many cold pages migrate_hot takes along
-//! "depends on the physical layout"). Each node has a table of slots, slot -> unit; a unit
+//! pages inside a node matters (docs/lab.md, first guest runs, 3: how many cold pages
+//! migrate_hot takes along depends on the physical layout). Each node has a table of slots, slot -> unit; a unit
 //! arriving on a node takes the most recently freed slot (the buddy allocator's LIFO free
 //! lists), or the next never-used one.
 

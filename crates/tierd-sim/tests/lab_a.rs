@@ -150,7 +150,7 @@ fn lab_a_twin_keeps_the_directions_the_lab_measured() {
     );
 }
 
-/// The lab's D3 over-promotion follows the guest's physical layout (vmlab.md 5.4: the hot
+/// The lab's D3 over-promotion follows the guest's physical layout (docs/lab.md, first guest runs, 3: the hot
 /// part's pages scattered over node 1): with hot and cold pages interleaved physically, every
 /// DAMON region is "accessed" and the scheme moves the whole buffer, as the lab measured on
 /// 6.12 in all three runs (+300 %, 512 MiB, t90 4.6 s: the 128 MiB/s quota moving 512 MiB).

@@ -218,7 +218,7 @@ pub fn cpuinfo_has_hw_virt(cpuinfo: &str) -> bool {
 
 /// Picks KVM only when `/dev/kvm` opens read-write *and* the CPU has `vmx`/`svm`.
 /// A `/dev/kvm` without those flags is a software hypervisor such as kvm-pvm, which cannot
-/// run stock kernels (vmlab.md 4.2). `TIERD_VM_ACCEL=tcg|kvm` overrides.
+/// run stock kernels (docs/lab.md, first guest runs, 2). `TIERD_VM_ACCEL=tcg|kvm` overrides.
 #[must_use]
 pub fn detect_accel() -> Accel {
     match std::env::var(ACCEL_ENV).as_deref() {

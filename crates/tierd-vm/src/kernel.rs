@@ -4,7 +4,7 @@
 //! and turned into an uncompressed ELF `vmlinux` that QEMU boots through the PVH entry point.
 //!
 //! * [`KernelChoice::Lts`] (`6.12`): bookworm-backports' 6.12, the lab's kernel since it began.
-//!   Why 6.12 (vmlab.md 2 and 5.1): a stock distribution kernel with NUMA balancing, DAMON
+//!   Why 6.12 (docs/lab.md, first guest runs, 1): a stock distribution kernel with NUMA balancing, DAMON
 //!   (vaddr, paddr, sysfs) and HMAT built in, and 6.10+ is needed for a CPU-less node present
 //!   at boot to get its tier from HMAT (6.1 puts it with DRAM).
 //! * [`KernelChoice::Newest`] (`newest`): the highest `linux-image-amd64` of trixie-backports
@@ -269,7 +269,7 @@ pub fn split_packages(image_show: &str, version: &str) -> Vec<String> {
 /// bytes. The build appends the uncompressed size as a 4-byte little-endian word to the
 /// compressed stream (arch/x86/boot/compressed/Makefile, `zstd22_with_size`; misc.c reads
 /// it back), so the payload is returned as the zstd stream and that size; with both,
-/// `zstd -d` exits cleanly (vmlab.md's magic search left the trailer in) and the output
+/// `zstd -d` exits cleanly (a search for the zstd magic alone leaves the trailer in) and the output
 /// length can be checked.
 ///
 /// # Errors

@@ -9,7 +9,7 @@
 //! files for the Linux backend's parser tests).
 //!
 //! The recipe and its caveats (TCG instead of kvm-pvm, the Accessed-bit artefact of TCG's
-//! big software TLB) come from the team's vmlab notes (shared context, vmlab.md); host packages
+//! big software TLB) are in docs/lab.md, "The first guest runs"; host packages
 //! are installed by `scripts/vm-deps.sh`.
 
 use std::path::PathBuf;

@@ -6,7 +6,7 @@
 //! HMAT performance into an abstract distance per node (drivers/acpi/numa/hmat.c
 //! `hmat_calculate_adistance()`, mm/memory-tiers.c `mt_perf_to_adistance()`) and a
 //! CPU-less node with 3x the latency and 1/4 the bandwidth lands in a lower tier than
-//! DRAM (vmlab.md 5.1: `memory_tier4: nodelist=0`, `memory_tier54: nodelist=1`). Without
+//! DRAM (docs/lab.md, first guest runs, 1: `memory_tier4: nodelist=0`, `memory_tier54: nodelist=1`). Without
 //! HMAT both nodes share one tier and nothing is demoted or promoted.
 //!
 //! QEMU syntax: docs/system/... `-numa` in qemu-options.hx (QEMU 7.2).
@@ -74,7 +74,7 @@ const SLOW_LAT: u32 = 300;
 const SLOW_BW: u32 = 5 * 1024;
 
 impl GuestSpec {
-    /// vmlab.md's machine: node 0 = 2 vCPUs + 2 GiB, node 1 = 2 GiB without CPUs; HMAT
+    /// The lab's machine (docs/lab.md): node 0 = 2 vCPUs + 2 GiB, node 1 = 2 GiB without CPUs; HMAT
     /// from node 0: 100 ns / 20 GiB/s to node 0, 300 ns / 5 GiB/s to node 1; SLIT 20.
     #[must_use]
     pub fn two_node() -> Self {

@@ -1,13 +1,13 @@
 #!/bin/sh
 # Guest smoke test for tierd-workload: boots the two-node tiered QEMU guest of
-# shared/context/vmlab.md (node 1 = CPU-less, slower per HMAT) with a minimal initramfs
+# docs/lab.md (node 1 = CPU-less, slower per HMAT) with a minimal initramfs
 # (busybox-static + the static tierd-workload), then measures move_pages throughput
 # between the nodes and runs a chase with NUMA balancing in tiering mode (=2).
 #
 #   crates/tierd-workload/guest/smoke.sh VMLINUX [WORKDIR]
 #
-# VMLINUX: the decompressed 6.12+ kernel (vmlab.md section 2). Needs qemu-system-x86_64,
-# busybox (static) and root (mknod). Takes about 1-2 min under TCG.
+# VMLINUX: the decompressed 6.12+ kernel (docs/lab.md, first guest runs, 1). Needs
+# qemu-system-x86_64, busybox (static) and root (mknod). Takes about 1-2 min under TCG.
 set -eu
 KERNEL=${1:?usage: smoke.sh VMLINUX [WORKDIR]}
 W=${2:-$(mktemp -d)}

@@ -1,7 +1,7 @@
 //! # tierd-workload: the project's own guest workload
 //!
-//! A small program that runs inside the tiered-memory QEMU guest (see the vmlab notes) and on
-//! hosts, replacing vmlab's C `tiertest`. Subcommands of the `tierd-workload` binary:
+//! A small program that runs inside the tiered-memory QEMU guest (docs/lab.md) and on
+//! hosts, replacing the C `tiertest` of the lab's first guest runs. Subcommands of the `tierd-workload` binary:
 //!
 //! - `chase --total-mib N --hot-mib H --secs S --node K [--interval-ms 500] [--seed 1]
 //!   [--tick-us T] [--policy default|preferred-many|preferred-many-balancing]

@@ -4,7 +4,7 @@
 //! `node_read_vmstat()` for the node file, which holds the zone and node stats but not the
 //! global event counters such as `numa_hint_faults`). Which counters exist depends on the kernel
 //! version and config, so every typed field is an `Option`: `pgpromote_candidate_nrl`, for
-//! instance, is only in kernels with the 2025 "not rate-limited" patch (kernel.md §2.6).
+//! instance, is only in kernels with the 2025 "not rate-limited" patch (lkml.kernel.org/r/20250729035101.1601407-1-ruansy.fnst@fujitsu.com).
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -43,7 +43,7 @@
 //! All I/O goes through [`DamonFs`], so tests run against a fake that emulates the kernel's
 //! side effects in a temporary directory.
 //!
-//! Accuracy note (vmlab 5.4): under QEMU TCG the Accessed bit of a hot page can stay clear
+//! Accuracy note (docs/lab.md, first guest runs, 5): under QEMU TCG the Accessed bit of a hot page can stay clear
 //! until the next CR3 switch, so hot regions reach only part of the possible `nr_accesses`;
 //! keep the threshold low there.
 
