@@ -629,6 +629,13 @@ impl DaemonConfig {
     }
 
     fn validate(&self, text: &str, path: &Path) -> Result<(), ConfigFileError> {
+        self.validate_scope(text, path)?;
+        self.validate_sources(text, path)?;
+        self.validate_daemon(text, path)
+    }
+
+    /// `[topology]` and `[scope]`: what is tiered and for whom.
+    fn validate_scope(&self, text: &str, path: &Path) -> Result<(), ConfigFileError> {
         let invalid = |key: &str, reason: String| ConfigFileError::Invalid {
             path: path.to_path_buf(),
             line: line_of_key(text, key),
@@ -671,6 +678,17 @@ impl DaemonConfig {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// `[sources]` and the engine's configuration as the daemon runs it.
+    fn validate_sources(&self, text: &str, path: &Path) -> Result<(), ConfigFileError> {
+        let invalid = |key: &str, reason: String| ConfigFileError::Invalid {
+            path: path.to_path_buf(),
+            line: line_of_key(text, key),
+            key: key.to_string(),
+            reason,
+        };
         let src = &self.sources;
         if src.enabled.is_empty() {
             return Err(invalid(
@@ -837,6 +855,17 @@ impl DaemonConfig {
             };
             invalid(&key, e.to_string())
         })?;
+        Ok(())
+    }
+
+    /// `[daemon]`: endpoints, periods and paths.
+    fn validate_daemon(&self, text: &str, path: &Path) -> Result<(), ConfigFileError> {
+        let invalid = |key: &str, reason: String| ConfigFileError::Invalid {
+            path: path.to_path_buf(),
+            line: line_of_key(text, key),
+            key: key.to_string(),
+            reason,
+        };
         let daemon = &self.daemon;
         if let Err(reason) = daemon.check_metrics_listen() {
             return Err(invalid("daemon.metrics_listen", reason));

@@ -295,8 +295,25 @@ pub fn render_prometheus(s: &Snapshot) -> String {
 #[must_use]
 pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
     let mut reg = Registry::with_prefix("tierd");
+    // Registration order is the exposition's order: these four keep the families in the
+    // order they always had.
+    register_daemon_state(&mut reg, s);
+    register_engine_stats(&mut reg, s);
+    register_placement(&mut reg, s, x);
+    register_sources_and_costs(&mut reg, s, x);
+    let mut out = String::new();
+    // Writing into a String cannot fail; encode only returns fmt::Error from the writer.
+    if encode(&mut out, &reg).is_err() {
+        out.clear();
+    }
+    out
+}
+
+/// The daemon's own state: its build, the faults it survived, reloads, the placement
+/// cache and the folio method.
+fn register_daemon_state(reg: &mut Registry, s: &Snapshot) {
     gauge_family(
-        &mut reg,
+        reg,
         "build_info",
         "The version of the tierd that serves this; always 1",
         &[(l(&[("version", VERSION.to_string())]), 1)],
@@ -308,7 +325,7 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
         .map(|(r, v)| (l(&[("reason", r.clone())]), *v))
         .collect();
     counter_family(
-        &mut reg,
+        reg,
         "faults",
         "Faults the daemon survived (counted, skipped, retried), by reason",
         &faults,
@@ -324,20 +341,20 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
         })
         .collect();
     counter_family(
-        &mut reg,
+        reg,
         "config_reloads",
         "Configuration reloads (SIGHUP) by result: ok, refused (needs a restart), invalid",
         &reloads,
     );
     gauge_family(
-        &mut reg,
+        reg,
         "idle",
         "1 while the loop is idle (nothing to move for daemon.idle_after_ms: the sources \
          sample less often)",
         &[(Vec::new(), i64::from(s.idle))],
     );
     counter_family(
-        &mut reg,
+        reg,
         "idle_periods",
         "Times the loop went idle",
         &[(Vec::new(), s.idle_periods)],
@@ -345,7 +362,7 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
     // The placement cache (docs/daemon.md, "Cost").
     let pc = &s.placement;
     gauge_family(
-        &mut reg,
+        reg,
         "placement_cached_pages",
         "Base pages known to be on a fast node, not located again until their trust period ends",
         &[(
@@ -354,7 +371,7 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
         )],
     );
     counter_family(
-        &mut reg,
+        reg,
         "placement_pages",
         "Base pages of source reports the placement cache answered (skipped) or sent to be \
          located again (reverified)",
@@ -367,7 +384,7 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
         ],
     );
     counter_family(
-        &mut reg,
+        reg,
         "placement_drops",
         "Times the placement cache was dropped: all of it (cleared: the kernel migrated pages \
          itself) or a process's part (forgotten: its mappings changed or it left)",
@@ -380,7 +397,7 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
     let f = &s.folios;
     if !f.method.is_empty() {
         gauge_family(
-            &mut reg,
+            reg,
             "folio_method",
             "How observed pages are mapped to their folio (THP, hugetlb): kpageflags (exact), \
              smaps (per mapping) or unavailable; always 1",
@@ -388,13 +405,13 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
         );
     }
     counter_family(
-        &mut reg,
+        reg,
         "huge_folios_observed",
         "Huge folios (THP or hugetlb, 2 MiB or 1 GiB) observed, once per pass each",
         &[(Vec::new(), f.huge_folios_observed)],
     );
     counter_family(
-        &mut reg,
+        reg,
         "folio_pages",
         "Base pages not observed or not moved for their folio: unknown (the folio could not be \
          told), hugetlb_left (daemon.hugetlb = leave), hugetlb_no_free (no free huge page on \
@@ -411,9 +428,13 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
             ),
         ],
     );
+}
+
+/// The engine's counters: overall, per node and per source.
+fn register_engine_stats(reg: &mut Registry, s: &Snapshot) {
     for d in EngineStats::FIELDS {
         let v = s.engine.get(d.name).copied().unwrap_or(0);
-        register_stat(&mut reg, "", d, &[(Vec::new(), v)]);
+        register_stat(reg, "", d, &[(Vec::new(), v)]);
     }
     for d in NodeStats::FIELDS {
         let series: Vec<_> = s
@@ -426,7 +447,7 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
                 )
             })
             .collect();
-        register_stat(&mut reg, "node_", d, &series);
+        register_stat(reg, "node_", d, &series);
     }
     for d in SourceStats::FIELDS {
         let series: Vec<_> = s
@@ -439,8 +460,12 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
                 )
             })
             .collect();
-        register_stat(&mut reg, "source_", d, &series);
+        register_stat(reg, "source_", d, &series);
     }
+}
+
+/// The nodes and where the largest processes' pages are.
+fn register_placement(reg: &mut Registry, s: &Snapshot, x: &Exposition) {
     let nodes = |f: &dyn Fn(&NodeSnapshot) -> i64| -> Vec<(Labels, i64)> {
         s.nodes
             .iter()
@@ -448,19 +473,19 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
             .collect()
     };
     gauge_family(
-        &mut reg,
+        reg,
         "node_total_bytes",
         "Memory of the node",
         &nodes(&|n| as_i64(n.total_bytes)),
     );
     gauge_family(
-        &mut reg,
+        reg,
         "node_free_bytes",
         "Free memory of the node",
         &nodes(&|n| as_i64(n.free_bytes)),
     );
     gauge_family(
-        &mut reg,
+        reg,
         "node_tier",
         "Memory tier of the node, 0 = fastest",
         &nodes(&|n| i64::from(n.tier)),
@@ -498,25 +523,29 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
         out
     };
     gauge_family(
-        &mut reg,
+        reg,
         "process_pages",
         "Base pages of a process in scope on each node (numa_maps); the processes past the \
          largest daemon.metrics_max_processes are summed into pid=\"other\"",
         &per_process_node(&|p| &p.pages_per_node, other.as_ref().map(|o| &o.0)),
     );
     gauge_family(
-        &mut reg,
+        reg,
         "process_hot_pages",
         "Base pages of a process that the sources reported accessed in the last refresh period, \
          per node (same processes as tierd_process_pages)",
         &per_process_node(&|p| &p.hot_pages_per_node, other.as_ref().map(|o| &o.1)),
     );
     gauge_family(
-        &mut reg,
+        reg,
         "processes_in_scope",
         "Processes in scope, with their own series or not",
         &[(Vec::new(), as_i64(s.processes.len() as u64))],
     );
+}
+
+/// The sources, what moving and tiering cost, and the loop's liveness.
+fn register_sources_and_costs(reg: &mut Registry, s: &Snapshot, x: &Exposition) {
     let sources: Vec<_> = s
         .sources
         .iter()
@@ -528,7 +557,7 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
         })
         .collect();
     gauge_family(
-        &mut reg,
+        reg,
         "source_available",
         "1 when the hotness source runs; the reason says why not",
         &sources,
@@ -549,25 +578,25 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
             .collect()
     };
     seconds_gauge(
-        &mut reg,
+        reg,
         "source_sample_interval",
         "The source's sampling interval in force (DAMON: tuned toward its intervals goal)",
         &intervals(|iv| iv.sample_us),
     );
     seconds_gauge(
-        &mut reg,
+        reg,
         "source_aggregation_interval",
         "The source's aggregation interval in force (DAMON: tuned toward its intervals goal)",
         &intervals(|iv| iv.aggr_us),
     );
     counter_family(
-        &mut reg,
+        reg,
         "move_pages_calls",
         "move_pages(2) calls",
         &[(Vec::new(), s.mover.calls)],
     );
     counter_family(
-        &mut reg,
+        reg,
         "mover_pages_moved",
         "Base pages moved by move_pages(2)",
         &[(Vec::new(), s.mover.pages_moved)],
@@ -579,7 +608,7 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
         .map(|(r, v)| (l(&[("reason", r.clone())]), *v))
         .collect();
     counter_family(
-        &mut reg,
+        reg,
         "mover_pages_failed",
         "Base pages move_pages(2) could not move, by reason",
         &failed,
@@ -590,19 +619,19 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
         .map(|(k, v)| (l(&[("name", k.clone())]), *v))
         .collect();
     counter_family(
-        &mut reg,
+        reg,
         "kernel_vmstat",
         "Growth of the kernel's /proc/vmstat counters since tierd started",
         &kernel,
     );
     seconds_counter(
-        &mut reg,
+        reg,
         "mover",
         "Time spent inside move_pages(2)",
         s.mover.seconds,
     );
     seconds_counter(
-        &mut reg,
+        reg,
         "cpu",
         "CPU time of the tierd process (user + system)",
         s.daemon_cpu_s,
@@ -617,7 +646,7 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
         .collect();
     if !phases.is_empty() {
         register_series::<FloatCounter, f64>(
-            &mut reg,
+            reg,
             "loop_cpu",
             "CPU time of the tiering loop by phase (refresh, sources, locate, usage, engine, \
              move, publish)",
@@ -627,27 +656,21 @@ pub fn render_exposition(s: &Snapshot, x: &Exposition) -> String {
         );
     }
     gauge_family(
-        &mut reg,
+        reg,
         "dry_run",
         "1 when tierd only plans migrations",
         &[(Vec::new(), i64::from(s.dry_run))],
     );
-    register_http(&mut reg, &x.http);
+    register_http(reg, &x.http);
     if let Some(age) = x.since_pass {
         seconds_gauge(
-            &mut reg,
+            reg,
             "since_last_pass",
             "Time since the tiering loop last completed a pass (/healthz fails past \
              daemon.liveness_timeout_s)",
             &[(Vec::new(), age.as_secs_f64())],
         );
     }
-    let mut out = String::new();
-    // Writing into a String cannot fail; encode only returns fmt::Error from the writer.
-    if encode(&mut out, &reg).is_err() {
-        out.clear();
-    }
-    out
 }
 
 /// What the metrics server survived, as `tierd_http_*` series.

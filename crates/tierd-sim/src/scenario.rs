@@ -1083,6 +1083,34 @@ fn intervals_goal_problem(g: &IntervalsGoal) -> Result<(), (GoalPart, String)> {
     Ok(())
 }
 
+/// Where a scenario check reports from: [`ScenarioError::Invalid`] with the line of the first
+/// occurrence of a needle in the text.
+struct Invalid<'a> {
+    text: &'a str,
+    path: &'a Path,
+}
+
+impl Invalid<'_> {
+    fn invalid(&self, field: String, needle: &str, message: String) -> ScenarioError {
+        ScenarioError::Invalid {
+            path: self.path.to_path_buf(),
+            line: line_of(self.text, needle),
+            field,
+            message,
+        }
+    }
+}
+
+// Every float is checked with is_finite first: NaN fails every comparison, so a bare
+// `x <= 0.0` test lets it (and infinity) through.
+fn pos(x: f64) -> bool {
+    x.is_finite() && x > 0.0
+}
+
+fn non_neg(x: f64) -> bool {
+    x.is_finite() && x >= 0.0
+}
+
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
@@ -1165,17 +1193,24 @@ impl Scenario {
     /// # Errors
     /// [`ScenarioError::Invalid`] naming the field.
     pub fn validate(&self, text: &str, path: &Path) -> Result<(), ScenarioError> {
-        let err = |field: String, needle: &str, message: String| ScenarioError::Invalid {
-            path: path.to_path_buf(),
-            line: line_of(text, needle),
-            field,
-            message,
-        };
+        let at = Invalid { text, path };
         let node_ids: Vec<u16> = self.machine.node.iter().map(|n| n.id).collect();
-        // Every float is checked with is_finite first: NaN fails every comparison, so a bare
-        // `x <= 0.0` test lets it (and infinity) through.
-        let pos = |x: f64| x.is_finite() && x > 0.0;
-        let non_neg = |x: f64| x.is_finite() && x >= 0.0;
+        self.validate_machine(&at, &node_ids)?;
+        let classes = self.validate_processes(&at, &node_ids)?;
+        let procs: Vec<&str> = self.process.iter().map(|p| p.name.as_str()).collect();
+        self.validate_report(&at, &node_ids, &classes, &procs)?;
+        self.validate_configs(&at, &procs)?;
+        // Last: whether the grain fits the regions and rows, once each is valid on its own (a
+        // region's `thp = 1.5` is named as such, not as a THP beside a grain).
+        if let Some(problem) = self.grain_problem() {
+            return Err(at.invalid("machine.grain".into(), "grain =", problem));
+        }
+        Ok(())
+    }
+
+    /// The run's length and steps, the grain's range, reclaim, and each node.
+    fn validate_machine(&self, at: &Invalid<'_>, node_ids: &[u16]) -> Result<(), ScenarioError> {
+        let err = |field: String, needle: &str, message: String| at.invalid(field, needle, message);
         if !pos(self.duration_s) || self.duration_s > MAX_DURATION_S {
             return Err(err(
                 "duration_s".into(),
@@ -1254,6 +1289,17 @@ impl Scenario {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Each process: its threads, regions and access streams. Returns every class name:
+    /// `process.region`, and `.hot` and `.cold` after it for a region with a hot part.
+    fn validate_processes(
+        &self,
+        at: &Invalid<'_>,
+        node_ids: &[u16],
+    ) -> Result<Vec<String>, ScenarioError> {
+        let err = |field: String, needle: &str, message: String| at.invalid(field, needle, message);
         let mut classes: Vec<String> = Vec::new();
         for p in &self.process {
             for r in &p.region {
@@ -1430,7 +1476,18 @@ impl Scenario {
                 }
             }
         }
-        let procs: Vec<&str> = self.process.iter().map(|p| p.name.as_str()).collect();
+        Ok(classes)
+    }
+
+    /// Events, the report's fields, the cgroups and the latency profiles.
+    fn validate_report(
+        &self,
+        at: &Invalid<'_>,
+        node_ids: &[u16],
+        classes: &[String],
+        procs: &[&str],
+    ) -> Result<(), ScenarioError> {
+        let err = |field: String, needle: &str, message: String| at.invalid(field, needle, message);
         for (i, e) in self.event.iter().enumerate() {
             if !non_neg(e.at_s) {
                 return Err(err(
@@ -1526,6 +1583,12 @@ impl Scenario {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Each configuration (row): its id, mechanism and the knobs of that mechanism.
+    fn validate_configs(&self, at: &Invalid<'_>, procs: &[&str]) -> Result<(), ScenarioError> {
+        let err = |field: String, needle: &str, message: String| at.invalid(field, needle, message);
         let mut ids: Vec<&str> = Vec::new();
         for (i, c) in self.config.iter().enumerate() {
             if ids.contains(&c.id.as_str()) {
@@ -1636,11 +1699,6 @@ impl Scenario {
                     ));
                 }
             }
-        }
-        // Last: whether the grain fits the regions and rows, once each is valid on its own (a
-        // region's `thp = 1.5` is named as such, not as a THP beside a grain).
-        if let Some(problem) = self.grain_problem() {
-            return Err(err("machine.grain".into(), "grain =", problem));
         }
         Ok(())
     }

@@ -640,7 +640,10 @@ struct SpawnTally {
     thread_failures: u64,
 }
 
-#[allow(clippy::too_many_lines)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "the spawner's one loop: each step reads the previous one's state (children, pids, counts)"
+)]
 fn spawner(a: &SpawnerArgs) -> Result<()> {
     let exe = std::env::current_exe().context("locating /proc/self/exe")?;
     let mut rng = SplitMix64::new(u64::from(std::process::id()) ^ 0x5eed);
@@ -1277,7 +1280,10 @@ impl Supervisor {
         Ok(())
     }
 
-    #[allow(clippy::too_many_lines)]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "one schedule of faults, read top to bottom as the guest script runs them"
+    )]
     fn run(&self, total: Duration) -> Result<()> {
         std::fs::create_dir_all(&self.log_dir)?;
         write_state(&self.state_file, "down");

@@ -544,7 +544,10 @@ fn per_s(steps: u64, d: Duration) -> f64 {
     rate(steps, d).0
 }
 
-#[allow(clippy::too_many_lines)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "the chase's setup, policy, run and report, in the order its output lines come"
+)]
 fn run_chase(a: &ChaseArgs) -> Result<()> {
     ensure!(a.hot_mib >= 1, "--hot-mib must be at least 1");
     ensure!(
@@ -1278,7 +1281,10 @@ fn cut(
     Ok(())
 }
 
-#[allow(clippy::too_many_lines)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "the integrity run's setup, checks and report, in the order its output lines come"
+)]
 fn run_integrity(
     mib: usize,
     node: i32,
