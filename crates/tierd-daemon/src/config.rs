@@ -545,16 +545,6 @@ pub struct DaemonConfig {
     pub topology: TopologyOverride,
 }
 
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before
-        .rfind('\n')
-        .map_or(before.len(), |i| before.len() - i - 1)
-        + 1;
-    (line, col)
-}
-
 /// The line where `key` (the last part of a dotted key) is set inside `[table]`, or 0.
 fn line_of_key(text: &str, dotted: &str) -> usize {
     let (table, key) = dotted.rsplit_once('.').unwrap_or(("", dotted));
@@ -585,22 +575,12 @@ impl DaemonConfig {
     /// [`ConfigFileError::Parse`] for TOML and type errors, [`ConfigFileError::Invalid`] for
     /// values that do not make sense together.
     pub fn parse(text: &str, path: &Path) -> Result<DaemonConfig, ConfigFileError> {
-        let de = toml::Deserializer::new(text);
-        let cfg: DaemonConfig = serde_path_to_error::deserialize(de).map_err(|e| {
-            let key = e.path().to_string();
-            let inner = e.into_inner();
-            let (line, column) = inner.span().map_or((0, 0), |s| line_col(text, s.start));
-            ConfigFileError::Parse {
-                path: path.to_path_buf(),
-                line,
-                column,
-                key: if key.is_empty() || key == "." {
-                    "-".into()
-                } else {
-                    key
-                },
-                message: inner.message().trim().to_string(),
-            }
+        let cfg: DaemonConfig = tierd_toml::from_str(text).map_err(|p| ConfigFileError::Parse {
+            path: path.to_path_buf(),
+            line: p.line,
+            column: p.column,
+            key: p.key,
+            message: p.message,
         })?;
         cfg.validate(text, path)?;
         Ok(cfg)

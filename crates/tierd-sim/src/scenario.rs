@@ -1111,16 +1111,6 @@ fn non_neg(x: f64) -> bool {
     x.is_finite() && x >= 0.0
 }
 
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before
-        .rfind('\n')
-        .map_or(before.len(), |i| before.len() - i - 1)
-        + 1;
-    (line, col)
-}
-
 /// The first line of `text` containing `needle` (1-based; 0 if absent).
 #[must_use]
 pub fn line_of(text: &str, needle: &str) -> usize {
@@ -1136,22 +1126,12 @@ impl Scenario {
     /// [`ScenarioError::Parse`] with the line, column and field of the first problem, or
     /// [`ScenarioError::Invalid`] from [`Scenario::validate`].
     pub fn parse(text: &str, path: &Path) -> Result<Scenario, ScenarioError> {
-        let de = toml::Deserializer::new(text);
-        let sc: Scenario = serde_path_to_error::deserialize(de).map_err(|e| {
-            let field = e.path().to_string();
-            let inner = e.into_inner();
-            let (line, column) = inner.span().map_or((0, 0), |s| line_col(text, s.start));
-            ScenarioError::Parse {
-                path: path.to_path_buf(),
-                line,
-                column,
-                field: if field.is_empty() || field == "." {
-                    "-".into()
-                } else {
-                    field
-                },
-                message: inner.message().to_string(),
-            }
+        let sc: Scenario = tierd_toml::from_str(text).map_err(|p| ScenarioError::Parse {
+            path: path.to_path_buf(),
+            line: p.line,
+            column: p.column,
+            field: p.key,
+            message: p.message,
         })?;
         sc.validate(text, path)?;
         Ok(sc)
