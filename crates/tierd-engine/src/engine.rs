@@ -48,12 +48,12 @@ use std::collections::BTreeMap;
 use rustc_hash::FxHashMap;
 
 use crate::backend::OwnerUpdate;
+use crate::chunkmap::{SizedPageMap, SparsePageMap};
 use crate::config::{AccessingNode, ConfigError, EngineConfig, ThresholdMode};
 use crate::hotness::{
     fit_threshold, HeatMap, HotnessMode, HotnessParams, HotnessStore, ReadyPage, Tier,
     DENSITY_BINS, NO_PROMOTION_BIN, SIZE_SHIFT_MAX,
 };
-use crate::pagemap::{SizedPageMap, SparsePageMap};
 use crate::plan::{
     MigrationBatch, MigrationKind, MigrationPlan, MigrationReport, MoveError, MoveOutcome,
     PageResult, PlannedMove, SystemUsage,

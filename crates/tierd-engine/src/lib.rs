@@ -73,8 +73,8 @@ pub mod config;
 pub mod engine;
 pub mod feedback;
 
+mod chunkmap;
 pub mod hotness;
-mod pagemap;
 pub mod plan;
 pub mod policy;
 pub mod ratelimit;

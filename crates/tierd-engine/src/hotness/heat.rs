@@ -54,7 +54,7 @@
 //! to 0, whatever the size), and [`HeatMap::histogram`] adds them up at their offsets. With
 //! base pages only, every bin is the heat bin plus 18 and the thresholds chosen are the same.
 
-use crate::pagemap::SizedPageMap;
+use crate::chunkmap::SizedPageMap;
 use crate::types::{Nanos, PageKey, PageSize, SpaceId};
 
 /// Heat bins: bin 0 for heat 0, bins 1..=32 for `[2^(b-1), 2^b)`.

@@ -1,4 +1,5 @@
-//! [`PageMap`]: a map from pages to small values, stored in dense chunks of pages.
+//! [`PageMap`]: a map from pages to small values, stored in dense chunks of pages (the module
+//! is `chunkmap`, not `pagemap`, so as not to be taken for `/proc/PID/pagemap`).
 //!
 //! The engine's per-page side tables (the demoter's fast-page index, the ping-pong history)
 //! hold millions of entries on a large machine. As plain hash maps keyed by page they cost a
