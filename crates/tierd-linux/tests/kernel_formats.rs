@@ -159,9 +159,21 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 text.push('=');
                 text.push_str(&flags.join("|"));
             }
+            let mut nodes = nodes;
             if !nodes.is_empty() {
                 text.push(':');
                 text.push_str(&nodes.to_string());
+            }
+            // show_numa_map() prints into `char buffer[64]`: mpol_to_str() cuts a longer text
+            // to 63 bytes. A text of 63 bytes may have been cut, so only the node items
+            // before its last comma are known whole (the parser's rule, and the kernel's
+            // output as a reader sees it). Every prefix here is under 63 bytes: the cut falls
+            // in the node list.
+            if text.len() >= MPOL_TEXT_MAX {
+                text.truncate(MPOL_TEXT_MAX);
+                let list = text.rsplit_once(':').map_or("", |(_, l)| l);
+                let whole = list.rfind(',').map_or("", |c| &list[..c]);
+                nodes = mask_of_items(whole);
             }
             let mode = if unknown_flag.is_some() {
                 PolicyMode::Unknown
@@ -175,6 +187,23 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 flags: (stat, rel, bal),
             }
         })
+}
+
+/// The longest policy text `show_numa_map()` prints (`char buffer[64]`, less the NUL).
+const MPOL_TEXT_MAX: usize = 63;
+
+/// The nodes of a `%*pbl` list (`0-1,3,5-6`), read by hand: `a` or `a-b` items.
+fn mask_of_items(list: &str) -> NodeMask {
+    let mut bits = 0u64;
+    for item in list.split(',').filter(|i| !i.is_empty()) {
+        let (a, b) = item.split_once('-').unwrap_or((item, item));
+        let node = |s: &str| -> u32 { s.parse().expect("the generator prints decimal nodes") };
+        let (a, b) = (node(a), node(b));
+        for n in a..=b {
+            bits |= 1 << n;
+        }
+    }
+    NodeMask(bits)
 }
 
 /// The per-VMA statistics `show_numa_map()` prints, in its order and under its conditions.

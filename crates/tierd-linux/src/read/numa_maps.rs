@@ -310,7 +310,12 @@ fn unknown_policy(s: &str) -> (VmaPolicy, &str) {
         truncated: end >= MPOL_TEXT_MAX,
         ..VmaPolicy::default()
     };
-    let (head, list) = text.rsplit_once(':').unwrap_or((text, ""));
+    let (head, mut list) = text.rsplit_once(':').unwrap_or((text, ""));
+    if out.truncated {
+        // Cut short, as for a known mode: only the items before the last comma were printed
+        // whole (`14` may be the start of `14-15`).
+        list = list.rfind(',').map_or("", |c| &list[..c]);
+    }
     // Nodes of an unknown policy only inform; a list that does not read is left empty.
     out.policy.nodes = parse_nodelist(list).unwrap_or_default();
     if let Some((_, flags)) = head.rsplit_once('=') {
@@ -691,6 +696,13 @@ mod tests {
         let e = parse_numa_maps_line(&format!("1000 {cut} N0=1")).unwrap();
         assert!(e.policy.truncated);
         assert!(e.policy.policy.nodes.contains(NodeId(1)));
+        // A mode from a newer kernel, cut the same way: its last item is dropped as well.
+        let cut = "weighted tiered interleave=relative|sticky:0-1,4,6-7,9-10,12,14";
+        assert_eq!(cut.len(), MPOL_TEXT_MAX);
+        let e = parse_numa_maps_line(&format!("1000 {cut} N0=1")).unwrap();
+        assert_eq!(e.policy.policy.mode, PolicyMode::Unknown);
+        assert!(e.policy.truncated && e.policy.relative_nodes);
+        assert_eq!(e.policy.policy.nodes, mask(&[0, 1, 4, 6, 7, 9, 10, 12]));
         // Short policies are never marked.
         assert!(
             !parse_numa_maps_line("1000 bind:0-1")
