@@ -72,15 +72,83 @@ impl DaemonError {
     }
 }
 
-/// An error and its causes on one line (`a: b: c`), for logs: `Display` of a typed error
-/// shows only its own level.
+/// An error and its causes on one line (`a: b: c`), for logs and for the CLI's last line:
+/// `Display` of a typed error shows only its own level.
+///
+/// A cause whose text already ends the line is not printed again. The leaf errors that wrap
+/// an OS error print it in their own message (`opening /x: Permission denied`) so that a
+/// plain `Display` (a source's status reason, a test's message) says what failed, and they
+/// also return it from `source()` so that `SourceError::errno()` can count faults by errno;
+/// anyhow's `{:#}` would print such a cause twice (`cannot read: No such file (os error 2):
+/// No such file (os error 2)`).
 #[must_use]
 pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
-        let _ = write!(s, ": {c}");
+        let text = c.to_string();
+        if !s.ends_with(&text) {
+            let _ = write!(s, ": {text}");
+        }
         cur = c.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enoent() -> std::io::Error {
+        std::io::Error::from_raw_os_error(libc::ENOENT)
+    }
+
+    /// A leaf that leaves its OS error out of its message (written by hand: the user guide's
+    /// test lists every `#[error]` message of the code).
+    #[derive(Debug)]
+    struct Hides(std::io::Error);
+
+    impl std::fmt::Display for Hides {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("opening /sys/x")
+        }
+    }
+
+    impl std::error::Error for Hides {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_the_message_already_ends_with_is_printed_once() {
+        let os = enoent().to_string();
+        // ReadError::Io says its OS error and returns it from source().
+        let says = DaemonError::Read(ReadError::Io {
+            path: "/sys/x".into(),
+            source: enoent(),
+        });
+        assert_eq!(
+            chain(&says),
+            format!("reading the machine's description: cannot read /sys/x: {os}")
+        );
+        // A leaf that leaves it out gets it from the chain.
+        assert_eq!(chain(&Hides(enoent())), format!("opening /sys/x: {os}"));
+    }
+
+    #[test]
+    fn an_anyhow_error_prints_each_context_once() {
+        let e = anyhow::Error::new(ReadError::Io {
+            path: "/etc/tierd.toml".into(),
+            source: enoent(),
+        })
+        .context("loading the configuration");
+        let line = chain(e.as_ref());
+        let os = enoent().to_string();
+        assert_eq!(
+            line,
+            format!("loading the configuration: cannot read /etc/tierd.toml: {os}")
+        );
+        assert_eq!(line.matches(&os).count(), 1, "{line}");
+    }
 }

@@ -435,7 +435,7 @@ pub fn start_feeds(
                             idle: Vec::new(),
                         }));
                     }
-                    Err(e) => statuses.push(snapshot("damon", false, e.to_string())),
+                    Err(e) => statuses.push(snapshot("damon", false, chain(&e))),
                 }
             }
             ConfigSource::Idle => {
@@ -455,7 +455,7 @@ pub fn start_feeds(
                             last: None,
                         }));
                     }
-                    Err(e) => statuses.push(snapshot("idle", false, e.to_string())),
+                    Err(e) => statuses.push(snapshot("idle", false, chain(&e))),
                 }
             }
             ConfigSource::Perf => {
@@ -490,7 +490,7 @@ pub fn start_feeds(
                                 buf: Vec::new(),
                             }));
                         }
-                        Err(e) => statuses.push(snapshot(&name, false, e.to_string())),
+                        Err(e) => statuses.push(snapshot(&name, false, chain(&e))),
                     }
                 }
                 if probes.is_empty() {

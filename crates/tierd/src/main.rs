@@ -448,8 +448,8 @@ fn main() -> std::process::ExitCode {
     match real_main() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            // One line: the context chain joined, no backtrace.
-            eprintln!("tierd: {e:#}");
+            // One line: the context chain joined, no backtrace, each cause once.
+            eprintln!("tierd: {}", tierd_daemon::error::chain(e.as_ref()));
             // 78 for a bad configuration, 69 when nothing can run here, else 1
             // (docs/daemon.md, "Exit codes").
             std::process::ExitCode::from(daemon_cmd::exit_code(&e))

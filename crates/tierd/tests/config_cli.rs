@@ -144,4 +144,6 @@ fn check_fails_a_bad_file_as_the_daemon_does() {
     let (code, _, err) = tierd(&["config", "check", missing.to_str().expect("utf-8")]);
     assert_eq!(code, Some(78), "{err}");
     assert!(err.contains("missing.toml: cannot read"), "{err}");
+    let os = std::io::Error::from_raw_os_error(2).to_string(); // ENOENT
+    assert_eq!(err.matches(&os).count(), 1, "{err}");
 }

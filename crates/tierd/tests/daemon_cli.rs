@@ -77,6 +77,10 @@ fn config_errors_name_file_line_and_key() {
         one_line(&err).contains("/nonexistent/tierd.toml: cannot read"),
         "{err}"
     );
+    // The OS error ends the message once: the leaf error prints it, and the chain does not
+    // print the same cause again.
+    let os = std::io::Error::from_raw_os_error(2).to_string(); // ENOENT
+    assert_eq!(one_line(&err).matches(&os).count(), 1, "{err}");
 }
 
 /// A machine whose nodes all sit in one tier: the daemon refuses before touching anything.
