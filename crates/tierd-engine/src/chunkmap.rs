@@ -8,12 +8,15 @@
 //! layout of the hotness store fits here too:
 //!
 //! ```text
-//!  index: FxHashMap<(space, vpn >> 9), slot>    one-entry cache of the last lookup
-//!  vals:  [Option<V>; n * 512]                   slot s owns vals[s*512 .. s*512+512]
-//!  bits:  [u64; n * 8]                            which of a chunk's pages are present
-//!  live:  [u16; n]                                entries present per slot (0: free slot)
-//!  free:  [slot]                                  freed slots, reused before the arena grows
+//!  slots: ChunkSlots                   (space, vpn >> 9) -> slot, last lookup, free slots
+//!  vals:  [Option<V>; n * 512]         slot s owns vals[s*512 .. s*512+512]
+//!  bits:  [u64; n * 8]                 which of a chunk's pages are present
+//!  keys:  [ChunkKey; n]                the chunk each slot holds
+//!  live:  [u16; n]                     entries present per slot (0: free slot)
 //! ```
+//!
+//! The slot index is the hotness store's ([`crate::chunk::ChunkSlots`]); the arenas differ
+//! in what a slot holds and in how they compact (see [`crate::chunk`]).
 //!
 //! The presence bitmap (an entry is `Some` exactly when its bit is set) is 1/128 of the
 //! arena's size, so asking about a page that is not there (the engine's commonest question:
@@ -36,12 +39,10 @@
 
 use rustc_hash::FxHashMap;
 
-// The same chunking as the hotness store's records, and the same key.
-use crate::hotness::store::{ChunkKey, CHUNK_SHIFT};
+use crate::chunk::{slot_idx, slot_u32, ChunkKey, ChunkSlots};
+// The same chunking as the hotness store's records.
+use crate::hotness::store::CHUNK_SHIFT;
 use crate::types::{PageKey, PageSize, Vpn, HPAGE_PMD_NR, HPAGE_PUD_NR};
-
-/// The cache's "no such chunk" slot.
-const ABSENT: u32 = u32::MAX;
 
 /// log2 of the pages in a chunk of a [`SparsePageMap`]: 8 pages, two cache lines of 16-byte
 /// entries. A table whose entries are a few percent of the pages they fall among, scattered
@@ -55,10 +56,6 @@ pub(crate) const SPARSE_SHIFT: u32 = 3;
 /// A [`SizedPageMap`] in small chunks, for tables whose entries are few and scattered
 /// (see [`SPARSE_SHIFT`]).
 pub(crate) type SparsePageMap<V> = SizedPageMap<V, SPARSE_SHIFT>;
-
-fn slot_idx(slot: u32) -> usize {
-    slot as usize
-}
 
 /// The positions of the set bits of `word`, lowest first.
 fn set_bits(mut word: u64) -> impl Iterator<Item = usize> {
@@ -75,27 +72,22 @@ fn set_bits(mut word: u64) -> impl Iterator<Item = usize> {
 /// 512, the hotness store's chunk, which the default takes).
 #[derive(Clone, Debug)]
 pub(crate) struct PageMap<V: Copy, const SHIFT: u32 = CHUNK_SHIFT> {
-    index: FxHashMap<ChunkKey, u32>,
+    slots: ChunkSlots,
     keys: Vec<ChunkKey>,
     vals: Vec<Option<V>>,
     bits: Vec<u64>,
     live: Vec<u16>,
-    free: Vec<u32>,
-    /// The last chunk looked up and its slot ([`ABSENT`] when it has none).
-    cache: Option<(ChunkKey, u32)>,
     len: usize,
 }
 
 impl<V: Copy, const SHIFT: u32> Default for PageMap<V, SHIFT> {
     fn default() -> Self {
         PageMap {
-            index: FxHashMap::default(),
+            slots: ChunkSlots::default(),
             keys: Vec::new(),
             vals: Vec::new(),
             bits: Vec::new(),
             live: Vec::new(),
-            free: Vec::new(),
-            cache: None,
             len: 0,
         }
     }
@@ -169,15 +161,7 @@ impl<V: Copy, const SHIFT: u32> PageMap<V, SHIFT> {
 
     #[inline]
     fn find(&mut self, ck: ChunkKey) -> Option<u32> {
-        let slot = match self.cache {
-            Some((k, s)) if k == ck => s,
-            _ => {
-                let s = self.index.get(&ck).copied().unwrap_or(ABSENT);
-                self.cache = Some((ck, s));
-                s
-            }
-        };
-        (slot != ABSENT).then_some(slot)
+        self.slots.find(ck)
     }
 
     #[inline]
@@ -190,30 +174,26 @@ impl<V: Copy, const SHIFT: u32> PageMap<V, SHIFT> {
 
     #[cold]
     fn alloc(&mut self, ck: ChunkKey) -> u32 {
-        let slot = if let Some(s) = self.free.pop() {
-            self.keys[slot_idx(s)] = ck;
-            s
-        } else {
-            self.vals.resize(self.vals.len() + Self::CHUNK, None);
-            self.bits.resize(self.bits.len() + Self::WORDS, 0);
-            self.keys.push(ck);
-            self.live.push(0);
-            // Fewer than 2^32 chunks: the arena would be 2^41 entries.
-            u32::try_from(self.keys.len() - 1).unwrap_or(ABSENT)
-        };
-        self.index.insert(ck, slot);
-        self.cache = Some((ck, slot));
+        let (vals, bits, keys, live) = (
+            &mut self.vals,
+            &mut self.bits,
+            &mut self.keys,
+            &mut self.live,
+        );
+        let slot = self.slots.claim(ck, || {
+            vals.resize(vals.len() + Self::CHUNK, None);
+            bits.resize(bits.len() + Self::WORDS, 0);
+            keys.push(ck);
+            live.push(0);
+            slot_u32(keys.len() - 1)
+        });
+        self.keys[slot_idx(slot)] = ck;
         slot
     }
 
     /// Frees an empty chunk.
     fn release(&mut self, slot: u32) {
-        let ck = self.keys[slot_idx(slot)];
-        self.index.remove(&ck);
-        self.free.push(slot);
-        if matches!(self.cache, Some((k, _)) if k == ck) {
-            self.cache = Some((ck, ABSENT));
-        }
+        self.slots.release(self.keys[slot_idx(slot)], slot);
     }
 
     /// The value of `key`.
@@ -233,8 +213,8 @@ impl<V: Copy, const SHIFT: u32> PageMap<V, SHIFT> {
     /// instruction without `unsafe`).
     #[inline]
     pub(crate) fn warm(&self, key: PageKey) -> bool {
-        match self.index.get(&Self::chunk_of(key)) {
-            Some(&slot) => {
+        match self.slots.peek(Self::chunk_of(key)) {
+            Some(slot) => {
                 let off = Self::offset(key);
                 // The bit too: a removal reads it before the entry.
                 let (w, m) = Self::bit(slot, off);
@@ -355,11 +335,10 @@ impl<V: Copy, const SHIFT: u32> PageMap<V, SHIFT> {
             self.len -= usize::from(removed);
             self.live[s] -= removed;
             if self.live[s] == 0 {
-                // Fewer than 2^32 slots (see `alloc`).
-                self.release(u32::try_from(s).unwrap_or(ABSENT));
+                self.release(slot_u32(s));
             }
         }
-        if self.free.len() * 2 > self.live.len() {
+        if self.slots.free_len() * 2 > self.live.len() {
             self.compact();
         }
     }
@@ -382,6 +361,7 @@ impl<V: Copy, const SHIFT: u32> PageMap<V, SHIFT> {
                 );
                 self.keys[to] = self.keys[from];
                 self.live[to] = self.live[from];
+                self.slots.moved(self.keys[to], slot_u32(to));
             }
             to += 1;
         }
@@ -393,22 +373,19 @@ impl<V: Copy, const SHIFT: u32> PageMap<V, SHIFT> {
         self.keys.shrink_to_fit();
         self.live.truncate(to);
         self.live.shrink_to_fit();
-        self.free.clear();
-        self.free.shrink_to_fit();
-        self.index.clear();
-        for (s, ck) in self.keys.iter().enumerate() {
-            // Fewer than 2^32 slots (see `alloc`).
-            self.index.insert(*ck, u32::try_from(s).unwrap_or(ABSENT));
-        }
-        self.index.shrink_to_fit();
-        self.cache = None;
+        self.slots.compacted();
+        self.slots.shrink();
     }
 
-    /// Bytes held (arena, chunk keys and index), for the memory gauge.
+    /// Bytes held (arena, presence bits, chunk keys and counts, index and free list), for
+    /// the memory gauge.
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.vals.capacity() * std::mem::size_of::<Option<V>>()
-            + self.keys.capacity() * (std::mem::size_of::<ChunkKey>() + 2)
-            + self.index.capacity() * (std::mem::size_of::<ChunkKey>() + 4)
+        use std::mem::size_of;
+        self.vals.capacity() * size_of::<Option<V>>()
+            + self.bits.capacity() * size_of::<u64>()
+            + self.keys.capacity() * size_of::<ChunkKey>()
+            + self.live.capacity() * size_of::<u16>()
+            + self.slots.memory_bytes()
     }
 }
 

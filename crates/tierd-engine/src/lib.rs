@@ -46,6 +46,9 @@
 //! - [`plan`]: usage in, plan out, report back.
 //! - [`stats`]: counters and gauges, each documented with kind and unit.
 //! - [`backend`]: the backend trait and the step function.
+//! - `chunk` and `chunkmap` (private): the chunk key and slot index both per-page arenas
+//!   share, and the chunked page map behind the fast index, the move history, the back-off
+//!   list and the heat histogram's entries.
 //!
 //! ## Huge pages
 //!
@@ -73,6 +76,7 @@ pub mod config;
 pub mod engine;
 pub mod feedback;
 
+mod chunk;
 mod chunkmap;
 pub mod hotness;
 pub mod plan;
