@@ -91,13 +91,7 @@ fn write_atomic_via(
     let name = target
         .file_name()
         .map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(".tmp")
-        // Masked by the umask at open(2), exactly like File::create's 0666.
-        .permissions(Permissions::from_mode(0o666))
-        .tempfile_in(&dir)
-        .map_err(err)?;
+    let tmp = create_temp(&dir, &name).map_err(err)?;
     if let Some(m) = &existing {
         tmp.as_file()
             .set_permissions(Permissions::from_mode(m.permissions().mode() & 0o7777))
@@ -118,6 +112,44 @@ fn write_atomic_via(
         let _ = d.sync_all();
     }
     Ok(())
+}
+
+/// A new temporary file `.NAME.PID.N.tmp` in `dir`, removed when dropped unless persisted.
+///
+/// Created here rather than with `tempfile::Builder::tempfile_in`, whose errors name the
+/// temporary file (`No such file or directory (os error 2) at path "/d/.x.json.Ab12.tmp"`), a
+/// name the user never gave, and carry no errno ([`OutputError::is_disk_full`] needs it).
+/// The name is unique within the process by a counter, and against a file a killed process
+/// with the same pid left by `O_EXCL`: such a name is skipped.
+fn create_temp(dir: &Path, name: &str) -> io::Result<tempfile::NamedTempFile> {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            // Masked by the umask at open(2), exactly like File::create's 0666.
+            .mode(0o666)
+            .open(&path);
+        match file {
+            Ok(f) => {
+                // From here the file is removed when dropped; if even that cannot be set up
+                // (no current directory to resolve a relative one), it is removed now.
+                return match tempfile::TempPath::try_from_path(&path) {
+                    Ok(p) => Ok(tempfile::NamedTempFile::from_parts(f, p)),
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&path);
+                        Err(e)
+                    }
+                };
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Writes to a target that is not a regular file (a device or a FIFO), where no rename is
@@ -244,8 +276,15 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("no/such/dir/out.json");
         let e = write_atomic(&p, b"x").unwrap_err();
-        assert!(e
-            .to_string()
-            .starts_with(&format!("cannot write {}", p.display())));
+        // The path asked for and the OS error, not the temporary file's name.
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "cannot write {}: {}",
+                p.display(),
+                io::Error::from_raw_os_error(2)
+            )
+        );
+        assert_eq!(e.source.raw_os_error(), Some(2), "ENOENT");
     }
 }

@@ -346,6 +346,20 @@ fn output_only(cmd: &Command) -> bool {
     )
 }
 
+/// Refuses a configuration id `sc` does not have (`--only`, `--config`): a typo would
+/// otherwise run nothing and print an empty table.
+fn known_ids(sc: &Scenario, name: &str, ids: &[String]) -> Result<()> {
+    for id in ids {
+        let have: Vec<&str> = sc.config.iter().map(|c| c.id.as_str()).collect();
+        anyhow::ensure!(
+            have.contains(&id.as_str()),
+            "scenario {name}: no configuration {id:?} (it has {})",
+            have.join(", ")
+        );
+    }
+    Ok(())
+}
+
 fn run(sc: &Scenario, only: &[String], args: &RunArgs) -> Result<()> {
     args.validate()?;
     report_cmd::check_plot_paths(&args.plot)?;
@@ -469,6 +483,7 @@ fn real_main() -> Result<()> {
             run: args,
         } => {
             let sc = Scenario::find(&scenario)?;
+            known_ids(&sc, &scenario, &only)?;
             run(&sc, &only, &args)?;
         }
         Command::Sim {
@@ -478,13 +493,7 @@ fn real_main() -> Result<()> {
         } => {
             let sc = Scenario::load(&file)?;
             let only: Vec<String> = config.into_iter().collect();
-            if let Some(id) = only.first() {
-                anyhow::ensure!(
-                    sc.config.iter().any(|c| &c.id == id),
-                    "{}: no configuration {id:?}",
-                    file.display()
-                );
-            }
+            known_ids(&sc, &file.display().to_string(), &only)?;
             run(&sc, &only, &args)?;
         }
         Command::Run {

@@ -304,6 +304,18 @@ pub fn heat_panels(heat: &[ProcessHeat]) -> Vec<Panel> {
     panels
 }
 
+/// A window's length: seconds from 1 s up, milliseconds below (a short recording's windows
+/// are a few ms; "0.0 s" would say nothing).
+fn span(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.1} s")
+    } else if s >= 0.01 {
+        format!("{:.0} ms", s * 1e3)
+    } else {
+        format!("{:.2} ms", s * 1e3)
+    }
+}
+
 /// `tierd report TRACE --heatmap FILE`.
 pub fn report(
     trace: &Path,
@@ -326,11 +338,11 @@ pub fn report(
     for h in &heat {
         let peak = h.wss.iter().map(|w| w.1).max().unwrap_or(0);
         println!(
-            "pid {:>7}: {:>9} observations, {:>8} pages, working set up to {peak} pages per {:.1} s window",
+            "pid {:>7}: {:>9} observations, {:>8} pages, working set up to {peak} pages per {} window",
             h.pid,
             h.observations,
             h.pages,
-            (h.t1_s - h.t0_s) / h.cols as f64
+            span((h.t1_s - h.t0_s) / h.cols as f64)
         );
     }
     println!("heat map: {}", heatmap.display());
@@ -344,6 +356,14 @@ pub fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_window_is_said_in_the_unit_that_shows_it() {
+        assert_eq!(span(12.34), "12.3 s");
+        assert_eq!(span(1.0), "1.0 s");
+        assert_eq!(span(0.05), "50 ms");
+        assert_eq!(span(0.004), "4.00 ms");
+    }
 
     /// A synthetic recording, replayed (same decisions, table and verdict) and drawn in
     /// both formats.

@@ -150,6 +150,23 @@ fn scenario_errors_name_file_line_and_field() {
     ]);
     assert!(!ok);
     assert!(err.contains("no configuration \"X9\""), "{err}");
+    // `compare --only` refuses an id it does not know instead of printing an empty table,
+    // and names the ids there are.
+    let (ok, out, err) = tierd(&[
+        "compare",
+        "pointer-chase",
+        "--only",
+        "T1,ZZ",
+        "--scale",
+        "0.0625",
+    ]);
+    assert!(!ok, "{out}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("scenario pointer-chase: no configuration \"ZZ\" (it has ")
+            && err.contains("B0, N2, D3"),
+        "{err}"
+    );
 }
 
 /// Runs `tierd args` with a stdout pipe whose reading end is closed before the child starts,
