@@ -261,10 +261,15 @@ pub fn fetch_status(addr: SocketAddr) -> Result<Snapshot, StatusError> {
         url: url.clone(),
         reason,
     };
+    // ureq's message starts with the URL, which ours already names.
     let resp = ureq::get(&url)
         .timeout(std::time::Duration::from_secs(5))
         .call()
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| {
+            let text = e.to_string();
+            let reason = text.strip_prefix(&format!("{url}: ")).unwrap_or(&text);
+            fail(reason.to_string())
+        })?;
     let text = resp.into_string().map_err(|e| fail(e.to_string()))?;
     serde_json::from_str(&text).map_err(|e| fail(format!("not a tierd status: {e}")))
 }
@@ -363,5 +368,24 @@ mod printable_tests {
             prop_assert!(!p.chars().any(char::is_control));
             prop_assert_eq!(unescape(&p), s);
         }
+    }
+}
+
+#[cfg(test)]
+mod fetch_tests {
+    #[test]
+    fn a_daemon_that_is_not_there_is_named_once() {
+        // A port nothing listens on: bound, then let go.
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a local port");
+        let e = super::fetch_status(addr).expect_err("nothing listens");
+        let text = e.to_string();
+        let url = format!("http://{addr}/status");
+        assert!(
+            text.starts_with(&format!("cannot read status from {url}: ")),
+            "{text}"
+        );
+        assert_eq!(text.matches(&url).count(), 1, "{text}");
     }
 }
