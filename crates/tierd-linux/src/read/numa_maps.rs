@@ -262,11 +262,7 @@ pub fn parse_policy_prefix(s: &str) -> Result<(VmaPolicy, &str), String> {
         out.truncated = s.len() - rest.len() >= MPOL_TEXT_MAX;
         out.policy.nodes = match parse_nodelist(list) {
             Ok(mask) if !out.truncated => mask,
-            // Cut short: keep the items before the last comma, which were printed whole.
-            _ if out.truncated => {
-                let whole = list.rfind(',').map_or("", |c| &list[..c]);
-                parse_nodelist(whole)?
-            }
+            _ if out.truncated => parse_nodelist(whole_items(list))?,
             Ok(mask) => mask,
             Err(e) => return Err(e),
         };
@@ -274,6 +270,12 @@ pub fn parse_policy_prefix(s: &str) -> Result<(VmaPolicy, &str), String> {
         out.truncated = s.len() - rest.len() >= MPOL_TEXT_MAX;
     }
     Ok((out, rest))
+}
+
+/// The items of a node list cut short by the kernel's buffer that were printed whole: those
+/// before the last comma (the last one, `14`, may be the start of `14-15`).
+fn whole_items(list: &str) -> &str {
+    list.rfind(',').map_or("", |c| &list[..c])
 }
 
 /// Sets the flags of `flags` (the text between `=` and `:`); false if one is not known.
@@ -312,9 +314,7 @@ fn unknown_policy(s: &str) -> (VmaPolicy, &str) {
     };
     let (head, mut list) = text.rsplit_once(':').unwrap_or((text, ""));
     if out.truncated {
-        // Cut short, as for a known mode: only the items before the last comma were printed
-        // whole (`14` may be the start of `14-15`).
-        list = list.rfind(',').map_or("", |c| &list[..c]);
+        list = whole_items(list);
     }
     // Nodes of an unknown policy only inform; a list that does not read is left empty.
     out.policy.nodes = parse_nodelist(list).unwrap_or_default();
