@@ -57,6 +57,16 @@ pub enum ScenarioError {
     /// No shipped scenario has this name.
     #[error("no scenario named {0:?}; shipped: {1}")]
     UnknownName(String, String),
+    /// The scenario has no configuration with this id (`--only`, `--config`).
+    #[error("scenario {scenario}: no configuration {id:?} (it has {have})")]
+    NoConfig {
+        /// The scenario's name.
+        scenario: String,
+        /// The id asked for.
+        id: String,
+        /// The ids it has, comma-separated.
+        have: String,
+    },
 }
 
 /// A memory node of the machine.
@@ -1147,6 +1157,26 @@ impl Scenario {
             source,
         })?;
         Scenario::parse(&text, path)
+    }
+
+    /// The configuration whose id is `id`.
+    ///
+    /// # Errors
+    /// [`ScenarioError::NoConfig`], naming the ids there are, when there is none.
+    pub fn config_by_id(&self, id: &str) -> Result<&ConfigToml, ScenarioError> {
+        self.config
+            .iter()
+            .find(|c| c.id == id)
+            .ok_or_else(|| ScenarioError::NoConfig {
+                scenario: self.name.clone(),
+                id: id.to_string(),
+                have: self
+                    .config
+                    .iter()
+                    .map(|c| c.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
     }
 
     /// A shipped scenario by name, or a file path.

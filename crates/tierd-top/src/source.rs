@@ -36,16 +36,6 @@ pub enum TopError {
     /// The simulation failed.
     #[error(transparent)]
     Sim(#[from] SimError),
-    /// The configuration asked for is not in the scenario.
-    #[error("scenario {scenario}: no configuration {id:?} (it has {have})")]
-    NoConfig {
-        /// The scenario.
-        scenario: String,
-        /// The id asked for.
-        id: String,
-        /// The ids it has.
-        have: String,
-    },
     /// The scale is out of range.
     #[error("--scale must be in (0, 1], got {0}")]
     Scale(f64),
@@ -114,25 +104,19 @@ impl SimSpec {
         }
         let sc = Scenario::find(&self.scenario)?.scaled(self.scale);
         let config = match &self.config {
-            Some(id) => sc.config.iter().find(|c| &c.id == id),
-            None => sc
+            Some(id) => sc.config_by_id(id)?,
+            None => match sc
                 .config
                 .iter()
                 .find(|c| c.mechanism == MechanismKind::Tierd)
-                .or_else(|| sc.config.first()),
+                .or_else(|| sc.config.first())
+            {
+                Some(c) => c,
+                // A scenario without configurations: the same error, for no id.
+                None => sc.config_by_id("")?,
+            },
         };
-        let Some(config) = config.cloned() else {
-            return Err(TopError::NoConfig {
-                scenario: sc.name.clone(),
-                id: self.config.clone().unwrap_or_default(),
-                have: sc
-                    .config
-                    .iter()
-                    .map(|c| c.id.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
-        };
+        let config = config.clone();
         Ok((sc, config))
     }
 }
