@@ -22,7 +22,7 @@ use tierd_engine::types::{Bytes, Nanos, NodeId, NodeMask};
 use tierd_linux::pagemap::decode_entries;
 use tierd_linux::read::cgroup::{self, Limit};
 use tierd_linux::read::numa_maps::{self, Backing};
-use tierd_linux::read::{meminfo, parse_list, proc, vmstat};
+use tierd_linux::read::{meminfo, parse_list, parse_nodelist, proc, vmstat};
 use tierd_linux::source::damon;
 
 /// `seq_file_path()`'s escaping (fs/seq_file.c `mangle_path()`): each byte of `esc` as `\ooo`.
@@ -173,7 +173,8 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
                 text.truncate(MPOL_TEXT_MAX);
                 let list = text.rsplit_once(':').map_or("", |(_, l)| l);
                 let whole = list.rfind(',').map_or("", |c| &list[..c]);
-                nodes = mask_of_items(whole);
+                // parse_nodelist is checked on every printed mask (readers.rs).
+                nodes = parse_nodelist(whole).expect("whole items of a printed list");
             }
             let mode = if unknown_flag.is_some() {
                 PolicyMode::Unknown
@@ -191,20 +192,6 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
 
 /// The longest policy text `show_numa_map()` prints (`char buffer[64]`, less the NUL).
 const MPOL_TEXT_MAX: usize = 63;
-
-/// The nodes of a `%*pbl` list (`0-1,3,5-6`), read by hand: `a` or `a-b` items.
-fn mask_of_items(list: &str) -> NodeMask {
-    let mut bits = 0u64;
-    for item in list.split(',').filter(|i| !i.is_empty()) {
-        let (a, b) = item.split_once('-').unwrap_or((item, item));
-        let node = |s: &str| -> u32 { s.parse().expect("the generator prints decimal nodes") };
-        let (a, b) = (node(a), node(b));
-        for n in a..=b {
-            bits |= 1 << n;
-        }
-    }
-    NodeMask(bits)
-}
 
 /// The per-VMA statistics `show_numa_map()` prints, in its order and under its conditions.
 #[derive(Clone, Debug)]
